@@ -1,0 +1,198 @@
+//! Sequence lifecycle: create, free, reserve, fork, truncate.
+
+use super::KvCache;
+use crate::alloc::{PageAllocator, PageId};
+use crate::error::{Error, Result};
+use crate::sequence::{CONTIGUOUS, LIVE, SeqId, SeqMode, SeqRecord};
+
+impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
+    /// Creates an empty sequence.
+    ///
+    /// Errors: [`TooManySequences`](Error::TooManySequences);
+    /// [`ContiguousUnsupported`](Error::ContiguousUnsupported) for a contiguous sequence over an
+    /// allocator without runs.
+    pub fn create_sequence(&mut self, mode: SeqMode) -> Result<SeqId> {
+        if mode == SeqMode::Contiguous && !A::CONTIGUOUS {
+            return Err(Error::ContiguousUnsupported);
+        }
+        let slot = self.free_slot()?;
+        Ok(self.open_slot(slot, mode, 0, 0))
+    }
+
+    /// Marks `slot` live with a new generation.
+    fn open_slot(&mut self, slot: usize, mode: SeqMode, len: u32, held: u16) -> SeqId {
+        let r = &mut self.records[slot];
+        let generation = r.generation.wrapping_add(1);
+        let flags = LIVE
+            | if mode == SeqMode::Contiguous {
+                CONTIGUOUS
+            } else {
+                0
+            };
+        *r = SeqRecord {
+            len,
+            held,
+            generation,
+            flags,
+            _reserved: 0,
+        };
+        self.live += 1;
+        SeqId {
+            slot: slot as u16,
+            generation,
+        }
+    }
+
+    /// Frees a sequence, releasing its pages (registered pages become cached).
+    pub fn free_sequence(&mut self, seq: SeqId) -> Result<()> {
+        let slot = self.slot(seq)?;
+        self.release_tail(slot, 0);
+        let r = &mut self.records[slot];
+        r.flags = 0;
+        r.len = 0;
+        self.live -= 1;
+        Ok(())
+    }
+
+    /// Releases page-table entries `[keep, held)`, last first, and sets `held = keep`.
+    pub(super) fn release_tail(&mut self, slot: usize, keep: usize) {
+        let held = self.records[slot].held as usize;
+        for i in (keep..held).rev() {
+            let page = *self.table_entry(slot, i);
+            // Cannot fail: a page in a table holds a reference (checked by `check_invariants`).
+            let _ = self.pool.release(page);
+        }
+        self.records[slot].held = keep.min(held) as u16;
+    }
+
+    /// Reserves `n` more positions at the end of a sequence, allocating pages for every layer as
+    /// needed, and returns the first new position. All or nothing.
+    ///
+    /// Errors: [`UnknownSequence`](Error::UnknownSequence), [`Overflow`](Error::Overflow),
+    /// [`SequenceFull`](Error::SequenceFull) past `max_seq_tokens`,
+    /// [`OutOfPages`](Error::OutOfPages), and for contiguous sequences
+    /// [`NoContiguousRun`](Error::NoContiguousRun).
+    pub fn reserve(&mut self, seq: SeqId, n: u32) -> Result<u32> {
+        let slot = self.slot(seq)?;
+        let rec = self.records[slot];
+        let new_len = rec.len.checked_add(n).ok_or(Error::Overflow)?;
+        if new_len > self.config.max_seq_tokens {
+            return Err(Error::SequenceFull);
+        }
+        let need = self.pages_for(new_len);
+        if need > self.plan.table_len {
+            return Err(Error::OutOfPages);
+        }
+        let held = rec.held as usize;
+        if need > held {
+            if rec.contiguous() {
+                self.grow_contiguous(slot, need)?;
+            } else {
+                self.alloc_into_table(slot, held, need)?;
+            }
+        }
+        self.records[slot].len = new_len;
+        Ok(rec.len)
+    }
+
+    /// Allocates pages for table entries `[from, to)` of a paged sequence and sets `held = to`.
+    fn alloc_into_table(&mut self, slot: usize, from: usize, to: usize) -> Result<()> {
+        if to - from > self.pool.available() {
+            return Err(Error::OutOfPages);
+        }
+        for i in from..to {
+            match self.pool.alloc() {
+                Ok(page) => *self.table_entry(slot, i) = page,
+                Err(e) => {
+                    // Unreachable after the availability check; undo anyway.
+                    for j in (from..i).rev() {
+                        let page = *self.table_entry(slot, j);
+                        let _ = self.pool.release(page);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        self.records[slot].held = to as u16;
+        Ok(())
+    }
+
+    /// Forks a sequence: the child sees the same positions and data. A paged child shares the
+    /// parent's full pages (refcount + 1) and gets a copy of the partial tail page, so later
+    /// writes never affect the other sequence. A contiguous child gets its own run (a copy).
+    ///
+    /// Errors: [`UnknownSequence`](Error::UnknownSequence),
+    /// [`TooManySequences`](Error::TooManySequences), [`OutOfPages`](Error::OutOfPages),
+    /// [`NoContiguousRun`](Error::NoContiguousRun).
+    pub fn fork(&mut self, seq: SeqId) -> Result<SeqId> {
+        let parent = self.slot(seq)?;
+        let rec = self.records[parent];
+        let child = self.free_slot()?;
+        let held = rec.held as usize;
+        if rec.contiguous() {
+            if held > 0 {
+                let src = *self.table_entry(parent, 0);
+                let dst = self.pool.alloc_run(held)?;
+                let used = self.pages_for(rec.len);
+                self.copy_pages(src, dst, used);
+                for i in 0..held {
+                    *self.table_entry(child, i) = dst + i as PageId;
+                }
+            }
+            return Ok(self.open_slot(child, SeqMode::Contiguous, rec.len, rec.held));
+        }
+        let full = rec.len as usize / self.config.page_tokens as usize;
+        if held > full && self.pool.available() == 0 {
+            return Err(Error::OutOfPages);
+        }
+        for i in 0..full {
+            let page = *self.table_entry(parent, i);
+            if let Err(e) = self.pool.retain(page) {
+                // Unreachable: a page has at most one reference per live sequence.
+                for j in (0..i).rev() {
+                    let p = *self.table_entry(parent, j);
+                    let _ = self.pool.release(p);
+                }
+                return Err(e);
+            }
+            *self.table_entry(child, i) = page;
+        }
+        if held > full {
+            // Copy-on-write of the partial tail: the child gets its own page now.
+            match self.pool.alloc() {
+                Ok(copy) => {
+                    let src = *self.table_entry(parent, full);
+                    self.copy_pages(src, copy, 1);
+                    *self.table_entry(child, full) = copy;
+                }
+                Err(e) => {
+                    for j in (0..full).rev() {
+                        let p = *self.table_entry(parent, j);
+                        let _ = self.pool.release(p);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(self.open_slot(child, SeqMode::Paged, rec.len, rec.held))
+    }
+
+    /// Shortens a sequence to `len` positions. A paged sequence releases the pages past `len`; a
+    /// contiguous one keeps its run as capacity (like `Vec::truncate`).
+    ///
+    /// Errors: [`UnknownSequence`](Error::UnknownSequence),
+    /// [`TruncateBeyondLength`](Error::TruncateBeyondLength).
+    pub fn truncate(&mut self, seq: SeqId, len: u32) -> Result<()> {
+        let slot = self.slot(seq)?;
+        let rec = self.records[slot];
+        if len > rec.len {
+            return Err(Error::TruncateBeyondLength);
+        }
+        if !rec.contiguous() {
+            let keep = self.pages_for(len);
+            self.release_tail(slot, keep);
+        }
+        self.records[slot].len = len;
+        Ok(())
+    }
+}

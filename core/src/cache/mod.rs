@@ -1,0 +1,254 @@
+//! [`KvCache`]: arenas, pool and sequences tied together.
+
+mod contiguous;
+mod lifecycle;
+mod rows;
+mod stats;
+mod verify;
+
+pub use stats::Stats;
+pub use verify::InvariantViolation;
+
+use core::mem::MaybeUninit;
+
+use crate::alloc::{FreeList, PageAllocator, PageId};
+use crate::arena::zeroed;
+use crate::error::{Error, Result};
+use crate::planner::{CacheConfig, META_ALIGN, Plan, Pool};
+use crate::pool::{PagePool, PageState};
+use crate::sequence::{SeqId, SeqInfo, SeqRecord};
+use crate::shape::Kv;
+
+/// A KV cache over two caller-supplied arenas: pages of keys and values for every layer, shared
+/// by page id, handed out to sequences through per-sequence page tables.
+///
+/// `A` picks the allocator: [`FreeList`] (default; O(1), single pages) or
+/// [`Bitmap`](crate::Bitmap) (first fit, needed for [`SeqMode::Contiguous`](crate::SeqMode)).
+///
+/// Every method that returns `Err` leaves the cache exactly as it was.
+///
+/// ```
+/// use edgekv::{ArenaBuf, CacheConfig, KvCache, Kv, SeqMode, Shape};
+///
+/// let cfg = CacheConfig::new(Shape { layers: 2, kv_heads: 1, head_dim: 4 }).with_page_tokens(4);
+/// let mut data = ArenaBuf::<4096>::new();
+/// let mut meta = ArenaBuf::<1024>::new();
+/// let mut cache: KvCache = KvCache::new(cfg, data.as_uninit_mut(), meta.as_uninit_mut())?;
+///
+/// let seq = cache.create_sequence(SeqMode::Paged)?;
+/// let pos = cache.reserve(seq, 2)?; // positions 0 and 1
+/// cache.write(seq, 1, Kv::K, pos, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])?;
+/// let mut row = [0f32; 4];
+/// cache.read(seq, 1, Kv::K, 1, &mut row)?;
+/// assert_eq!(row, [5.0, 6.0, 7.0, 8.0]);
+/// assert_eq!(cache.stats().pages_used, 1);
+/// # Ok::<(), edgekv::Error>(())
+/// ```
+pub struct KvCache<'a, A: PageAllocator<'a> = FreeList<'a>> {
+    config: CacheConfig,
+    plan: Plan,
+    data: &'a mut [u8],
+    pool: PagePool<'a, A>,
+    records: &'a mut [SeqRecord],
+    tables: &'a mut [PageId],
+    live: u16,
+}
+
+impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
+    /// Plans a cache with this allocator over a data arena of `data_bytes` (see
+    /// [`CacheConfig::plan`]); `const`, so arenas can be sized at compile time.
+    pub const fn plan(config: &CacheConfig, data_bytes: usize) -> Result<Plan> {
+        config.plan(data_bytes, A::META_BITS_PER_PAGE)
+    }
+
+    /// Creates a cache with as many pages as fit in `data` (aligned to `config.align`), keeping
+    /// its bookkeeping in `meta` (aligned to [`META_ALIGN`], at least `plan.meta.total` bytes).
+    /// Both arenas are zeroed; bytes past the plan's needs are left untouched.
+    pub fn new(
+        config: CacheConfig,
+        data: &'a mut [MaybeUninit<u8>],
+        meta: &'a mut [MaybeUninit<u8>],
+    ) -> Result<Self> {
+        let plan = config.plan(data.len(), A::META_BITS_PER_PAGE)?;
+        Self::with_plan(config, plan, data, meta)
+    }
+
+    /// Creates a cache in one buffer (aligned to `config.align`): metadata at its start, data at
+    /// the next aligned offset, as many pages as fit ([`CacheConfig::plan_split`]).
+    pub fn new_split(config: CacheConfig, buf: &'a mut [MaybeUninit<u8>]) -> Result<Self> {
+        let plan = config.plan_split(buf.len(), A::META_BITS_PER_PAGE)?;
+        if buf.as_ptr() as usize % config.align != 0 {
+            return Err(Error::MisalignedArena);
+        }
+        let (meta, data) = buf
+            .split_at_mut_checked(plan.split_data_offset())
+            .ok_or(Error::ArenaTooSmall)?;
+        Self::with_plan(config, plan, data, meta)
+    }
+
+    fn with_plan(
+        config: CacheConfig,
+        plan: Plan,
+        data: &'a mut [MaybeUninit<u8>],
+        meta: &'a mut [MaybeUninit<u8>],
+    ) -> Result<Self> {
+        if data.as_ptr() as usize % config.align != 0 || meta.as_ptr() as usize % META_ALIGN != 0 {
+            return Err(Error::MisalignedArena);
+        }
+        let data = data
+            .get_mut(..plan.data_bytes)
+            .ok_or(Error::ArenaTooSmall)?;
+        let meta = meta
+            .get_mut(..plan.meta.total)
+            .ok_or(Error::ArenaTooSmall)?;
+        let data = zeroed(data);
+        let meta = zeroed(meta);
+
+        let m = &plan.meta;
+        let split =
+            |buf: &'a mut [u8], at: usize| buf.split_at_mut_checked(at).ok_or(Error::Overflow);
+        let (rc, rest) = split(meta, m.lru)?;
+        let (links, rest) = split(rest, m.flags - m.lru)?;
+        let (flags, rest) = split(rest, m.allocator - m.flags)?;
+        let (alloc, rest) = split(rest, m.seqs - m.allocator)?;
+        let (seqs, tables) = split(rest, m.tables - m.seqs)?;
+        let cast16 = |b: &'a mut [u8]| -> Result<&'a mut [u16]> {
+            bytemuck::try_cast_slice_mut(b).map_err(|_| Error::MisalignedArena)
+        };
+        let records: &mut [SeqRecord] =
+            bytemuck::try_cast_slice_mut(seqs).map_err(|_| Error::MisalignedArena)?;
+        let records = records
+            .get_mut(..config.max_seqs as usize)
+            .ok_or(Error::ArenaTooSmall)?;
+        let tables = cast16(tables)?;
+        let tables = tables
+            .get_mut(..config.max_seqs as usize * plan.table_len)
+            .ok_or(Error::ArenaTooSmall)?;
+        let pool = PagePool::new(plan.num_pages, cast16(rc)?, cast16(links)?, flags, alloc)?;
+        Ok(KvCache {
+            config,
+            plan,
+            data,
+            pool,
+            records,
+            tables,
+            live: 0,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CacheConfig {
+        &self.config
+    }
+
+    /// The plan (page count, geometry, offsets).
+    pub fn layout(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The page pool (read-only: states, refcounts, free and cached pages).
+    pub fn pool(&self) -> &PagePool<'a, A> {
+        &self.pool
+    }
+
+    /// The state of `page`, or `None` if out of range.
+    pub fn page_state(&self, page: PageId) -> Option<PageState> {
+        self.pool.state(page)
+    }
+
+    /// A sequence's page table: the pages holding its positions, in order (for a contiguous
+    /// sequence, its whole run, including capacity past its length).
+    pub fn page_table(&self, seq: SeqId) -> Result<&[PageId]> {
+        let slot = self.slot(seq)?;
+        Ok(self.table(slot))
+    }
+
+    /// Length, pages, capacity and mode of a sequence.
+    pub fn sequence(&self, seq: SeqId) -> Result<SeqInfo> {
+        let slot = self.slot(seq)?;
+        let r = &self.records[slot];
+        Ok(SeqInfo {
+            len: r.len,
+            pages: r.held,
+            capacity: r.held as u32 * self.config.page_tokens as u32,
+            mode: r.mode(),
+        })
+    }
+
+    /// Reserved positions of a sequence.
+    pub fn seq_len(&self, seq: SeqId) -> Result<u32> {
+        Ok(self.records[self.slot(seq)?].len)
+    }
+
+    /// The bytes of one value page `(layer, kv, page)` in the data arena (for devices and tests).
+    pub fn page_bytes(&self, layer: u16, kv: Kv, page: PageId) -> Result<&[u8]> {
+        if layer >= self.config.shape.layers {
+            return Err(Error::LayerOutOfRange);
+        }
+        let off = self
+            .plan
+            .page_offset(layer, kv, page)
+            .ok_or(Error::InvalidPage)?;
+        let len = self.plan.geometry.stride(kv);
+        self.data.get(off..off + len).ok_or(Error::InvalidPage)
+    }
+
+    /// The data arena's address (for address maps and device descriptors).
+    pub fn data_ptr(&self) -> *const u8 {
+        self.data.as_ptr()
+    }
+
+    // ---- internal helpers ----
+
+    /// Resolves a handle to its live slot.
+    #[inline]
+    fn slot(&self, seq: SeqId) -> Result<usize> {
+        let slot = seq.slot as usize;
+        match self.records.get(slot) {
+            Some(r) if r.live() && r.generation == seq.generation => Ok(slot),
+            _ => Err(Error::UnknownSequence),
+        }
+    }
+
+    #[inline]
+    fn table(&self, slot: usize) -> &[PageId] {
+        let base = slot * self.plan.table_len;
+        &self.tables[base..base + self.records[slot].held as usize]
+    }
+
+    #[inline]
+    fn table_entry(&mut self, slot: usize, index: usize) -> &mut PageId {
+        &mut self.tables[slot * self.plan.table_len + index]
+    }
+
+    #[inline]
+    fn pages_for(&self, tokens: u32) -> usize {
+        (tokens as usize).div_ceil(self.config.page_tokens as usize)
+    }
+
+    /// Copies `count` consecutive pages starting at `src` onto those starting at `dst`, in every
+    /// pool of every layer (values and scales).
+    fn copy_pages(&mut self, src: PageId, dst: PageId, count: usize) {
+        let g = self.plan.geometry;
+        for layer in 0..g.layers {
+            for pool in Pool::ALL {
+                let stride = g.pool_stride(pool);
+                if stride == 0 {
+                    continue;
+                }
+                let base = self.plan.pool_offset(layer, pool);
+                let from = base + src as usize * stride;
+                self.data
+                    .copy_within(from..from + count * stride, base + dst as usize * stride);
+            }
+        }
+    }
+
+    /// First free sequence slot.
+    fn free_slot(&self) -> Result<usize> {
+        self.records
+            .iter()
+            .position(|r| !r.live())
+            .ok_or(Error::TooManySequences)
+    }
+}

@@ -1,0 +1,77 @@
+//! The error type of every fallible edgekv call.
+
+use core::fmt;
+
+/// Why an edgekv call failed.
+///
+/// Every fallible call returns one of these and leaves the cache exactly as it was before the
+/// call (all-or-nothing). The type is small and `Copy` so firmware can log or return it freely.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Error {
+    /// A size in the configuration is zero (layers, heads, head_dim, page_tokens, sequences…).
+    ZeroSize,
+    /// `page_tokens` is not a power of two.
+    PageTokensNotPowerOfTwo,
+    /// The alignment is not a power of two, or is below [`MIN_ALIGN`](crate::MIN_ALIGN).
+    InvalidAlignment,
+    /// A size computation overflowed `usize` (or a page-id / position type).
+    Overflow,
+    /// An arena is smaller than the plan needs (for the data arena: not even one page fits).
+    ArenaTooSmall,
+    /// An arena does not start at the alignment the plan needs.
+    MisalignedArena,
+    /// The pool has fewer available pages (free plus evictable) than the call needs.
+    OutOfPages,
+    /// No contiguous run of free pages of the needed length exists.
+    NoContiguousRun,
+    /// The allocator cannot hand out contiguous runs (contiguous sequences need one that can).
+    ContiguousUnsupported,
+    /// All sequence slots are in use.
+    TooManySequences,
+    /// The sequence handle is unknown: never created, or already freed.
+    UnknownSequence,
+    /// The sequence would exceed its page-table capacity (`max_seq_tokens`).
+    SequenceFull,
+    /// A token position lies outside the sequence's reserved range.
+    PositionOutOfRange,
+    /// The layer index is not below `Shape::layers`.
+    LayerOutOfRange,
+    /// A slice has the wrong length for the call (e.g. not a whole number of rows).
+    LengthMismatch,
+    /// `truncate` was asked to grow a sequence.
+    TruncateBeyondLength,
+    /// A page id is out of range or the page is not in the state the call needs.
+    InvalidPage,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let msg = match self {
+            Error::ZeroSize => "a configured size is zero",
+            Error::PageTokensNotPowerOfTwo => "page_tokens is not a power of two",
+            Error::InvalidAlignment => "alignment is not a power of two of at least 64",
+            Error::Overflow => "size computation overflowed",
+            Error::ArenaTooSmall => "arena too small for the plan",
+            Error::MisalignedArena => "arena start is not aligned as the plan needs",
+            Error::OutOfPages => "not enough free or evictable pages",
+            Error::NoContiguousRun => "no contiguous run of free pages of the needed length",
+            Error::ContiguousUnsupported => "allocator cannot hand out contiguous runs",
+            Error::TooManySequences => "all sequence slots are in use",
+            Error::UnknownSequence => "unknown or freed sequence",
+            Error::SequenceFull => "sequence would exceed max_seq_tokens",
+            Error::PositionOutOfRange => "token position outside the reserved range",
+            Error::LayerOutOfRange => "layer index out of range",
+            Error::LengthMismatch => "slice length does not match the call",
+            Error::TruncateBeyondLength => "truncate length exceeds the sequence length",
+            Error::InvalidPage => "page id out of range or in the wrong state",
+        };
+        f.write_str(msg)
+    }
+}
+
+impl core::error::Error for Error {}
+
+/// Shorthand for `core::result::Result<T, edgekv::Error>`.
+pub type Result<T> = core::result::Result<T, Error>;

@@ -1,0 +1,192 @@
+//! Element formats of pages and the element types callers read and write.
+
+use half::{bf16, f16};
+
+/// How one element of a page is stored.
+///
+/// Full-precision formats only for now; quantized formats (int8 groups with f16 scales, FP8 tiles)
+/// add a scale pool per layer and K/V, which the planner already reserves room for through
+/// [`ElementFormat::scale_row_bytes`]. All multi-byte values are little-endian.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ElementFormat {
+    /// IEEE 754 binary32.
+    F32,
+    /// IEEE 754 binary16 (`half::f16`).
+    F16,
+    /// bfloat16 (`half::bf16`).
+    Bf16,
+}
+
+impl ElementFormat {
+    /// Bytes of one stored element.
+    pub const fn elem_bytes(self) -> usize {
+        match self {
+            ElementFormat::F32 => 4,
+            ElementFormat::F16 | ElementFormat::Bf16 => 2,
+        }
+    }
+
+    /// Bytes of one token's values for one layer and one of K/V (`row_elems` elements), or `None`
+    /// on overflow.
+    pub const fn row_bytes(self, row_elems: usize) -> Option<usize> {
+        row_elems.checked_mul(self.elem_bytes())
+    }
+
+    /// Bytes of one token's scales in the scale pool (0 for full-precision formats).
+    pub const fn scale_row_bytes(self, _kv_heads: usize, _head_dim: usize) -> Option<usize> {
+        match self {
+            ElementFormat::F32 | ElementFormat::F16 | ElementFormat::Bf16 => Some(0),
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
+}
+
+/// An element type callers write into and read from pages: `f32`, `half::f16` or `half::bf16`.
+///
+/// When the caller's type equals the page format, rows are copied byte for byte; otherwise they
+/// are converted through `f32` (`half`'s round-to-nearest-even conversions).
+pub trait Element: sealed::Sealed + bytemuck::Pod + Default {
+    /// The page format that stores this type without conversion.
+    const FORMAT: ElementFormat;
+    /// Widen to f32 (exact for every supported type).
+    fn to_f32(self) -> f32;
+    /// Narrow from f32 (round to nearest even).
+    fn from_f32(v: f32) -> Self;
+}
+
+impl Element for f32 {
+    const FORMAT: ElementFormat = ElementFormat::F32;
+    #[inline]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline]
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+}
+
+impl Element for f16 {
+    const FORMAT: ElementFormat = ElementFormat::F16;
+    #[inline]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    #[inline]
+    fn from_f32(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+}
+
+impl Element for bf16 {
+    const FORMAT: ElementFormat = ElementFormat::Bf16;
+    #[inline]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    #[inline]
+    fn from_f32(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+}
+
+/// Encodes `src` into the little-endian page bytes `dst` of format `fmt`.
+/// `dst.len()` must be `src.len() * fmt.elem_bytes()` (callers check).
+pub(crate) fn encode<T: Element>(fmt: ElementFormat, src: &[T], dst: &mut [u8]) {
+    if fmt == T::FORMAT && cfg!(target_endian = "little") {
+        dst.copy_from_slice(bytemuck::cast_slice(src));
+        return;
+    }
+    match fmt {
+        ElementFormat::F32 => {
+            for (d, s) in dst.chunks_exact_mut(4).zip(src) {
+                d.copy_from_slice(&s.to_f32().to_le_bytes());
+            }
+        }
+        ElementFormat::F16 => {
+            for (d, s) in dst.chunks_exact_mut(2).zip(src) {
+                d.copy_from_slice(&f16::from_f32(s.to_f32()).to_le_bytes());
+            }
+        }
+        ElementFormat::Bf16 => {
+            for (d, s) in dst.chunks_exact_mut(2).zip(src) {
+                d.copy_from_slice(&bf16::from_f32(s.to_f32()).to_le_bytes());
+            }
+        }
+    }
+}
+
+/// Decodes little-endian page bytes `src` of format `fmt` into `dst`.
+/// `src.len()` must be `dst.len() * fmt.elem_bytes()` (callers check).
+pub(crate) fn decode<T: Element>(fmt: ElementFormat, src: &[u8], dst: &mut [T]) {
+    if fmt == T::FORMAT && cfg!(target_endian = "little") {
+        bytemuck::cast_slice_mut(dst).copy_from_slice(src);
+        return;
+    }
+    match fmt {
+        ElementFormat::F32 => {
+            for (d, s) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                *d = T::from_f32(f32::from_le_bytes([s[0], s[1], s[2], s[3]]));
+            }
+        }
+        ElementFormat::F16 => {
+            for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *d = T::from_f32(f16::from_le_bytes([s[0], s[1]]).to_f32());
+            }
+        }
+        ElementFormat::Bf16 => {
+            for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *d = T::from_f32(bf16::from_le_bytes([s[0], s[1]]).to_f32());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_format_round_trips_bits() {
+        let src = [1.5f32, -0.0, f32::MIN_POSITIVE, f32::NAN];
+        let mut bytes = [0u8; 16];
+        encode(ElementFormat::F32, &src, &mut bytes);
+        let mut back = [0f32; 4];
+        decode(ElementFormat::F32, &bytes, &mut back);
+        for (a, b) in src.iter().zip(&back) {
+            assert_eq!(a.to_bits(), b.to_bits());
+        }
+        assert_eq!(&bytes[0..4], &1.5f32.to_le_bytes());
+    }
+
+    #[test]
+    fn f32_into_f16_page_rounds_to_nearest_even() {
+        // 1 + 2^-11 is a tie between 1.0 and 1 + 2^-10 in f16: even mantissa (1.0) wins.
+        let src = [1.0f32 + f32::powi(2.0, -11), 65520.0];
+        let mut bytes = [0u8; 4];
+        encode(ElementFormat::F16, &src, &mut bytes);
+        let mut back = [0f32; 2];
+        decode(ElementFormat::F16, &bytes, &mut back);
+        assert_eq!(back[0], 1.0);
+        assert!(back[1].is_infinite(), "65520 rounds up to f16 infinity");
+    }
+
+    #[test]
+    fn bf16_page_from_f16_input() {
+        let src = [f16::from_f32(3.0), f16::from_f32(-0.5)];
+        let mut bytes = [0u8; 4];
+        encode(ElementFormat::Bf16, &src, &mut bytes);
+        assert_eq!(&bytes[0..2], &bf16::from_f32(3.0).to_le_bytes());
+        let mut back = [bf16::ZERO; 2];
+        decode(ElementFormat::Bf16, &bytes, &mut back);
+        assert_eq!(back[1].to_f32(), -0.5);
+    }
+}

@@ -1,0 +1,39 @@
+#![doc = include_str!("../../README.md")]
+#![cfg_attr(not(any(test, feature = "std")), no_std)]
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+//! # Crate map
+//!
+//! - [`planner`]: `const fn` layout planning ([`CacheConfig`], [`Plan`]).
+//! - [`ArenaBuf`] / `HeapArena`: caller-supplied memory.
+//! - [`PagePool`] with a pluggable [`PageAllocator`] ([`FreeList`], [`Bitmap`]).
+//! - [`KvCache`]: sequences, page tables, row I/O, fork, truncate, contiguous mode.
+
+#[cfg(feature = "alloc")]
+extern crate alloc as std_alloc;
+
+mod alloc;
+mod arena;
+mod cache;
+mod error;
+mod format;
+pub mod planner;
+mod pool;
+mod sequence;
+mod shape;
+
+pub use crate::alloc::{Bitmap, FreeList, NO_PAGE, PageAllocator, PageId};
+pub use arena::ArenaBuf;
+#[cfg(feature = "alloc")]
+pub use arena::HeapArena;
+pub use cache::{InvariantViolation, KvCache, Stats};
+pub use error::{Error, Result};
+pub use format::{Element, ElementFormat};
+pub use planner::{
+    ArenaSizes, CacheConfig, MAX_PAGES, META_ALIGN, MIN_ALIGN, MetaLayout, PageGeometry, Plan, Pool,
+};
+pub use pool::{PagePool, PageState};
+pub use sequence::{SeqId, SeqInfo, SeqMode};
+pub use shape::{Kv, Shape};

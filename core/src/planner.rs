@@ -1,0 +1,668 @@
+//! The layout planner: how many pages fit in an arena, where each page lives, and how big each
+//! arena must be. Every function is a `const fn`, so capacities can be checked at compile time.
+//!
+//! # Data arena layout (byte for byte; part of the contract)
+//!
+//! For each layer `l` in order, four pools follow each other, each holding `num_pages` slots of
+//! its own stride: K values, K scales, V values, V scales. A pool's stride is its page size rounded
+//! up to the arena alignment, so no two pages share a cache line. Full-precision formats have no
+//! scales (stride 0). Inside a value page, elements are token-major: `[page_tokens][kv_heads]
+//! [head_dim]`, little-endian. So the byte offset of `(layer, K|V, page)` is
+//!
+//! ```text
+//! layer * num_pages * layer_stride + pool_start(K|V) * num_pages + page * value_stride(K|V)
+//! ```
+//!
+//! where `layer_stride = k_stride + k_scale_stride + v_stride + v_scale_stride` and
+//! `pool_start(K) = 0`, `pool_start(V) = k_stride + k_scale_stride`.
+//!
+//! When a page's natural size is already a multiple of the alignment ([`PageGeometry::natural`]),
+//! a contiguous run of pages is one linear `[tokens][kv_heads][head_dim]` tensor.
+//!
+//! # Metadata arena layout
+//!
+//! Sections, each starting at a multiple of [`META_ALIGN`]: refcounts (`u16` per page), cached-LRU
+//! links (two `u16` per page), page flags (`u8` per page), the allocator's words
+//! (`META_BITS_PER_PAGE` bits per page, rounded up to `u32` words), sequence records (12 bytes
+//! each), page tables (`u16` per page slot, `max_seqs` × `table_len`).
+
+use crate::error::{Error, Result};
+use crate::format::ElementFormat;
+use crate::shape::{Kv, Shape};
+
+/// Smallest data-arena alignment: no two pages may share a cache line on any supported core.
+pub const MIN_ALIGN: usize = 64;
+/// Alignment the metadata arena must have.
+pub const META_ALIGN: usize = 8;
+/// Largest number of pages a cache manages (`u16` ids; `u16::MAX` is reserved as "none").
+pub const MAX_PAGES: usize = u16::MAX as usize;
+/// Bytes of one sequence record in the metadata arena.
+pub(crate) const SEQ_RECORD_BYTES: usize = 12;
+
+macro_rules! ck {
+    ($e:expr) => {
+        match $e {
+            Some(v) => v,
+            None => return Err(Error::Overflow),
+        }
+    };
+}
+
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Err(e),
+        }
+    };
+}
+
+const fn round_up(x: usize, align: usize) -> Option<usize> {
+    // align is a power of two (checked by callers).
+    match x.checked_add(align - 1) {
+        Some(v) => Some(v & !(align - 1)),
+        None => None,
+    }
+}
+
+/// Everything a cache is configured with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct CacheConfig {
+    /// The model's attention shape.
+    pub shape: Shape,
+    /// Tokens per page (P): a power of two, 16 by default.
+    pub page_tokens: u16,
+    /// Storage format of key pages.
+    pub k_format: ElementFormat,
+    /// Storage format of value pages.
+    pub v_format: ElementFormat,
+    /// Data-arena alignment and pool-stride granule: a power of two ≥ [`MIN_ALIGN`] and ≥ the
+    /// target's data-cache line.
+    pub align: usize,
+    /// Sequence slots.
+    pub max_seqs: u16,
+    /// Longest sequence in tokens (sizes each page table).
+    pub max_seq_tokens: u32,
+}
+
+impl CacheConfig {
+    /// Defaults for `shape`: 16-token f32 pages, 64-byte alignment, 8 sequences of up to 8192
+    /// tokens.
+    pub const fn new(shape: Shape) -> Self {
+        CacheConfig {
+            shape,
+            page_tokens: 16,
+            k_format: ElementFormat::F32,
+            v_format: ElementFormat::F32,
+            align: MIN_ALIGN,
+            max_seqs: 8,
+            max_seq_tokens: 8192,
+        }
+    }
+
+    /// Sets tokens per page.
+    pub const fn with_page_tokens(mut self, page_tokens: u16) -> Self {
+        self.page_tokens = page_tokens;
+        self
+    }
+
+    /// Sets the K and V page formats.
+    pub const fn with_formats(mut self, k: ElementFormat, v: ElementFormat) -> Self {
+        self.k_format = k;
+        self.v_format = v;
+        self
+    }
+
+    /// Sets the data-arena alignment.
+    pub const fn with_align(mut self, align: usize) -> Self {
+        self.align = align;
+        self
+    }
+
+    /// Sets the number of sequence slots and the longest sequence.
+    pub const fn with_sequences(mut self, max_seqs: u16, max_seq_tokens: u32) -> Self {
+        self.max_seqs = max_seqs;
+        self.max_seq_tokens = max_seq_tokens;
+        self
+    }
+
+    /// Checks the configuration and derives the page geometry.
+    pub const fn geometry(&self) -> Result<PageGeometry> {
+        let s = self.shape;
+        if s.layers == 0
+            || s.kv_heads == 0
+            || s.head_dim == 0
+            || self.page_tokens == 0
+            || self.max_seqs == 0
+            || self.max_seq_tokens == 0
+        {
+            return Err(Error::ZeroSize);
+        }
+        if !self.page_tokens.is_power_of_two() {
+            return Err(Error::PageTokensNotPowerOfTwo);
+        }
+        if !self.align.is_power_of_two() || self.align < MIN_ALIGN {
+            return Err(Error::InvalidAlignment);
+        }
+        let p = self.page_tokens as usize;
+        let row_elems = s.row_elems();
+        let k_row = ck!(self.k_format.row_bytes(row_elems));
+        let v_row = ck!(self.v_format.row_bytes(row_elems));
+        let k_srow = ck!(self
+            .k_format
+            .scale_row_bytes(s.kv_heads as usize, s.head_dim as usize));
+        let v_srow = ck!(self
+            .v_format
+            .scale_row_bytes(s.kv_heads as usize, s.head_dim as usize));
+        let k_page = ck!(k_row.checked_mul(p));
+        let v_page = ck!(v_row.checked_mul(p));
+        let k_spage = ck!(k_srow.checked_mul(p));
+        let v_spage = ck!(v_srow.checked_mul(p));
+        let k_stride = ck!(round_up(k_page, self.align));
+        let v_stride = ck!(round_up(v_page, self.align));
+        let k_sstride = ck!(round_up(k_spage, self.align));
+        let v_sstride = ck!(round_up(v_spage, self.align));
+        let layer_stride = ck!(
+            ck!(ck!(k_stride.checked_add(k_sstride)).checked_add(v_stride)).checked_add(v_sstride)
+        );
+        let page_bytes = ck!(layer_stride.checked_mul(s.layers as usize));
+        let table_len = ck!((self.max_seq_tokens as usize).checked_add(p - 1)) / p;
+        Ok(PageGeometry {
+            page_tokens: self.page_tokens,
+            align: self.align,
+            layers: s.layers,
+            k_row_bytes: k_row,
+            v_row_bytes: v_row,
+            k_stride,
+            k_scale_stride: k_sstride,
+            v_stride,
+            v_scale_stride: v_sstride,
+            layer_stride,
+            page_bytes,
+            natural: k_page == k_stride
+                && v_page == v_stride
+                && k_spage == k_sstride
+                && v_spage == v_sstride,
+            table_len,
+        })
+    }
+
+    /// Plans a cache whose allocator keeps `alloc_bits_per_page` bits per page in metadata, over a
+    /// data arena of `data_bytes`: as many pages as fit (at most [`MAX_PAGES`]).
+    pub const fn plan(&self, data_bytes: usize, alloc_bits_per_page: usize) -> Result<Plan> {
+        let geo = tri!(self.geometry());
+        let mut pages = data_bytes / geo.page_bytes;
+        if pages > MAX_PAGES {
+            pages = MAX_PAGES;
+        }
+        if pages == 0 {
+            return Err(Error::ArenaTooSmall);
+        }
+        self.plan_pages(pages, alloc_bits_per_page)
+    }
+
+    /// Plans a cache of exactly `num_pages` pages (the arenas' sizes follow).
+    pub const fn plan_pages(&self, num_pages: usize, alloc_bits_per_page: usize) -> Result<Plan> {
+        let geo = tri!(self.geometry());
+        if num_pages == 0 {
+            return Err(Error::ZeroSize);
+        }
+        if num_pages > MAX_PAGES {
+            return Err(Error::Overflow);
+        }
+        let data_bytes = ck!(geo.page_bytes.checked_mul(num_pages));
+        // No sequence can hold more pages than the pool has.
+        let table_len = if geo.table_len < num_pages {
+            geo.table_len
+        } else {
+            num_pages
+        };
+        let meta = tri!(MetaLayout::new(
+            num_pages,
+            self.max_seqs as usize,
+            table_len,
+            alloc_bits_per_page
+        ));
+        Ok(Plan {
+            geometry: geo,
+            num_pages: num_pages as u16,
+            table_len,
+            data_bytes,
+            meta,
+        })
+    }
+
+    /// Plans one buffer of `total_bytes` (aligned to `align`) split into a metadata arena at its
+    /// start and a data arena at the next multiple of `align`: as many pages as fit.
+    pub const fn plan_split(&self, total_bytes: usize, alloc_bits_per_page: usize) -> Result<Plan> {
+        let geo = tri!(self.geometry());
+        let mut lo = 0usize; // largest page count known to fit
+        let mut hi = total_bytes / geo.page_bytes; // upper bound
+        if hi > MAX_PAGES {
+            hi = MAX_PAGES;
+        }
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            let fits = match self.plan_pages(mid, alloc_bits_per_page) {
+                Ok(p) => match p.split_bytes() {
+                    Some(total) => total <= total_bytes,
+                    None => false,
+                },
+                Err(_) => false,
+            };
+            if fits {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        if lo == 0 {
+            return Err(Error::ArenaTooSmall);
+        }
+        self.plan_pages(lo, alloc_bits_per_page)
+    }
+
+    /// Arena sizes for `seqs` sequences of `tokens_per_seq` tokens each, without sharing.
+    pub const fn bytes_for(
+        &self,
+        tokens_per_seq: u32,
+        seqs: u16,
+        alloc_bits_per_page: usize,
+    ) -> Result<ArenaSizes> {
+        if tokens_per_seq == 0 || seqs == 0 {
+            return Err(Error::ZeroSize);
+        }
+        if seqs > self.max_seqs {
+            return Err(Error::TooManySequences);
+        }
+        if tokens_per_seq > self.max_seq_tokens {
+            return Err(Error::SequenceFull);
+        }
+        let p = self.page_tokens as usize;
+        // geometry() below rejects p == 0; guard the division here first.
+        if p == 0 {
+            return Err(Error::ZeroSize);
+        }
+        let per_seq = (tokens_per_seq as usize).div_ceil(p);
+        let pages = ck!(per_seq.checked_mul(seqs as usize));
+        let plan = tri!(self.plan_pages(pages, alloc_bits_per_page));
+        Ok(ArenaSizes {
+            pages: plan.num_pages,
+            data: plan.data_bytes,
+            meta: plan.meta.total,
+        })
+    }
+}
+
+/// Byte geometry of one page id, derived from a [`CacheConfig`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PageGeometry {
+    /// Tokens per page.
+    pub page_tokens: u16,
+    /// Data-arena alignment.
+    pub align: usize,
+    /// Layers.
+    pub layers: u16,
+    /// Bytes of one token row in a K value page.
+    pub k_row_bytes: usize,
+    /// Bytes of one token row in a V value page.
+    pub v_row_bytes: usize,
+    /// Stride of the K value pool.
+    pub k_stride: usize,
+    /// Stride of the K scale pool (0 without scales).
+    pub k_scale_stride: usize,
+    /// Stride of the V value pool.
+    pub v_stride: usize,
+    /// Stride of the V scale pool (0 without scales).
+    pub v_scale_stride: usize,
+    /// Sum of the four strides: one page id's bytes in one layer.
+    pub layer_stride: usize,
+    /// One page id's bytes across all layers, K and V, values and scales.
+    pub page_bytes: usize,
+    /// Every pool's page size is a multiple of the alignment: runs of pages are linear tensors.
+    pub natural: bool,
+    /// Pages of the longest sequence (`ceil(max_seq_tokens / page_tokens)`).
+    pub table_len: usize,
+}
+
+/// The four pools of one layer, in arena order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Pool {
+    /// K values.
+    KValues,
+    /// K scales (empty for full-precision formats).
+    KScales,
+    /// V values.
+    VValues,
+    /// V scales (empty for full-precision formats).
+    VScales,
+}
+
+impl Pool {
+    /// All pools in arena order.
+    pub const ALL: [Pool; 4] = [Pool::KValues, Pool::KScales, Pool::VValues, Pool::VScales];
+}
+
+impl PageGeometry {
+    /// Stride of any pool.
+    pub const fn pool_stride(&self, pool: Pool) -> usize {
+        match pool {
+            Pool::KValues => self.k_stride,
+            Pool::KScales => self.k_scale_stride,
+            Pool::VValues => self.v_stride,
+            Pool::VScales => self.v_scale_stride,
+        }
+    }
+
+    /// Row bytes of the K or V value pool.
+    pub const fn row_bytes(&self, kv: Kv) -> usize {
+        match kv {
+            Kv::K => self.k_row_bytes,
+            Kv::V => self.v_row_bytes,
+        }
+    }
+
+    /// Stride of the K or V value pool.
+    pub const fn stride(&self, kv: Kv) -> usize {
+        match kv {
+            Kv::K => self.k_stride,
+            Kv::V => self.v_stride,
+        }
+    }
+}
+
+/// A checked plan: the page count and both arenas' layouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Plan {
+    /// Page geometry.
+    pub geometry: PageGeometry,
+    /// Pages in the pool.
+    pub num_pages: u16,
+    /// Page-table slots per sequence: `min(geometry.table_len, num_pages)`.
+    pub table_len: usize,
+    /// Bytes of the data arena the pools use (the arena may be larger).
+    pub data_bytes: usize,
+    /// Metadata arena layout.
+    pub meta: MetaLayout,
+}
+
+impl Plan {
+    /// Tokens the pool holds when every page is full.
+    pub const fn token_capacity(&self) -> usize {
+        self.num_pages as usize * self.geometry.page_tokens as usize
+    }
+
+    /// Byte offset in the data arena of the value page `(layer, kv, page)`, or `None` when an index
+    /// is out of range.
+    pub const fn page_offset(&self, layer: u16, kv: Kv, page: u16) -> Option<usize> {
+        if layer >= self.geometry.layers || page >= self.num_pages {
+            return None;
+        }
+        let g = &self.geometry;
+        let pool = match kv {
+            Kv::K => Pool::KValues,
+            Kv::V => Pool::VValues,
+        };
+        Some(self.pool_offset(layer, pool) + page as usize * g.stride(kv))
+    }
+
+    /// Byte offset of page 0 of `pool` in `layer` (`layer < layers`, else meaningless).
+    pub const fn pool_offset(&self, layer: u16, pool: Pool) -> usize {
+        let g = &self.geometry;
+        let n = self.num_pages as usize;
+        let before = match pool {
+            Pool::KValues => 0,
+            Pool::KScales => g.k_stride,
+            Pool::VValues => g.k_stride + g.k_scale_stride,
+            Pool::VScales => g.k_stride + g.k_scale_stride + g.v_stride,
+        };
+        // Cannot overflow for layer < layers: the total, data_bytes, was computed with checks.
+        layer as usize * n * g.layer_stride + before * n
+    }
+
+    /// Bytes of one buffer split into metadata then data ([`CacheConfig::plan_split`]).
+    pub const fn split_bytes(&self) -> Option<usize> {
+        match round_up(self.meta.total, self.geometry.align) {
+            Some(m) => m.checked_add(self.data_bytes),
+            None => None,
+        }
+    }
+
+    /// Offset of the data arena inside a split buffer.
+    pub const fn split_data_offset(&self) -> usize {
+        // Checked in plan_split / split_bytes: cannot overflow for a valid plan.
+        (self.meta.total + self.geometry.align - 1) & !(self.geometry.align - 1)
+    }
+}
+
+/// Offsets of the metadata sections (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct MetaLayout {
+    /// Refcounts: `u16` per page.
+    pub refcounts: usize,
+    /// Cached-LRU links: `[prev; n]` then `[next; n]`, `u16` each.
+    pub lru: usize,
+    /// Page flags: `u8` per page.
+    pub flags: usize,
+    /// Allocator words.
+    pub allocator: usize,
+    /// Bytes of the allocator section.
+    pub allocator_bytes: usize,
+    /// Sequence records.
+    pub seqs: usize,
+    /// Page tables.
+    pub tables: usize,
+    /// Total bytes.
+    pub total: usize,
+}
+
+impl MetaLayout {
+    const fn new(pages: usize, seqs: usize, table_len: usize, alloc_bits: usize) -> Result<Self> {
+        let refcounts = 0;
+        let lru = ck!(round_up(refcounts + ck!(pages.checked_mul(2)), META_ALIGN));
+        let flags = ck!(round_up(
+            ck!(lru.checked_add(ck!(pages.checked_mul(4)))),
+            META_ALIGN
+        ));
+        let allocator = ck!(round_up(ck!(flags.checked_add(pages)), META_ALIGN));
+        let allocator_bytes = ck!(ck!(pages.checked_mul(alloc_bits)).checked_add(31)) / 32 * 4;
+        let seq_records = ck!(round_up(
+            ck!(allocator.checked_add(allocator_bytes)),
+            META_ALIGN
+        ));
+        let tables = ck!(round_up(
+            ck!(seq_records.checked_add(ck!(seqs.checked_mul(SEQ_RECORD_BYTES)))),
+            META_ALIGN
+        ));
+        let table_bytes = ck!(ck!(seqs.checked_mul(table_len)).checked_mul(2));
+        let total = ck!(round_up(ck!(tables.checked_add(table_bytes)), META_ALIGN));
+        Ok(MetaLayout {
+            refcounts,
+            lru,
+            flags,
+            allocator,
+            allocator_bytes,
+            seqs: seq_records,
+            tables,
+            total,
+        })
+    }
+}
+
+/// Arena sizes answered by [`CacheConfig::bytes_for`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ArenaSizes {
+    /// Pages needed.
+    pub pages: u16,
+    /// Data arena bytes.
+    pub data: usize,
+    /// Metadata arena bytes.
+    pub meta: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMOL: CacheConfig = CacheConfig::new(Shape::SMOLLM2_135M);
+
+    #[test]
+    fn smollm2_geometry() {
+        let g = SMOL.geometry().unwrap();
+        assert_eq!(g.k_row_bytes, 3 * 64 * 4);
+        assert_eq!(g.k_stride, 16 * 768);
+        assert!(g.natural);
+        assert_eq!(g.page_bytes, 30 * 2 * 16 * 768);
+        assert_eq!(g.table_len, 512);
+    }
+
+    #[test]
+    fn offsets_follow_the_documented_formula() {
+        let plan = SMOL.plan_pages(10, 16).unwrap();
+        let s = 16 * 768;
+        assert_eq!(plan.page_offset(0, Kv::K, 0), Some(0));
+        assert_eq!(plan.page_offset(0, Kv::K, 3), Some(3 * s));
+        assert_eq!(plan.page_offset(0, Kv::V, 0), Some(10 * s));
+        assert_eq!(
+            plan.page_offset(2, Kv::V, 1),
+            Some(2 * 10 * 2 * s + 10 * s + s)
+        );
+        assert_eq!(plan.page_offset(29, Kv::V, 9).unwrap() + s, plan.data_bytes);
+        assert_eq!(plan.page_offset(30, Kv::K, 0), None);
+        assert_eq!(plan.page_offset(0, Kv::K, 10), None);
+    }
+
+    #[test]
+    fn odd_rows_get_padded_strides() {
+        let cfg = CacheConfig::new(Shape {
+            layers: 2,
+            kv_heads: 1,
+            head_dim: 3,
+        })
+        .with_page_tokens(4)
+        .with_formats(ElementFormat::F16, ElementFormat::F32)
+        .with_align(128);
+        let g = cfg.geometry().unwrap();
+        assert_eq!((g.k_row_bytes, g.v_row_bytes), (6, 12));
+        assert_eq!((g.k_stride, g.v_stride), (128, 128));
+        assert!(!g.natural);
+    }
+
+    #[test]
+    fn pages_that_fit() {
+        let g = SMOL.geometry().unwrap();
+        let plan = SMOL.plan(g.page_bytes * 7 + g.page_bytes - 1, 16).unwrap();
+        assert_eq!(plan.num_pages, 7);
+        assert_eq!(plan.token_capacity(), 112);
+        assert_eq!(SMOL.plan(g.page_bytes - 1, 16), Err(Error::ArenaTooSmall));
+        let tiny = CacheConfig::new(Shape {
+            layers: 1,
+            kv_heads: 1,
+            head_dim: 1,
+        });
+        assert_eq!(
+            tiny.plan(usize::MAX, 1).unwrap().num_pages as usize,
+            MAX_PAGES
+        );
+    }
+
+    #[test]
+    fn reverse_sizes() {
+        let s = SMOL.bytes_for(100, 3, 16).unwrap();
+        assert_eq!(s.pages, 3 * 7);
+        assert_eq!(s.data, 21 * 30 * 2 * 16 * 768);
+        let plan = SMOL.plan_pages(21, 16).unwrap();
+        assert_eq!(s.meta, plan.meta.total);
+        assert_eq!(SMOL.bytes_for(0, 3, 16), Err(Error::ZeroSize));
+        assert_eq!(SMOL.bytes_for(1, 9, 16), Err(Error::TooManySequences));
+        assert_eq!(SMOL.bytes_for(8193, 1, 16), Err(Error::SequenceFull));
+        // 8 sequences of 8192 tokens need 4096 pages: fine; more pages than ids is an overflow.
+        let big = SMOL.with_sequences(u16::MAX, u32::MAX);
+        assert_eq!(big.bytes_for(u32::MAX, u16::MAX, 16), Err(Error::Overflow));
+    }
+
+    #[test]
+    fn split_buffer_fits_both_arenas() {
+        let g = SMOL.geometry().unwrap();
+        for total in [g.page_bytes * 3, g.page_bytes * 50 + 12345] {
+            let plan = SMOL.plan_split(total, 16).unwrap();
+            assert!(plan.split_bytes().unwrap() <= total);
+            let more = SMOL.plan_pages(plan.num_pages as usize + 1, 16).unwrap();
+            assert!(
+                more.split_bytes().unwrap() > total,
+                "largest page count is chosen"
+            );
+            assert_eq!(plan.split_data_offset() % g.align, 0);
+        }
+        assert_eq!(SMOL.plan_split(g.page_bytes, 16), Err(Error::ArenaTooSmall));
+        assert_eq!(SMOL.plan_split(0, 16), Err(Error::ArenaTooSmall));
+    }
+
+    #[test]
+    fn bad_configs_are_errors() {
+        let z = |shape| CacheConfig::new(shape).geometry();
+        assert_eq!(
+            z(Shape {
+                layers: 0,
+                kv_heads: 1,
+                head_dim: 1
+            }),
+            Err(Error::ZeroSize)
+        );
+        assert_eq!(
+            z(Shape {
+                layers: 1,
+                kv_heads: 0,
+                head_dim: 1
+            }),
+            Err(Error::ZeroSize)
+        );
+        assert_eq!(
+            z(Shape {
+                layers: 1,
+                kv_heads: 1,
+                head_dim: 0
+            }),
+            Err(Error::ZeroSize)
+        );
+        assert_eq!(SMOL.with_page_tokens(0).geometry(), Err(Error::ZeroSize));
+        assert_eq!(
+            SMOL.with_page_tokens(24).geometry(),
+            Err(Error::PageTokensNotPowerOfTwo)
+        );
+        assert_eq!(SMOL.with_align(32).geometry(), Err(Error::InvalidAlignment));
+        assert_eq!(SMOL.with_align(96).geometry(), Err(Error::InvalidAlignment));
+        assert_eq!(SMOL.with_align(0).geometry(), Err(Error::InvalidAlignment));
+        assert_eq!(SMOL.with_sequences(0, 10).geometry(), Err(Error::ZeroSize));
+        assert_eq!(SMOL.with_sequences(1, 0).geometry(), Err(Error::ZeroSize));
+        assert_eq!(
+            SMOL.with_align(1 << (usize::BITS - 1)).geometry(),
+            Err(Error::Overflow)
+        );
+        let huge = CacheConfig::new(Shape {
+            layers: u16::MAX,
+            kv_heads: u16::MAX,
+            head_dim: u16::MAX,
+        })
+        .with_page_tokens(1 << 15);
+        assert_eq!(huge.geometry(), Err(Error::Overflow));
+        assert_eq!(SMOL.plan_pages(0, 16), Err(Error::ZeroSize));
+        assert_eq!(SMOL.plan_pages(MAX_PAGES + 1, 16), Err(Error::Overflow));
+    }
+
+    #[test]
+    fn usable_in_const_context() {
+        const PLAN: Plan = match SMOL.plan_pages(4, 16) {
+            Ok(p) => p,
+            Err(_) => panic!("bad plan"),
+        };
+        const META: usize = PLAN.meta.total;
+        assert!(META > 0);
+    }
+}

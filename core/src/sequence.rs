@@ -1,0 +1,98 @@
+//! Sequence handles, modes and records.
+
+use bytemuck::{Pod, Zeroable};
+
+/// A handle to a sequence in one cache: a slot index plus a generation, so a handle kept after
+/// [`free_sequence`](crate::KvCache::free_sequence) is rejected with
+/// [`Error::UnknownSequence`](crate::Error::UnknownSequence) even when the slot is reused (until
+/// its 16-bit generation wraps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct SeqId {
+    pub(crate) slot: u16,
+    pub(crate) generation: u16,
+}
+
+impl SeqId {
+    /// The slot index (`< max_seqs`).
+    pub const fn slot(self) -> u16 {
+        self.slot
+    }
+
+    /// Packs the handle into a `u32` (for C callers and logs).
+    pub const fn to_raw(self) -> u32 {
+        (self.generation as u32) << 16 | self.slot as u32
+    }
+
+    /// Unpacks a handle made by [`to_raw`](Self::to_raw); validity is checked on use.
+    pub const fn from_raw(raw: u32) -> Self {
+        SeqId {
+            slot: raw as u16,
+            generation: (raw >> 16) as u16,
+        }
+    }
+}
+
+/// How a sequence holds its pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum SeqMode {
+    /// Any pages, allocated one at a time as the sequence grows; full pages are shared on fork.
+    Paged,
+    /// One run of consecutive pages (one linear tensor per layer and K/V when the geometry is
+    /// natural), whose capacity doubles when it must grow. Needs an allocator with runs
+    /// ([`Bitmap`](crate::Bitmap)). Never shares pages: a fork copies.
+    Contiguous,
+}
+
+/// What [`KvCache::sequence`](crate::KvCache::sequence) reports about one sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct SeqInfo {
+    /// Reserved token positions.
+    pub len: u32,
+    /// Pages in its page table.
+    pub pages: u16,
+    /// Tokens the held pages can take without allocating.
+    pub capacity: u32,
+    /// Its mode.
+    pub mode: SeqMode,
+}
+
+pub(crate) const LIVE: u16 = 1;
+pub(crate) const CONTIGUOUS: u16 = 2;
+
+/// One sequence slot in the metadata arena (12 bytes, little-endian on every supported target).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub(crate) struct SeqRecord {
+    /// Reserved positions.
+    pub len: u32,
+    /// Pages held in the page table (paged: exactly those covering `len`; contiguous: capacity).
+    pub held: u16,
+    /// Bumped at every create.
+    pub generation: u16,
+    /// `LIVE | CONTIGUOUS`.
+    pub flags: u16,
+    pub _reserved: u16,
+}
+
+impl SeqRecord {
+    pub fn live(&self) -> bool {
+        self.flags & LIVE != 0
+    }
+
+    pub fn contiguous(&self) -> bool {
+        self.flags & CONTIGUOUS != 0
+    }
+
+    pub fn mode(&self) -> SeqMode {
+        if self.contiguous() {
+            SeqMode::Contiguous
+        } else {
+            SeqMode::Paged
+        }
+    }
+}
+
+const _: () = assert!(core::mem::size_of::<SeqRecord>() == crate::planner::SEQ_RECORD_BYTES);

@@ -1,0 +1,79 @@
+//! The error type shared by every HAL operation.
+
+use core::fmt;
+
+/// Why a HAL operation was refused.
+///
+/// Every fallible operation in this crate checks its inputs before touching
+/// anything, so an error always means *nothing was done*: no address was
+/// handed out and no cache line was cleaned or invalidated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum HalError {
+    /// Some byte of the range has no device address, or the range is not
+    /// contiguous on the device side.
+    Unmapped,
+    /// An address computation (range end, window end, line rounding) does not
+    /// fit in `usize` (CPU side) or `u64` (device side).
+    Overflow,
+    /// A cache-maintenance range does not start and end on cache-line
+    /// boundaries.
+    Misaligned,
+    /// A cache line size is zero or not a power of two.
+    InvalidLineSize,
+    /// An address-map window has length zero.
+    EmptyWindow,
+    /// Two address-map windows share CPU addresses, so a lookup would be
+    /// ambiguous.
+    Overlap,
+}
+
+impl fmt::Display for HalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Unmapped => "range is not contiguously mapped to device addresses",
+            Self::Overflow => "address arithmetic overflowed",
+            Self::Misaligned => "range is not aligned to cache lines",
+            Self::InvalidLineSize => "cache line size is not a non-zero power of two",
+            Self::EmptyWindow => "address-map window has length zero",
+            Self::Overlap => "address-map windows overlap in CPU address space",
+        })
+    }
+}
+
+impl core::error::Error for HalError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [HalError; 6] = [
+        HalError::Unmapped,
+        HalError::Overflow,
+        HalError::Misaligned,
+        HalError::InvalidLineSize,
+        HalError::EmptyWindow,
+        HalError::Overlap,
+    ];
+
+    #[test]
+    fn display_is_distinct_and_non_empty() {
+        for (i, a) in ALL.iter().enumerate() {
+            let sa = a.to_string();
+            assert!(!sa.is_empty());
+            for b in &ALL[i + 1..] {
+                assert_ne!(sa, b.to_string());
+            }
+        }
+    }
+
+    #[test]
+    fn is_a_core_error() {
+        fn takes(_: &dyn core::error::Error) {}
+        takes(&HalError::Overflow);
+        let copy = HalError::Misaligned;
+        let again = copy;
+        assert_eq!(copy, again);
+    }
+}
