@@ -21,10 +21,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             .next_power_of_two()
             .min(self.plan.table_len);
         let mut last = Error::NoContiguousRun;
-        for cap in [target, need] {
-            if cap < need || (cap == need && cap != target && last == Error::OutOfPages) {
-                continue;
-            }
+        let caps = [target, need];
+        let tries = if target == need { 1 } else { 2 };
+        for &cap in &caps[..tries] {
             if held > 0 {
                 let start = *self.table_entry(slot, 0);
                 let end = start as usize + held;
@@ -52,9 +51,6 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                     return Ok(());
                 }
                 Err(e) => last = e,
-            }
-            if cap == need {
-                break;
             }
         }
         Err(last)

@@ -6,6 +6,9 @@ mod rows;
 mod stats;
 mod verify;
 
+#[cfg(test)]
+mod tests;
+
 pub use stats::Stats;
 pub use verify::InvariantViolation;
 
@@ -14,7 +17,7 @@ use core::mem::MaybeUninit;
 use crate::alloc::{FreeList, PageAllocator, PageId};
 use crate::arena::zeroed;
 use crate::error::{Error, Result};
-use crate::planner::{CacheConfig, META_ALIGN, Plan, Pool};
+use crate::planner::{CacheConfig, META_ALIGN, Plan, Pool, SEQ_RECORD_BYTES};
 use crate::pool::{PagePool, PageState};
 use crate::sequence::{SeqId, SeqInfo, SeqRecord};
 use crate::shape::Kv;
@@ -115,11 +118,11 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let cast16 = |b: &'a mut [u8]| -> Result<&'a mut [u16]> {
             bytemuck::try_cast_slice_mut(b).map_err(|_| Error::MisalignedArena)
         };
+        let seqs = seqs
+            .get_mut(..config.max_seqs as usize * SEQ_RECORD_BYTES)
+            .ok_or(Error::ArenaTooSmall)?;
         let records: &mut [SeqRecord] =
             bytemuck::try_cast_slice_mut(seqs).map_err(|_| Error::MisalignedArena)?;
-        let records = records
-            .get_mut(..config.max_seqs as usize)
-            .ok_or(Error::ArenaTooSmall)?;
         let tables = cast16(tables)?;
         let tables = tables
             .get_mut(..config.max_seqs as usize * plan.table_len)

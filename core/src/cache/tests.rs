@@ -1,0 +1,597 @@
+//! Unit tests of the cache: row I/O, fork and copy-on-write, truncate, contiguous growth,
+//! eviction, and that every failing call leaves the cache unchanged.
+
+use super::*;
+use crate::alloc::{Bitmap, FreeList};
+use crate::format::ElementFormat;
+use crate::sequence::SeqMode;
+use crate::shape::Shape;
+use half::{bf16, f16};
+use std::vec::Vec;
+
+const SHAPE: Shape = Shape {
+    layers: 2,
+    kv_heads: 2,
+    head_dim: 4,
+};
+const ROW: usize = 8;
+
+fn cfg() -> CacheConfig {
+    CacheConfig::new(SHAPE)
+        .with_page_tokens(4)
+        .with_sequences(4, 4096)
+}
+
+/// Arenas on the heap, sized for `pages` pages.
+struct Arenas {
+    data: Vec<MaybeUninit<u8>>,
+    meta: Vec<MaybeUninit<u8>>,
+}
+
+fn arenas(cfg: &CacheConfig, pages: usize) -> Arenas {
+    let plan = cfg.plan_pages(pages, 16).unwrap();
+    // Over-allocate and align by hand: Vec<u8> gives no alignment guarantee.
+    let data = std::vec![MaybeUninit::uninit(); plan.data_bytes + cfg.align];
+    let meta = std::vec![MaybeUninit::uninit(); plan.meta.total + 2 * META_ALIGN];
+    Arenas { data, meta }
+}
+
+fn aligned(v: &mut [MaybeUninit<u8>], align: usize, len: usize) -> &mut [MaybeUninit<u8>] {
+    let skip = v.as_ptr().align_offset(align);
+    &mut v[skip..skip + len]
+}
+
+fn cache<'a, A: PageAllocator<'a>>(
+    a: &'a mut Arenas,
+    cfg: CacheConfig,
+    pages: usize,
+) -> KvCache<'a, A> {
+    let plan = cfg.plan_pages(pages, A::META_BITS_PER_PAGE).unwrap();
+    let data = aligned(&mut a.data, cfg.align, plan.data_bytes);
+    let meta = aligned(&mut a.meta, META_ALIGN, plan.meta.total);
+    let c = KvCache::<A>::new(cfg, data, meta).unwrap();
+    assert_eq!(c.layout().num_pages as usize, pages);
+    c
+}
+
+/// A row whose values depend on (tag, position, element) and are exact in f32, f16 and bf16
+/// (at most 8 significant bits).
+fn row(tag: u32, pos: u32) -> [f32; ROW] {
+    let base = ((tag * 7 + pos * 3) % 31) as f32 - 15.0;
+    core::array::from_fn(|e| base + e as f32 * 0.125)
+}
+
+fn rows(tag: u32, start: u32, n: u32) -> Vec<f32> {
+    (start..start + n).flat_map(|p| row(tag, p)).collect()
+}
+
+fn check_rows<'a, A: PageAllocator<'a>>(
+    c: &KvCache<'a, A>,
+    seq: SeqId,
+    tag: u32,
+    start: u32,
+    n: u32,
+) {
+    for layer in 0..SHAPE.layers {
+        for kv in [Kv::K, Kv::V] {
+            let mut out = std::vec![0f32; n as usize * ROW];
+            c.read(seq, layer, kv, start, &mut out).unwrap();
+            let t = tag + layer as u32 * 100 + (kv == Kv::V) as u32 * 1000;
+            assert_eq!(out, rows(t, start, n), "layer {layer} {kv:?} from {start}");
+        }
+    }
+}
+
+fn write_all<'a, A: PageAllocator<'a>>(
+    c: &mut KvCache<'a, A>,
+    seq: SeqId,
+    tag: u32,
+    start: u32,
+    n: u32,
+) {
+    for layer in 0..SHAPE.layers {
+        let k = rows(tag + layer as u32 * 100, start, n);
+        let v = rows(tag + layer as u32 * 100 + 1000, start, n);
+        c.write_kv(seq, layer, start, &k, &v).unwrap();
+    }
+}
+
+fn invariants<'a, A: PageAllocator<'a>>(c: &KvCache<'a, A>) {
+    let mut scratch = std::vec![0u16; c.layout().num_pages as usize];
+    c.check_invariants(&mut scratch).unwrap();
+}
+
+/// Everything a caller can observe (without reading unwritten rows).
+#[derive(Debug, PartialEq)]
+struct Observed {
+    stats: Stats,
+    states: Vec<Option<PageState>>,
+    seqs: Vec<(u32, Vec<PageId>, Vec<f32>)>,
+}
+
+fn observe<'a, A: PageAllocator<'a>>(c: &KvCache<'a, A>, seqs: &[SeqId]) -> Observed {
+    let states = (0..c.layout().num_pages).map(|p| c.page_state(p)).collect();
+    let seqs = seqs
+        .iter()
+        .filter_map(|&s| {
+            let len = c.seq_len(s).ok()?;
+            let mut data = std::vec![0f32; len as usize * ROW];
+            for layer in 0..SHAPE.layers {
+                for kv in [Kv::K, Kv::V] {
+                    c.read(s, layer, kv, 0, &mut data).unwrap();
+                }
+            }
+            Some((len, c.page_table(s).unwrap().to_vec(), data))
+        })
+        .collect();
+    Observed {
+        stats: c.stats(),
+        states,
+        seqs,
+    }
+}
+
+#[test]
+fn rows_span_pages_and_formats_convert() {
+    for (kf, vf) in [
+        (ElementFormat::F32, ElementFormat::F32),
+        (ElementFormat::F16, ElementFormat::Bf16),
+        (ElementFormat::Bf16, ElementFormat::F16),
+    ] {
+        let cfg = cfg().with_formats(kf, vf);
+        let mut a = arenas(&cfg, 8);
+        let mut c: KvCache<'_> = cache(&mut a, cfg, 8);
+        let s = c.create_sequence(SeqMode::Paged).unwrap();
+        assert_eq!(c.reserve(s, 3).unwrap(), 0);
+        assert_eq!(c.reserve(s, 7).unwrap(), 3);
+        write_all(&mut c, s, 1, 0, 10);
+        check_rows(&c, s, 1, 0, 10);
+        check_rows(&c, s, 1, 3, 5);
+        // f16 / bf16 callers read the same (exactly representable) values.
+        let mut h = [f16::ZERO; ROW];
+        c.read(s, 1, Kv::K, 9, &mut h).unwrap();
+        assert_eq!(h.map(f16::to_f32), row(101, 9));
+        let mut b = [bf16::ZERO; ROW];
+        c.write(s, 0, Kv::V, 2, &row(7, 2).map(bf16::from_f32))
+            .unwrap();
+        c.read(s, 0, Kv::V, 2, &mut b).unwrap();
+        assert_eq!(b.map(bf16::to_f32), row(7, 2));
+        assert_eq!(c.sequence(s).unwrap().pages, 3);
+        invariants(&c);
+    }
+}
+
+#[test]
+fn page_bytes_are_token_major_little_endian() {
+    let cfg = cfg();
+    let mut a = arenas(&cfg, 4);
+    let mut c: KvCache<'_> = cache(&mut a, cfg, 4);
+    let s = c.create_sequence(SeqMode::Paged).unwrap();
+    c.reserve(s, 6).unwrap();
+    c.write(s, 1, Kv::V, 5, &row(3, 5)).unwrap();
+    let page = c.page_table(s).unwrap()[1];
+    let bytes = c.page_bytes(1, Kv::V, page).unwrap();
+    let off = 1 * ROW * 4; // position 5 is row 1 of the second page
+    let want: Vec<u8> = row(3, 5).iter().flat_map(|x| x.to_le_bytes()).collect();
+    assert_eq!(&bytes[off..off + ROW * 4], &want[..]);
+    let plan = *c.layout();
+    let base = c.data_ptr() as usize;
+    assert_eq!(
+        bytes.as_ptr() as usize - base,
+        plan.page_offset(1, Kv::V, page).unwrap()
+    );
+    assert_eq!(
+        c.page_bytes(2, Kv::K, 0).err(),
+        Some(Error::LayerOutOfRange)
+    );
+    assert_eq!(c.page_bytes(0, Kv::K, 4).err(), Some(Error::InvalidPage));
+}
+
+#[test]
+fn fork_shares_full_pages_and_copies_the_tail() {
+    let cfg = cfg();
+    let mut a = arenas(&cfg, 8);
+    let mut c: KvCache<'_> = cache(&mut a, cfg, 8);
+    let p = c.create_sequence(SeqMode::Paged).unwrap();
+    c.reserve(p, 10).unwrap();
+    write_all(&mut c, p, 1, 0, 10);
+    let ch = c.fork(p).unwrap();
+    let (tp, tc) = (
+        c.page_table(p).unwrap().to_vec(),
+        c.page_table(ch).unwrap().to_vec(),
+    );
+    assert_eq!(&tp[..2], &tc[..2], "full pages shared");
+    assert_ne!(tp[2], tc[2], "partial tail copied");
+    assert_eq!(c.page_state(tp[0]), Some(PageState::Used(2)));
+    assert_eq!(c.page_state(tc[2]), Some(PageState::Used(1)));
+    check_rows(&c, ch, 1, 0, 10);
+    invariants(&c);
+
+    // Diverge: the child rewrites position 5 (shared page 1) and appends; the parent is untouched.
+    c.reserve(ch, 3).unwrap();
+    write_all(&mut c, ch, 2, 5, 1);
+    write_all(&mut c, ch, 2, 10, 3);
+    check_rows(&c, p, 1, 0, 10);
+    check_rows(&c, ch, 2, 5, 1);
+    check_rows(&c, ch, 1, 6, 4);
+    let tc2 = c.page_table(ch).unwrap().to_vec();
+    assert_eq!(tc2[0], tp[0]);
+    assert_ne!(tc2[1], tp[1], "copy-on-write of the shared page");
+    assert_eq!(c.page_state(tp[1]), Some(PageState::Used(1)));
+    invariants(&c);
+
+    // Freeing the parent leaves the child whole.
+    c.free_sequence(p).unwrap();
+    check_rows(&c, ch, 1, 0, 5);
+    assert_eq!(c.page_state(tp[0]), Some(PageState::Used(1)));
+    assert_eq!(c.free_sequence(p), Err(Error::UnknownSequence));
+    invariants(&c);
+}
+
+#[test]
+fn truncate_releases_pages_and_reappends() {
+    let cfg = cfg();
+    let mut a = arenas(&cfg, 8);
+    let mut c: KvCache<'_> = cache(&mut a, cfg, 8);
+    let s = c.create_sequence(SeqMode::Paged).unwrap();
+    c.reserve(s, 12).unwrap();
+    write_all(&mut c, s, 1, 0, 12);
+    c.truncate(s, 5).unwrap();
+    assert_eq!(c.sequence(s).unwrap().pages, 2);
+    assert_eq!(c.stats().pages_free, 6);
+    assert_eq!(c.truncate(s, 6), Err(Error::TruncateBeyondLength));
+    c.reserve(s, 4).unwrap();
+    write_all(&mut c, s, 3, 5, 4);
+    check_rows(&c, s, 1, 0, 5);
+    check_rows(&c, s, 3, 5, 4);
+    c.truncate(s, 0).unwrap();
+    assert_eq!(c.stats().pages_free, 8);
+    invariants(&c);
+}
+
+#[test]
+fn truncated_shared_page_is_copied_on_write() {
+    let cfg = cfg();
+    let mut a = arenas(&cfg, 8);
+    let mut c: KvCache<'_> = cache(&mut a, cfg, 8);
+    let p = c.create_sequence(SeqMode::Paged).unwrap();
+    c.reserve(p, 8).unwrap();
+    write_all(&mut c, p, 1, 0, 8);
+    let ch = c.fork(p).unwrap();
+    c.truncate(ch, 6).unwrap(); // the child's second page is now partial but still shared
+    c.reserve(ch, 2).unwrap();
+    write_all(&mut c, ch, 5, 6, 2);
+    check_rows(&c, p, 1, 0, 8);
+    check_rows(&c, ch, 5, 6, 2);
+    invariants(&c);
+}
+
+#[test]
+fn contiguous_capacity_doubles_and_data_survives_growth() {
+    let cfg = cfg().with_page_tokens(16);
+    let mut a = arenas(&cfg, 80);
+    let mut c: KvCache<'_, Bitmap<'_>> = cache(&mut a, cfg, 80);
+    // A paged neighbour right after the first run forces relocation at some growths.
+    let s = c.create_sequence(SeqMode::Contiguous).unwrap();
+    let mut caps = Vec::new();
+    for pos in 0..300u32 {
+        c.reserve(s, 1).unwrap();
+        write_all(&mut c, s, 1, pos, 1);
+        let cap = c.sequence(s).unwrap().capacity;
+        if caps.last() != Some(&cap) {
+            caps.push(cap);
+        }
+        if (255..=258).contains(&pos) {
+            check_rows(&c, s, 1, 0, pos + 1);
+        }
+        if pos == 16 {
+            // Occupy the page after the run so the next growth must move.
+            let other = c.create_sequence(SeqMode::Paged).unwrap();
+            c.reserve(other, 1).unwrap();
+        }
+        invariants(&c);
+    }
+    assert_eq!(caps, [16, 32, 64, 128, 256, 512]);
+    assert_eq!(
+        c.sequence(s).unwrap().capacity,
+        512,
+        "capacity 512 after the 257th token"
+    );
+    let t = c.page_table(s).unwrap();
+    assert!(t.windows(2).all(|w| w[1] == w[0] + 1), "one run");
+    check_rows(&c, s, 1, 0, 300);
+}
+
+#[test]
+fn contiguous_reserve_across_several_doublings() {
+    let cfg = cfg().with_page_tokens(16);
+    let mut a = arenas(&cfg, 64);
+    let mut c: KvCache<'_, Bitmap<'_>> = cache(&mut a, cfg, 64);
+    let s = c.create_sequence(SeqMode::Contiguous).unwrap();
+    c.reserve(s, 20).unwrap();
+    write_all(&mut c, s, 4, 0, 20);
+    assert_eq!(c.sequence(s).unwrap().capacity, 32);
+    c.reserve(s, 200).unwrap(); // 220 tokens: 14 pages → capacity 16 pages, from 2: three doublings
+    assert_eq!(c.sequence(s).unwrap().capacity, 256);
+    check_rows(&c, s, 4, 0, 20);
+    write_all(&mut c, s, 4, 20, 200);
+    check_rows(&c, s, 4, 0, 220);
+    invariants(&c);
+}
+
+#[test]
+fn contiguous_growth_falls_back_to_the_exact_need() {
+    let cfg = cfg().with_page_tokens(16);
+    let mut a = arenas(&cfg, 10);
+    let mut c: KvCache<'_, Bitmap<'_>> = cache(&mut a, cfg, 10);
+    let s = c.create_sequence(SeqMode::Contiguous).unwrap();
+    c.reserve(s, 64).unwrap(); // pages 0..4
+    write_all(&mut c, s, 2, 0, 64);
+    let other = c.create_sequence(SeqMode::Paged).unwrap();
+    c.reserve(other, 1).unwrap(); // page 4 blocks growth in place
+    // 5 pages needed: no run of 8 exists (5 free), exactly 5 does (pages 5..10): relocate.
+    c.reserve(s, 1).unwrap();
+    assert_eq!(c.page_table(s).unwrap(), &[5, 6, 7, 8, 9]);
+    check_rows(&c, s, 2, 0, 64);
+    invariants(&c);
+    // Growing to 10 pages needs a new run of 10 while 4 are free: all or nothing.
+    let mut seqs = std::vec![s, other];
+    let before = observe(&c, &seqs);
+    assert_eq!(c.reserve(s, 16 * 5), Err(Error::OutOfPages));
+    assert_eq!(observe(&c, &seqs), before);
+    // Fragment the free pages to {0, 3}: two free pages but no run of two.
+    c.reserve(other, 16).unwrap(); // page 0
+    let t = c.create_sequence(SeqMode::Contiguous).unwrap();
+    c.reserve(t, 32).unwrap(); // pages 1, 2
+    c.truncate(other, 1).unwrap(); // releases page 0
+    let u = c.create_sequence(SeqMode::Contiguous).unwrap();
+    seqs.extend([t, u]);
+    let before = observe(&c, &seqs);
+    assert_eq!(c.stats().pages_free, 2);
+    assert_eq!(c.reserve(u, 32), Err(Error::NoContiguousRun));
+    assert_eq!(observe(&c, &seqs), before);
+    invariants(&c);
+}
+
+#[test]
+fn contiguous_fork_copies_and_mode_needs_runs() {
+    let cfg = cfg();
+    let mut a = arenas(&cfg, 16);
+    let mut c: KvCache<'_, Bitmap<'_>> = cache(&mut a, cfg, 16);
+    let s = c.create_sequence(SeqMode::Contiguous).unwrap();
+    c.reserve(s, 9).unwrap();
+    write_all(&mut c, s, 1, 0, 9);
+    let f = c.fork(s).unwrap();
+    assert_eq!(c.sequence(f).unwrap().mode, SeqMode::Contiguous);
+    let (ts, tf) = (
+        c.page_table(s).unwrap().to_vec(),
+        c.page_table(f).unwrap().to_vec(),
+    );
+    assert!(ts.iter().all(|p| !tf.contains(p)), "no sharing");
+    write_all(&mut c, f, 2, 0, 9);
+    check_rows(&c, s, 1, 0, 9);
+    check_rows(&c, f, 2, 0, 9);
+    invariants(&c);
+
+    let mut a2 = arenas(&cfg, 4);
+    let mut lifo: KvCache<'_> = cache(&mut a2, cfg, 4);
+    assert_eq!(
+        lifo.create_sequence(SeqMode::Contiguous),
+        Err(Error::ContiguousUnsupported)
+    );
+}
+
+#[test]
+fn registered_pages_are_cached_revived_and_evicted() {
+    let cfg = cfg();
+    let mut a = arenas(&cfg, 4);
+    let mut c: KvCache<'_> = cache(&mut a, cfg, 4);
+    let s = c.create_sequence(SeqMode::Paged).unwrap();
+    c.reserve(s, 8).unwrap();
+    write_all(&mut c, s, 1, 0, 8);
+    let t = c.page_table(s).unwrap().to_vec();
+    c.pool.set_registered(t[0], true).unwrap();
+    // Writing into a registered page copies it: published KV never changes.
+    write_all(&mut c, s, 2, 0, 1);
+    let t2 = c.page_table(s).unwrap().to_vec();
+    assert_ne!(t2[0], t[0]);
+    assert_eq!(c.page_state(t[0]), Some(PageState::Cached));
+    c.pool.set_registered(t2[1], true).unwrap();
+    c.free_sequence(s).unwrap();
+    let st = c.stats();
+    assert_eq!((st.pages_cached, st.pages_free, st.pages_used), (2, 2, 0));
+    invariants(&c);
+    // Fresh pages first, then the least recently cached (t[0], cached first) is evicted.
+    let s2 = c.create_sequence(SeqMode::Paged).unwrap();
+    c.reserve(s2, 12).unwrap();
+    assert_eq!(c.stats().pages_cached, 1);
+    assert_eq!(c.page_state(t2[1]), Some(PageState::Cached));
+    assert!(c.page_table(s2).unwrap().contains(&t[0]));
+    assert!(!c.pool().is_registered(t[0]));
+    invariants(&c);
+}
+
+#[test]
+fn failing_calls_change_nothing() {
+    let cfg = cfg().with_sequences(3, 40);
+    let mut a = arenas(&cfg, 6);
+    let mut c: KvCache<'_> = cache(&mut a, cfg, 6);
+    let s = c.create_sequence(SeqMode::Paged).unwrap();
+    c.reserve(s, 10).unwrap();
+    write_all(&mut c, s, 1, 0, 10);
+    let f = c.fork(s).unwrap();
+    let stale = c.create_sequence(SeqMode::Paged).unwrap();
+    c.free_sequence(stale).unwrap();
+    let seqs = [s, f];
+    let before = observe(&c, &seqs);
+    let r = row(0, 0);
+    let mut out = [0f32; ROW];
+    let errs: Vec<(Error, Error)> = std::vec![
+        (c.reserve(s, 100).unwrap_err(), Error::SequenceFull),
+        (c.reserve(s, u32::MAX).unwrap_err(), Error::Overflow),
+        (c.reserve(s, 20).unwrap_err(), Error::OutOfPages),
+        (c.reserve(stale, 1).unwrap_err(), Error::UnknownSequence),
+        (
+            c.reserve(SeqId::from_raw(0xffff_ffff), 1).unwrap_err(),
+            Error::UnknownSequence
+        ),
+        (
+            c.write(s, 2, Kv::K, 0, &r).unwrap_err(),
+            Error::LayerOutOfRange
+        ),
+        (
+            c.write(s, 0, Kv::K, 10, &r).unwrap_err(),
+            Error::PositionOutOfRange
+        ),
+        (
+            c.write(s, 0, Kv::K, u32::MAX, &r).unwrap_err(),
+            Error::PositionOutOfRange
+        ),
+        (
+            c.write(s, 0, Kv::K, 0, &r[..5]).unwrap_err(),
+            Error::LengthMismatch
+        ),
+        (
+            c.write_kv(s, 0, 0, &r, &r[..4]).unwrap_err(),
+            Error::LengthMismatch
+        ),
+        (
+            c.write_kv(s, 0, 9, &rows(0, 0, 2), &rows(0, 0, 2))
+                .unwrap_err(),
+            Error::PositionOutOfRange
+        ),
+        (
+            c.read(s, 0, Kv::V, 10, &mut out).unwrap_err(),
+            Error::PositionOutOfRange
+        ),
+        (
+            c.read(stale, 0, Kv::V, 0, &mut out).unwrap_err(),
+            Error::UnknownSequence
+        ),
+        (c.truncate(s, 11).unwrap_err(), Error::TruncateBeyondLength),
+        (c.free_sequence(stale).unwrap_err(), Error::UnknownSequence),
+        (c.fork(stale).unwrap_err(), Error::UnknownSequence),
+    ];
+    for (got, want) in errs {
+        assert_eq!(got, want);
+        assert_eq!(observe(&c, &seqs), before, "after {want:?}");
+    }
+    // Pool: 6 pages, s and f share 2 full pages and each has its tail: 4 used, 2 free.
+    let x = c.create_sequence(SeqMode::Paged).unwrap();
+    c.reserve(x, 8).unwrap(); // takes the last 2 pages
+    let seqs = [s, f, x];
+    let before = observe(&c, &seqs);
+    assert_eq!(c.fork(s), Err(Error::TooManySequences));
+    assert_eq!(
+        c.create_sequence(SeqMode::Paged),
+        Err(Error::TooManySequences)
+    );
+    // Copy-on-write needs a page and none is left: the write fails whole.
+    assert_eq!(
+        c.write(f, 0, Kv::K, 0, &rows(9, 0, 10)),
+        Err(Error::OutOfPages)
+    );
+    assert_eq!(c.reserve(x, 1), Err(Error::OutOfPages));
+    assert_eq!(observe(&c, &seqs), before);
+    c.free_sequence(x).unwrap();
+    // A fork of a sequence with a partial tail needs one page; with none left it fails whole.
+    let y = c.create_sequence(SeqMode::Paged).unwrap();
+    c.reserve(y, 8).unwrap();
+    c.free_sequence(f).unwrap();
+    let seqs = [s, y];
+    c.reserve(y, 4).unwrap(); // takes f's freed tail page
+    let before = observe(&c, &seqs);
+    assert_eq!(c.stats().pages_free, 0);
+    assert_eq!(c.fork(s), Err(Error::OutOfPages));
+    assert_eq!(observe(&c, &seqs), before);
+    invariants(&c);
+}
+
+#[test]
+fn stale_handles_are_rejected_after_slot_reuse() {
+    let cfg = cfg();
+    let mut a = arenas(&cfg, 4);
+    let mut c: KvCache<'_> = cache(&mut a, cfg, 4);
+    let old = c.create_sequence(SeqMode::Paged).unwrap();
+    c.free_sequence(old).unwrap();
+    let new = c.create_sequence(SeqMode::Paged).unwrap();
+    assert_eq!(old.slot(), new.slot());
+    assert_eq!(c.seq_len(old), Err(Error::UnknownSequence));
+    assert_eq!(c.seq_len(new), Ok(0));
+    assert_eq!(SeqId::from_raw(new.to_raw()), new);
+}
+
+#[test]
+fn construction_errors() {
+    let cfg = cfg();
+    let plan = cfg.plan_pages(4, 16).unwrap();
+    let mut a = arenas(&cfg, 4);
+    let data = aligned(&mut a.data, 64, plan.data_bytes);
+    let meta = aligned(&mut a.meta, 8, plan.meta.total);
+    let r = KvCache::<FreeList>::new(cfg, &mut data[..100], meta);
+    assert_eq!(r.err(), Some(Error::ArenaTooSmall));
+    let mut a = arenas(&cfg, 4);
+    let data = aligned(&mut a.data, 64, plan.data_bytes);
+    let meta = aligned(&mut a.meta, 8, plan.meta.total);
+    let r = KvCache::<FreeList>::new(cfg, data, &mut meta[..plan.meta.total - 1]);
+    assert_eq!(r.err(), Some(Error::ArenaTooSmall));
+    let mut a = arenas(&cfg, 4);
+    let data = aligned(&mut a.data, 64, plan.data_bytes);
+    let meta = aligned(&mut a.meta, 8, plan.meta.total + 8);
+    let r = KvCache::<FreeList>::new(cfg, data, &mut meta[1..]);
+    assert_eq!(r.err(), Some(Error::MisalignedArena));
+    let mut a = arenas(&cfg, 5);
+    let data = aligned(&mut a.data, 64, plan.data_bytes + 64);
+    let meta = aligned(&mut a.meta, 8, plan.meta.total);
+    let r = KvCache::<FreeList>::new(cfg, &mut data[32..], meta);
+    assert_eq!(r.err(), Some(Error::MisalignedArena));
+    let mut a = arenas(&cfg, 4);
+    let data = aligned(&mut a.data, 64, plan.data_bytes);
+    let meta = aligned(&mut a.meta, 8, plan.meta.total);
+    let r = KvCache::<FreeList>::new(cfg.with_page_tokens(3), data, meta);
+    assert_eq!(r.err(), Some(Error::PageTokensNotPowerOfTwo));
+}
+
+#[test]
+fn one_buffer_split_in_two() {
+    let cfg = cfg();
+    let mut buf = crate::ArenaBuf::<{ 64 * 1024 }>::new();
+    let mut c: KvCache<'_, Bitmap<'_>> = KvCache::new_split(cfg, buf.as_uninit_mut()).unwrap();
+    let plan = *c.layout();
+    assert!(plan.split_bytes().unwrap() <= 64 * 1024);
+    let s = c.create_sequence(SeqMode::Contiguous).unwrap();
+    c.reserve(s, plan.token_capacity() as u32).unwrap();
+    write_all(&mut c, s, 1, 0, plan.token_capacity() as u32);
+    check_rows(&c, s, 1, 0, plan.token_capacity() as u32);
+    invariants(&c);
+    let mut small = crate::ArenaBuf::<256>::new();
+    assert_eq!(
+        KvCache::<FreeList>::new_split(cfg, small.as_uninit_mut()).err(),
+        Some(Error::ArenaTooSmall)
+    );
+    let mut buf = crate::ArenaBuf::<{ 64 * 1024 }>::new();
+    assert_eq!(
+        KvCache::<FreeList>::new_split(cfg, &mut buf.as_uninit_mut()[8..]).err(),
+        Some(Error::MisalignedArena)
+    );
+}
+
+#[test]
+fn stats_count_tokens_and_bytes() {
+    let cfg = cfg();
+    let mut a = arenas(&cfg, 8);
+    let mut c: KvCache<'_> = cache(&mut a, cfg, 8);
+    let s = c.create_sequence(SeqMode::Paged).unwrap();
+    c.reserve(s, 6).unwrap();
+    let f = c.fork(s).unwrap();
+    c.reserve(f, 1).unwrap();
+    let st = c.stats();
+    let page_bytes = 2 * 2 * 4 * ROW * 4; // layers × K/V × P × row bytes
+    assert_eq!(st.page_bytes, page_bytes);
+    assert_eq!(st.bytes_per_token, page_bytes / 4);
+    assert_eq!(
+        (st.pages_used, st.pages_free, st.sequences, st.tokens),
+        (3, 5, 2, 13)
+    );
+    assert_eq!(st.bytes_used, 3 * page_bytes);
+}
