@@ -1,2 +1,4 @@
-//! Host-side harness for edgekv: the task runner (`cargo xtask`), the host demo, and (as the
+//! Host-side harness for edgekv: the task runner (`cargo xtask`), the demo session, and (as the
 //! project grows) dense references, parity suites and the QEMU driver.
+
+pub mod demo;

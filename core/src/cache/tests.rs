@@ -171,7 +171,7 @@ fn page_bytes_are_token_major_little_endian() {
     c.write(s, 1, Kv::V, 5, &row(3, 5)).unwrap();
     let page = c.page_table(s).unwrap()[1];
     let bytes = c.page_bytes(1, Kv::V, page).unwrap();
-    let off = 1 * ROW * 4; // position 5 is row 1 of the second page
+    let off = ROW * 4; // position 5 is row 1 of the second page
     let want: Vec<u8> = row(3, 5).iter().flat_map(|x| x.to_le_bytes()).collect();
     assert_eq!(&bytes[off..off + ROW * 4], &want[..]);
     let plan = *c.layout();

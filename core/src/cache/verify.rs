@@ -69,12 +69,12 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         if live != self.live {
             return bad("live sequence count is wrong");
         }
-        for page in 0..n {
+        for (page, &refs) in count.iter().enumerate() {
             let rc = match self.pool.state(page as u16) {
                 Some(PageState::Used(rc)) => rc,
                 _ => 0,
             };
-            if rc != count[page] {
+            if rc != refs {
                 return bad("refcount differs from page-table references");
             }
         }

@@ -1,0 +1,144 @@
+//! Task runner (the xtask pattern), reached through the cargo aliases in `.cargo/config.toml`:
+//!
+//! - `cargo demo` — the main job: the demo session (host for now; firmware on QEMU later).
+//! - `cargo test-all` — every check CI runs: rustfmt, clippy, docs, no_std target builds (with and
+//!   without `defmt`), Miri on the core, then all tests; the output ends with nextest's summary.
+//!   `--no-miri` and `--no-targets` skip the slow parts for quick local runs.
+
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+/// no_std targets the core must build for.
+const TARGETS: [&str; 4] = [
+    "thumbv7em-none-eabihf",
+    "thumbv6m-none-eabi",
+    "thumbv8m.main-none-eabihf",
+    "riscv32imac-unknown-none-elf",
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flags: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("demo") => {
+            edgekv_host_tests::demo::run(&mut std::io::stdout()).map_err(|e| e.to_string())
+        }
+        Some("test") => test(&flags),
+        _ => Err("usage: cargo xtask <demo | test [--no-miri] [--no-targets]>".into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one command, echoing it, and fails on a non-zero exit.
+fn run(desc: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    eprintln!("\n==> {desc}: {program} {}", args.join(" "));
+    let start = Instant::now();
+    let status = Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .status()
+        .map_err(|e| format!("{desc}: cannot start {program}: {e}"))?;
+    eprintln!(
+        "<== {desc}: {status} in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{desc} failed ({status})"))
+    }
+}
+
+fn test(flags: &[&str]) -> Result<(), String> {
+    for f in flags {
+        if !["--no-miri", "--no-targets"].contains(f) {
+            return Err(format!("unknown flag {f}"));
+        }
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let c = cargo.as_str();
+    run("rustfmt", c, &["fmt", "--all", "--", "--check"], &[])?;
+    run(
+        "clippy",
+        c,
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[],
+    )?;
+    run(
+        "clippy (core, all features)",
+        c,
+        &[
+            "clippy",
+            "-p",
+            "edgekv",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[],
+    )?;
+    run(
+        "rustdoc",
+        c,
+        &["doc", "--workspace", "--no-deps"],
+        &[("RUSTDOCFLAGS", "-D warnings")],
+    )?;
+    if !flags.contains(&"--no-targets") {
+        for t in TARGETS {
+            for pkg in ["edgekv", "edgekv-hal"] {
+                run(
+                    &format!("build {pkg} for {t}"),
+                    c,
+                    &["build", "-p", pkg, "--target", t],
+                    &[],
+                )?;
+                run(
+                    &format!("build {pkg} for {t} with defmt"),
+                    c,
+                    &["build", "-p", pkg, "--target", t, "--features", "defmt"],
+                    &[],
+                )?;
+            }
+        }
+    }
+    if !flags.contains(&"--no-miri") {
+        // rustup's proxy picks the toolchain from `+nightly`; CARGO points at stable's cargo.
+        run(
+            "miri (core)",
+            "cargo",
+            &[
+                "+nightly",
+                "miri",
+                "test",
+                "-p",
+                "edgekv",
+                "--features",
+                "std",
+            ],
+            &[("MIRIFLAGS", "-Zmiri-strict-provenance")],
+        )?;
+    }
+    run("doctests", c, &["test", "--workspace", "--doc"], &[])?;
+    // Last, so the output ends with the test runner's summary.
+    run(
+        "tests",
+        c,
+        &["nextest", "run", "--workspace", "--no-fail-fast"],
+        &[],
+    )
+}
