@@ -105,6 +105,9 @@ pub(crate) fn encode<T: Element>(fmt: ElementFormat, src: &[T], dst: &mut [u8]) 
         dst.copy_from_slice(bytemuck::cast_slice(src));
         return;
     }
+    if cfg!(target_endian = "little") && encode_f32_slice(fmt, src, dst) {
+        return;
+    }
     match fmt {
         ElementFormat::F32 => {
             for (d, s) in dst.chunks_exact_mut(4).zip(src) {
@@ -131,6 +134,9 @@ pub(crate) fn decode<T: Element>(fmt: ElementFormat, src: &[u8], dst: &mut [T]) 
         bytemuck::cast_slice_mut(dst).copy_from_slice(src);
         return;
     }
+    if cfg!(target_endian = "little") && decode_f32_slice(fmt, src, dst) {
+        return;
+    }
     match fmt {
         ElementFormat::F32 => {
             for (d, s) in dst.iter_mut().zip(src.chunks_exact(4)) {
@@ -148,6 +154,53 @@ pub(crate) fn decode<T: Element>(fmt: ElementFormat, src: &[u8], dst: &mut [T]) 
             }
         }
     }
+}
+
+/// f32 rows into aligned f16 / bf16 pages with `half`'s slice conversion (F16C / NEON where
+/// available). Returns `false` when it does not apply (other types, misaligned page bytes).
+fn encode_f32_slice<T: Element>(fmt: ElementFormat, src: &[T], dst: &mut [u8]) -> bool {
+    use half::slice::HalfFloatSliceExt;
+    let Ok(src) = bytemuck::try_cast_slice::<T, f32>(src) else {
+        return false;
+    };
+    if T::FORMAT != ElementFormat::F32 {
+        return false;
+    }
+    match fmt {
+        ElementFormat::F16 => match bytemuck::try_cast_slice_mut::<u8, f16>(dst) {
+            Ok(d) => d.convert_from_f32_slice(src),
+            Err(_) => return false,
+        },
+        ElementFormat::Bf16 => match bytemuck::try_cast_slice_mut::<u8, bf16>(dst) {
+            Ok(d) => d.convert_from_f32_slice(src),
+            Err(_) => return false,
+        },
+        ElementFormat::F32 => return false,
+    }
+    true
+}
+
+/// The reverse of [`encode_f32_slice`].
+fn decode_f32_slice<T: Element>(fmt: ElementFormat, src: &[u8], dst: &mut [T]) -> bool {
+    use half::slice::HalfFloatSliceExt;
+    if T::FORMAT != ElementFormat::F32 {
+        return false;
+    }
+    let Ok(dst) = bytemuck::try_cast_slice_mut::<T, f32>(dst) else {
+        return false;
+    };
+    match fmt {
+        ElementFormat::F16 => match bytemuck::try_cast_slice::<u8, f16>(src) {
+            Ok(s) => s.convert_to_f32_slice(dst),
+            Err(_) => return false,
+        },
+        ElementFormat::Bf16 => match bytemuck::try_cast_slice::<u8, bf16>(src) {
+            Ok(s) => s.convert_to_f32_slice(dst),
+            Err(_) => return false,
+        },
+        ElementFormat::F32 => return false,
+    }
+    true
 }
 
 #[cfg(test)]
@@ -177,6 +230,34 @@ mod tests {
         decode(ElementFormat::F16, &bytes, &mut back);
         assert_eq!(back[0], 1.0);
         assert!(back[1].is_infinite(), "65520 rounds up to f16 infinity");
+    }
+
+    #[test]
+    fn slice_conversion_matches_scalar_rounding() {
+        let src: [f32; 9] = [
+            1.0 + f32::powi(2.0, -11),
+            65520.0,
+            -1e-8,
+            3.3,
+            -0.0,
+            1e30,
+            0.1,
+            7.0,
+            -2.5,
+        ];
+        for fmt in [ElementFormat::F16, ElementFormat::Bf16] {
+            // Aligned (slice path) and misaligned (scalar path) destinations agree bit for bit.
+            let mut aligned = [0u16; 9];
+            encode(fmt, &src, bytemuck::cast_slice_mut(&mut aligned));
+            let mut buf = [0u8; 19];
+            encode(fmt, &src, &mut buf[1..]);
+            assert_eq!(bytemuck::cast_slice::<u16, u8>(&aligned), &buf[1..]);
+            let mut a = [0f32; 9];
+            let mut b = [0f32; 9];
+            decode(fmt, bytemuck::cast_slice(&aligned), &mut a);
+            decode(fmt, &buf[1..], &mut b);
+            assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits));
+        }
     }
 
     #[test]

@@ -398,6 +398,7 @@ impl Plan {
 
     /// Byte offset in the data arena of the value page `(layer, kv, page)`, or `None` when an index
     /// is out of range.
+    #[inline]
     pub const fn page_offset(&self, layer: u16, kv: Kv, page: u16) -> Option<usize> {
         if layer >= self.geometry.layers || page >= self.num_pages {
             return None;
@@ -411,6 +412,7 @@ impl Plan {
     }
 
     /// Byte offset of page 0 of `pool` in `layer` (`layer < layers`, else meaningless).
+    #[inline]
     pub const fn pool_offset(&self, layer: u16, pool: Pool) -> usize {
         let g = &self.geometry;
         let n = self.num_pages as usize;

@@ -27,6 +27,14 @@ pub enum HalError {
     /// Two address-map windows share CPU addresses, so a lookup would be
     /// ambiguous.
     Overlap,
+    /// The cache refused the request (unknown sequence, layer or page…).
+    Cache(edgekv::Error),
+}
+
+impl From<edgekv::Error> for HalError {
+    fn from(e: edgekv::Error) -> Self {
+        HalError::Cache(e)
+    }
 }
 
 impl fmt::Display for HalError {
@@ -38,6 +46,7 @@ impl fmt::Display for HalError {
             Self::InvalidLineSize => "cache line size is not a non-zero power of two",
             Self::EmptyWindow => "address-map window has length zero",
             Self::Overlap => "address-map windows overlap in CPU address space",
+            Self::Cache(e) => return write!(f, "cache: {e}"),
         })
     }
 }
@@ -48,7 +57,8 @@ impl core::error::Error for HalError {}
 mod tests {
     use super::*;
 
-    const ALL: [HalError; 6] = [
+    const ALL: [HalError; 7] = [
+        HalError::Cache(edgekv::Error::InvalidPage),
         HalError::Unmapped,
         HalError::Overflow,
         HalError::Misaligned,

@@ -18,6 +18,8 @@
 //!   [`CacheMaintenance`] is that interface; [`NoCache`] implements it for
 //!   cache-less cores and QEMU while still rejecting misaligned ranges;
 //!   [`line_aligned`] and [`expand_to_lines`] help build valid ranges.
+//! * **Pages.** [`page_region`] and [`for_each_page_region`] give the device
+//!   and CPU ranges of a sequence's pages in an edgekv cache.
 //!
 //! Every fallible operation returns a [`HalError`] instead of panicking, and
 //! the crate contains no `unsafe` code. It is `no_std` and allocation-free;
@@ -33,8 +35,10 @@ mod addr;
 mod address_map;
 mod cache;
 mod error;
+mod pages;
 
 pub use addr::DevAddr;
 pub use address_map::{AddressMap, IdentityMap, MapEntry, OffsetMap, TableMap};
 pub use cache::{CacheMaintenance, NoCache, expand_to_lines, line_aligned};
 pub use error::HalError;
+pub use pages::{PageRegion, for_each_page_region, page_region};

@@ -73,8 +73,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let mut pos = start as usize;
         let mut done = 0;
         while done < n {
-            let page = self.table(slot)[pos / p];
-            let in_page = pos % p;
+            // page_tokens is a power of two: shift and mask instead of dividing.
+            let page = self.table(slot)[pos >> p.trailing_zeros()];
+            let in_page = pos & (p - 1);
             let count = (p - in_page).min(n - done);
             let off = self.plan.page_offset(layer, kv, page).unwrap_or(0) + in_page * row_bytes;
             decode(
@@ -161,8 +162,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let mut pos = start as usize;
         let mut done = 0;
         while done < n {
-            let page = self.table(slot)[pos / p];
-            let in_page = pos % p;
+            // page_tokens is a power of two: shift and mask instead of dividing.
+            let page = self.table(slot)[pos >> p.trailing_zeros()];
+            let in_page = pos & (p - 1);
             let count = (p - in_page).min(n - done);
             let off = self.plan.page_offset(layer, kv, page).unwrap_or(0) + in_page * row_bytes;
             encode(
