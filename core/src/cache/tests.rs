@@ -289,7 +289,10 @@ fn contiguous_capacity_doubles_and_data_survives_growth() {
             let other = c.create_sequence(SeqMode::Paged).unwrap();
             c.reserve(other, 1).unwrap();
         }
-        invariants(&c);
+        // Every token natively; at page boundaries under Miri, where each check is slow.
+        if !cfg!(miri) || pos % 16 == 0 {
+            invariants(&c);
+        }
     }
     assert_eq!(caps, [16, 32, 64, 128, 256, 512]);
     assert_eq!(

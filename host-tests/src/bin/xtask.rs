@@ -35,19 +35,22 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs one command, echoing it, and fails on a non-zero exit.
+/// Runs one command, echoing it and its duration, and fails on a non-zero exit.
 fn run(desc: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
-    eprintln!("\n==> {desc}: {program} {}", args.join(" "));
     let start = Instant::now();
+    let result = run_quiet(desc, program, args, env);
+    eprintln!("<== {desc}: {:.1} s", start.elapsed().as_secs_f64());
+    result
+}
+
+/// Runs one command, echoing it; prints nothing after it, so its own output ends the log.
+fn run_quiet(desc: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    eprintln!("\n==> {desc}: {program} {}", args.join(" "));
     let status = Command::new(program)
         .args(args)
         .envs(env.iter().copied())
         .status()
         .map_err(|e| format!("{desc}: cannot start {program}: {e}"))?;
-    eprintln!(
-        "<== {desc}: {status} in {:.1} s",
-        start.elapsed().as_secs_f64()
-    );
     if status.success() {
         Ok(())
     } else {
@@ -135,7 +138,7 @@ fn test(flags: &[&str]) -> Result<(), String> {
     }
     run("doctests", c, &["test", "--workspace", "--doc"], &[])?;
     // Last, so the output ends with the test runner's summary.
-    run(
+    run_quiet(
         "tests",
         c,
         &["nextest", "run", "--workspace", "--no-fail-fast"],
