@@ -252,11 +252,24 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Operations after the leading creates (fewer under Miri, where each costs ~0.5 s).
+const MAX_OPS: usize = if cfg!(miri) { 10 } else { 38 };
+
+/// 1 to 40 operations (12 under Miri), the first 0 to 2 of them creates (so fewer early calls
+/// find no sequence).
 fn ops() -> impl Strategy<Value = Vec<Op>> {
-    prop::collection::vec(op(), 1..40)
+    let create = prop_oneof![Just(SeqMode::Paged), Just(SeqMode::Contiguous)].prop_map(Op::Create);
+    (
+        prop::collection::vec(create, 0..=2),
+        prop::collection::vec(op(), 1..=MAX_OPS),
+    )
+        .prop_map(|(mut ops, rest)| {
+            ops.extend(rest);
+            ops
+        })
 }
 
-/// Cases per test: 2 × 50,000 = 100,000 random operation sequences (a handful under Miri).
+/// Cases per test: 2 × 50,000 = 100,000 random operation sequences (10 each under Miri).
 fn proptest_config() -> ProptestConfig {
     ProptestConfig {
         cases: if cfg!(miri) { 10 } else { 50_000 },
@@ -580,6 +593,9 @@ impl Model {
 // Observable state, for failure atomicity.
 // ---------------------------------------------------------------------------------------------
 
+/// A handle, what `sequence()` says of it and its `page_table()` if live.
+type SeqView = (SeqId, Result<SeqInfo, Error>, Option<Vec<PageId>>);
+
 #[derive(Debug, PartialEq)]
 struct Snapshot {
     stats: Stats,
@@ -589,7 +605,7 @@ struct Snapshot {
     /// `page_state` of pages `0..=num_pages` (the last one is out of range).
     states: Vec<Option<PageState>>,
     /// For every issued handle: `sequence()` and `page_table()`.
-    seqs: Vec<(SeqId, Result<SeqInfo, Error>, Option<Vec<PageId>>)>,
+    seqs: Vec<SeqView>,
     /// Every byte of every value page, layer-major, K then V.
     data: Vec<u8>,
 }
@@ -651,8 +667,9 @@ impl Snapshot {
         );
         prop_assert_eq!(&self.states, &after.states, "page states changed");
         prop_assert_eq!(&self.seqs, &after.seqs, "sequences or page tables changed");
-        if let Some(at) = (0..self.data.len()).find(|&i| self.data[i] != after.data[i]) {
-            prop_assert!(false, "data arena changed at value byte {at}");
+        if self.data != after.data {
+            let at = (0..self.data.len()).find(|&i| self.data[i] != after.data[i]);
+            prop_assert!(false, "data arena changed at value byte {at:?}");
         }
         Ok(())
     }
@@ -670,9 +687,9 @@ fn run<'a, A: PageAllocator<'a>>(
     prop_assert_eq!(cache.layout().num_pages as usize, setup.pages);
     let mut m = Model::new(setup, cache.layout().table_len, A::CONTIGUOUS);
     let at = |step: usize, op: Op| {
-        move |e: TestCaseError| TestCaseError::fail(format!("step {step}, {op:?}: {e}"))
+        move |e: TestCaseError| TestCaseError::fail(format!("step {step}, {op:?}: {}", reason(e)))
     };
-    check(cache, &m).map_err(|e| TestCaseError::fail(format!("fresh cache: {e}")))?;
+    check(cache, &m).map_err(|e| TestCaseError::fail(format!("fresh cache: {}", reason(e))))?;
     for (step, &op) in ops.iter().enumerate() {
         let before = Snapshot::take(cache, &m);
         let outcome = apply(cache, &mut m, &before, op).map_err(at(step, op))?;
@@ -680,12 +697,19 @@ fn run<'a, A: PageAllocator<'a>>(
             let after = Snapshot::take(cache, &m);
             before
                 .assert_same(&after)
-                .map_err(|f| TestCaseError::fail(format!("failed with {e:?}, yet {f}")))
+                .map_err(|f| TestCaseError::fail(format!("failed with {e:?}, yet {}", reason(f))))
                 .map_err(at(step, op))?;
         }
         check(cache, &m).map_err(at(step, op))?;
     }
     Ok(())
+}
+
+/// The message of a failed check, without proptest's "Case failed" prefix.
+fn reason(e: TestCaseError) -> String {
+    match e {
+        TestCaseError::Fail(r) | TestCaseError::Reject(r) => r.message().to_owned(),
+    }
 }
 
 /// Runs one operation on the cache and the model, checking the result against the model's
