@@ -44,6 +44,9 @@ pub enum Error {
     TruncateBeyondLength,
     /// A page id is out of range or the page is not in the state the call needs.
     InvalidPage,
+    /// A quantized format's parameters do not fit the shape (group not dividing head_dim, FP8
+    /// `dv` not a multiple of `tile` or larger than head_dim, zero group or tile).
+    InvalidFormat,
 }
 
 impl fmt::Display for Error {
@@ -66,6 +69,7 @@ impl fmt::Display for Error {
             Error::LengthMismatch => "slice length does not match the call",
             Error::TruncateBeyondLength => "truncate length exceeds the sequence length",
             Error::InvalidPage => "page id out of range or in the wrong state",
+            Error::InvalidFormat => "quantized format parameters do not fit the shape",
         };
         f.write_str(msg)
     }

@@ -2,11 +2,18 @@
 
 use half::{bf16, f16};
 
-/// How one element of a page is stored.
+use crate::error::{Error, Result};
+
+/// How the values of a page are stored. All multi-byte values are little-endian.
 ///
-/// Full-precision formats only for now; quantized formats (int8 groups with f16 scales, FP8 tiles)
-/// add a scale pool per layer and K/V, which the planner already reserves room for through
-/// [`ElementFormat::scale_row_bytes`]. All multi-byte values are little-endian.
+/// Full-precision formats store `[P][kv_heads][head_dim]` elements. Quantized formats:
+///
+/// - [`Int8 { group }`](ElementFormat::Int8): `[P][kv_heads][head_dim]` `i8` codes in the value
+///   pool and `[P][kv_heads][head_dim / group]` `f16` scales in the scale pool, ggml Q8_0 math
+///   (`group = 32` is exactly Q8_0; `group = head_dim` is one scale per token and head).
+/// - [`Fp8Tile { dv, tile, bf16 }`](ElementFormat::Fp8Tile): SGLang NSA rows
+///   `[P][kv_heads][row]`, each row `dv` E4M3 codes, `dv / tile` f32 scales, then the
+///   `head_dim − dv` tail values raw (bf16 if `bf16`, else f32). No scale pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
@@ -17,27 +24,80 @@ pub enum ElementFormat {
     F16,
     /// bfloat16 (`half::bf16`).
     Bf16,
+    /// int8 codes with one f16 scale per `group` values along head_dim (ggml Q8_0 math).
+    Int8 {
+        /// Values per scale; must divide head_dim.
+        group: u16,
+    },
+    /// FP8 E4M3 tiles with f32 scales and a raw tail (SGLang NSA row layout).
+    Fp8Tile {
+        /// Quantized values at the start of each head row (a multiple of `tile`, ≤ head_dim).
+        dv: u16,
+        /// Values per scale.
+        tile: u16,
+        /// Input dtype bf16: values and scales are rounded to bf16 first and the tail is stored
+        /// as bf16 (as the reference does for bf16 models); otherwise f32 throughout.
+        bf16: bool,
+    },
 }
 
 impl ElementFormat {
-    /// Bytes of one stored element.
-    pub const fn elem_bytes(self) -> usize {
-        match self {
-            ElementFormat::F32 => 4,
-            ElementFormat::F16 | ElementFormat::Bf16 => 2,
+    /// ggml's Q8_0: int8 in groups of 32 with f16 scales.
+    pub const Q8_0: ElementFormat = ElementFormat::Int8 { group: 32 };
+
+    /// Whether writes quantize (and reads dequantize).
+    pub const fn is_quantized(self) -> bool {
+        matches!(
+            self,
+            ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. }
+        )
+    }
+
+    /// Bytes of one token's row in the value pool (all heads), or an error when the format does
+    /// not fit the shape ([`InvalidFormat`](Error::InvalidFormat)) or the size overflows.
+    pub const fn row_bytes(self, kv_heads: usize, head_dim: usize) -> Result<usize> {
+        let per_head = match self {
+            ElementFormat::F32 => head_dim.checked_mul(4),
+            ElementFormat::F16 | ElementFormat::Bf16 => head_dim.checked_mul(2),
+            ElementFormat::Int8 { group } => {
+                if group == 0 || head_dim % group as usize != 0 {
+                    return Err(Error::InvalidFormat);
+                }
+                Some(head_dim)
+            }
+            ElementFormat::Fp8Tile { dv, tile, bf16 } => {
+                let (dv, tile) = (dv as usize, tile as usize);
+                if tile == 0 || dv == 0 || dv % tile != 0 || dv > head_dim {
+                    return Err(Error::InvalidFormat);
+                }
+                crate::quant::fp8_tile_row_bytes(head_dim, dv, tile, bf16)
+            }
+        };
+        match per_head {
+            Some(b) => match b.checked_mul(kv_heads) {
+                Some(r) => Ok(r),
+                None => Err(Error::Overflow),
+            },
+            None => Err(Error::Overflow),
         }
     }
 
-    /// Bytes of one token's values for one layer and one of K/V (`row_elems` elements), or `None`
-    /// on overflow.
-    pub const fn row_bytes(self, row_elems: usize) -> Option<usize> {
-        row_elems.checked_mul(self.elem_bytes())
-    }
-
-    /// Bytes of one token's scales in the scale pool (0 for full-precision formats).
-    pub const fn scale_row_bytes(self, _kv_heads: usize, _head_dim: usize) -> Option<usize> {
+    /// Bytes of one token's scales in the scale pool (0 for formats without one).
+    pub const fn scale_row_bytes(self, kv_heads: usize, head_dim: usize) -> Result<usize> {
         match self {
-            ElementFormat::F32 | ElementFormat::F16 | ElementFormat::Bf16 => Some(0),
+            ElementFormat::Int8 { group } => {
+                if group == 0 || head_dim % group as usize != 0 {
+                    return Err(Error::InvalidFormat);
+                }
+                match (head_dim / group as usize).checked_mul(kv_heads) {
+                    Some(n) => match n.checked_mul(2) {
+                        Some(b) => Ok(b),
+                        None => Err(Error::Overflow),
+                    },
+                    None => Err(Error::Overflow),
+                }
+            }
+            _ => Ok(0),
         }
     }
 }
@@ -98,9 +158,74 @@ impl Element for bf16 {
     }
 }
 
-/// Encodes `src` into the little-endian page bytes `dst` of format `fmt`.
-/// `dst.len()` must be `src.len() * fmt.elem_bytes()` (callers check).
-pub(crate) fn encode<T: Element>(fmt: ElementFormat, src: &[T], dst: &mut [u8]) {
+/// Encodes whole token rows `src` (`[tokens][kv_heads][head_dim]`) into value bytes `vals` and,
+/// for int8, scale bytes `scales` of format `fmt`. Lengths come from the plan (callers check).
+pub(crate) fn encode_rows<T: Element>(
+    fmt: ElementFormat,
+    head_dim: usize,
+    src: &[T],
+    vals: &mut [u8],
+    scales: &mut [u8],
+) -> Result<()> {
+    if src.is_empty() || head_dim == 0 {
+        return Ok(());
+    }
+    match fmt {
+        ElementFormat::Int8 { group } => {
+            let scales =
+                bytemuck::try_cast_slice_mut(scales).map_err(|_| Error::MisalignedArena)?;
+            crate::quant::quantize_q8(src, group as usize, bytemuck::cast_slice_mut(vals), scales)
+        }
+        ElementFormat::Fp8Tile { dv, tile, bf16 } => {
+            let heads = src.len() / head_dim.max(1);
+            let row = vals.len() / heads.max(1);
+            for (x, r) in src.chunks_exact(head_dim).zip(vals.chunks_exact_mut(row)) {
+                crate::quant::quantize_fp8_tile(x, dv as usize, tile as usize, bf16, r)?;
+            }
+            Ok(())
+        }
+        _ => {
+            encode(fmt, src, vals);
+            Ok(())
+        }
+    }
+}
+
+/// Decodes value bytes `vals` (and int8 `scales`) of format `fmt` into token rows `dst`.
+pub(crate) fn decode_rows<T: Element>(
+    fmt: ElementFormat,
+    head_dim: usize,
+    vals: &[u8],
+    scales: &[u8],
+    dst: &mut [T],
+) -> Result<()> {
+    if dst.is_empty() || head_dim == 0 {
+        return Ok(());
+    }
+    match fmt {
+        ElementFormat::Int8 { group } => {
+            let scales = bytemuck::try_cast_slice(scales).map_err(|_| Error::MisalignedArena)?;
+            crate::quant::dequantize_q8(bytemuck::cast_slice(vals), scales, group as usize, dst)
+        }
+        ElementFormat::Fp8Tile { dv, tile, bf16 } => {
+            let heads = dst.len() / head_dim.max(1);
+            let row = vals.len() / heads.max(1);
+            for (r, x) in vals.chunks_exact(row).zip(dst.chunks_exact_mut(head_dim)) {
+                crate::quant::dequantize_fp8_tile(r, dv as usize, tile as usize, bf16, x)?;
+            }
+            Ok(())
+        }
+        _ => {
+            decode(fmt, vals, dst);
+            Ok(())
+        }
+    }
+}
+
+/// Encodes `src` into the little-endian page bytes `dst` of full-precision format `fmt`.
+/// `dst.len()` must be `src.len()` times the element size (callers check); quantized formats go
+/// through [`crate::quant`] instead and are ignored here.
+fn encode<T: Element>(fmt: ElementFormat, src: &[T], dst: &mut [u8]) {
     if fmt == T::FORMAT && cfg!(target_endian = "little") {
         dst.copy_from_slice(bytemuck::cast_slice(src));
         return;
@@ -124,12 +249,13 @@ pub(crate) fn encode<T: Element>(fmt: ElementFormat, src: &[T], dst: &mut [u8]) 
                 d.copy_from_slice(&bf16::from_f32(s.to_f32()).to_le_bytes());
             }
         }
+        ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. } => {}
     }
 }
 
-/// Decodes little-endian page bytes `src` of format `fmt` into `dst`.
-/// `src.len()` must be `dst.len() * fmt.elem_bytes()` (callers check).
-pub(crate) fn decode<T: Element>(fmt: ElementFormat, src: &[u8], dst: &mut [T]) {
+/// Decodes little-endian page bytes `src` of full-precision format `fmt` into `dst` (quantized
+/// formats are ignored, as in [`encode`]).
+fn decode<T: Element>(fmt: ElementFormat, src: &[u8], dst: &mut [T]) {
     if fmt == T::FORMAT && cfg!(target_endian = "little") {
         bytemuck::cast_slice_mut(dst).copy_from_slice(src);
         return;
@@ -153,6 +279,7 @@ pub(crate) fn decode<T: Element>(fmt: ElementFormat, src: &[u8], dst: &mut [T]) 
                 *d = T::from_f32(bf16::from_le_bytes([s[0], s[1]]).to_f32());
             }
         }
+        ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. } => {}
     }
 }
 
@@ -175,7 +302,7 @@ fn encode_f32_slice<T: Element>(fmt: ElementFormat, src: &[T], dst: &mut [u8]) -
             Ok(d) => d.convert_from_f32_slice(src),
             Err(_) => return false,
         },
-        ElementFormat::F32 => return false,
+        _ => return false,
     }
     true
 }
@@ -198,7 +325,7 @@ fn decode_f32_slice<T: Element>(fmt: ElementFormat, src: &[u8], dst: &mut [T]) -
             Ok(s) => s.convert_to_f32_slice(dst),
             Err(_) => return false,
         },
-        ElementFormat::F32 => return false,
+        _ => return false,
     }
     true
 }

@@ -21,6 +21,7 @@ mod error;
 mod format;
 pub mod planner;
 mod pool;
+pub mod quant;
 mod sequence;
 mod shape;
 

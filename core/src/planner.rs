@@ -146,15 +146,11 @@ impl CacheConfig {
             return Err(Error::InvalidAlignment);
         }
         let p = self.page_tokens as usize;
-        let row_elems = s.row_elems();
-        let k_row = ck!(self.k_format.row_bytes(row_elems));
-        let v_row = ck!(self.v_format.row_bytes(row_elems));
-        let k_srow = ck!(self
-            .k_format
-            .scale_row_bytes(s.kv_heads as usize, s.head_dim as usize));
-        let v_srow = ck!(self
-            .v_format
-            .scale_row_bytes(s.kv_heads as usize, s.head_dim as usize));
+        let (heads, dim) = (s.kv_heads as usize, s.head_dim as usize);
+        let k_row = tri!(self.k_format.row_bytes(heads, dim));
+        let v_row = tri!(self.v_format.row_bytes(heads, dim));
+        let k_srow = tri!(self.k_format.scale_row_bytes(heads, dim));
+        let v_srow = tri!(self.v_format.scale_row_bytes(heads, dim));
         let k_page = ck!(k_row.checked_mul(p));
         let v_page = ck!(v_row.checked_mul(p));
         let k_spage = ck!(k_srow.checked_mul(p));
@@ -174,6 +170,8 @@ impl CacheConfig {
             layers: s.layers,
             k_row_bytes: k_row,
             v_row_bytes: v_row,
+            k_scale_row_bytes: k_srow,
+            v_scale_row_bytes: v_srow,
             k_stride,
             k_scale_stride: k_sstride,
             v_stride,
@@ -309,6 +307,10 @@ pub struct PageGeometry {
     pub k_row_bytes: usize,
     /// Bytes of one token row in a V value page.
     pub v_row_bytes: usize,
+    /// Bytes of one token row in a K scale page (0 without scales).
+    pub k_scale_row_bytes: usize,
+    /// Bytes of one token row in a V scale page (0 without scales).
+    pub v_scale_row_bytes: usize,
     /// Stride of the K value pool.
     pub k_stride: usize,
     /// Stride of the K scale pool (0 without scales).
@@ -365,6 +367,14 @@ impl PageGeometry {
         }
     }
 
+    /// Row bytes of the K or V scale pool (0 without scales).
+    pub const fn scale_row_bytes(&self, kv: Kv) -> usize {
+        match kv {
+            Kv::K => self.k_scale_row_bytes,
+            Kv::V => self.v_scale_row_bytes,
+        }
+    }
+
     /// Stride of the K or V value pool.
     pub const fn stride(&self, kv: Kv) -> usize {
         match kv {
@@ -409,6 +419,21 @@ impl Plan {
             Kv::V => Pool::VValues,
         };
         Some(self.pool_offset(layer, pool) + page as usize * g.stride(kv))
+    }
+
+    /// Byte offset in the data arena of the scale page `(layer, kv, page)` (meaningful only for
+    /// formats with a scale pool), or `None` when an index is out of range.
+    #[inline]
+    pub const fn scale_offset(&self, layer: u16, kv: Kv, page: u16) -> Option<usize> {
+        if layer >= self.geometry.layers || page >= self.num_pages {
+            return None;
+        }
+        let g = &self.geometry;
+        let (pool, stride) = match kv {
+            Kv::K => (Pool::KScales, g.k_scale_stride),
+            Kv::V => (Pool::VScales, g.v_scale_stride),
+        };
+        Some(self.pool_offset(layer, pool) + page as usize * stride)
     }
 
     /// Byte offset of page 0 of `pool` in `layer` (`layer < layers`, else meaningless).
@@ -656,6 +681,80 @@ mod tests {
         assert_eq!(huge.geometry(), Err(Error::Overflow));
         assert_eq!(SMOL.plan_pages(0, 16), Err(Error::ZeroSize));
         assert_eq!(SMOL.plan_pages(MAX_PAGES + 1, 16), Err(Error::Overflow));
+    }
+
+    #[test]
+    fn quantized_geometry() {
+        // SmolLM2 with K int8 (Q8_0) and V int8 with one scale per head.
+        let cfg = SMOL.with_formats(ElementFormat::Q8_0, ElementFormat::Int8 { group: 64 });
+        let g = cfg.geometry().unwrap();
+        assert_eq!((g.k_row_bytes, g.v_row_bytes), (192, 192));
+        assert_eq!(
+            (g.k_scale_row_bytes, g.v_scale_row_bytes),
+            (3 * 2 * 2, 3 * 2)
+        );
+        assert_eq!((g.k_stride, g.k_scale_stride), (16 * 192, 192));
+        assert_eq!(
+            g.v_scale_stride, 128,
+            "96 bytes of scales padded to the alignment"
+        );
+        assert!(!g.natural);
+        assert_eq!(g.page_bytes, 30 * (3072 + 192 + 3072 + 128));
+        let plan = cfg.plan_pages(4, 16).unwrap();
+        assert_eq!(plan.scale_offset(0, Kv::K, 1), Some(4 * 3072 + 192));
+        assert_eq!(
+            plan.scale_offset(1, Kv::V, 0),
+            Some(4 * g.layer_stride + 4 * (3072 + 192 + 3072))
+        );
+        assert_eq!(plan.scale_offset(0, Kv::K, 4), None);
+        // FP8 tiles: SGLang's d = 576, dv = 512, tile = 128, bf16 → 656-byte rows, no scale pool.
+        let nsa = CacheConfig::new(Shape {
+            layers: 1,
+            kv_heads: 1,
+            head_dim: 576,
+        })
+        .with_formats(
+            ElementFormat::Fp8Tile {
+                dv: 512,
+                tile: 128,
+                bf16: true,
+            },
+            ElementFormat::F16,
+        );
+        let g = nsa.geometry().unwrap();
+        assert_eq!((g.k_row_bytes, g.k_scale_stride), (656, 0));
+    }
+
+    #[test]
+    fn quantized_formats_must_fit_the_shape() {
+        let bad = |f| SMOL.with_formats(ElementFormat::F32, f).geometry();
+        assert_eq!(
+            bad(ElementFormat::Int8 { group: 0 }),
+            Err(Error::InvalidFormat)
+        );
+        assert_eq!(
+            bad(ElementFormat::Int8 { group: 48 }),
+            Err(Error::InvalidFormat)
+        );
+        assert_eq!(
+            bad(ElementFormat::Int8 { group: 128 }),
+            Err(Error::InvalidFormat)
+        );
+        let fp8 = |dv, tile| ElementFormat::Fp8Tile {
+            dv,
+            tile,
+            bf16: false,
+        };
+        assert_eq!(bad(fp8(64, 0)), Err(Error::InvalidFormat));
+        assert_eq!(bad(fp8(0, 16)), Err(Error::InvalidFormat));
+        assert_eq!(bad(fp8(48, 32)), Err(Error::InvalidFormat));
+        assert_eq!(
+            bad(fp8(128, 64)),
+            Err(Error::InvalidFormat),
+            "dv > head_dim"
+        );
+        assert!(bad(fp8(64, 64)).is_ok());
+        assert!(bad(ElementFormat::Int8 { group: 1 }).is_ok());
     }
 
     #[test]

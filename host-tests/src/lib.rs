@@ -1,4 +1,5 @@
 //! Host-side harness for edgekv: the task runner (`cargo xtask`), the demo session, and (as the
 //! project grows) dense references, parity suites and the QEMU driver.
 
+pub mod cli;
 pub mod demo;

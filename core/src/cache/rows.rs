@@ -2,8 +2,9 @@
 
 use super::KvCache;
 use crate::alloc::PageAllocator;
+use crate::alloc::PageId;
 use crate::error::{Error, Result};
-use crate::format::{Element, decode, encode};
+use crate::format::{Element, ElementFormat, decode_rows, encode_rows};
 use crate::pool::PageState;
 use crate::sequence::SeqId;
 use crate::shape::Kv;
@@ -31,8 +32,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let slot = self.slot(seq)?;
         let n = self.check_rows(slot, layer, start, rows.len())?;
         self.make_writable(slot, start, n)?;
-        self.store(slot, layer, kv, start, rows);
-        Ok(())
+        self.store(slot, layer, kv, start, rows)
     }
 
     /// Writes K and V rows of one layer for the same positions in one call (both lengths are
@@ -51,9 +51,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         }
         let n = self.check_rows(slot, layer, start, k.len())?;
         self.make_writable(slot, start, n)?;
-        self.store(slot, layer, Kv::K, start, k);
-        self.store(slot, layer, Kv::V, start, v);
-        Ok(())
+        self.store(slot, layer, Kv::K, start, k)?;
+        self.store(slot, layer, Kv::V, start, v)
     }
 
     /// Reads rows for positions `[start, start + n)` of one layer's K or V into `out` (`n` rows
@@ -69,22 +68,23 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     ) -> Result<()> {
         let slot = self.slot(seq)?;
         let n = self.check_rows(slot, layer, start, out.len())?;
-        let (p, row_elems, row_bytes, fmt) = self.row_geometry(kv);
-        let mut pos = start as usize;
-        let mut done = 0;
-        while done < n {
-            // page_tokens is a power of two: shift and mask instead of dividing.
-            let page = self.table(slot)[pos >> p.trailing_zeros()];
-            let in_page = pos & (p - 1);
-            let count = (p - in_page).min(n - done);
-            let off = self.plan.page_offset(layer, kv, page).unwrap_or(0) + in_page * row_bytes;
-            decode(
-                fmt,
-                &self.data[off..off + count * row_bytes],
-                &mut out[done * row_elems..(done + count) * row_elems],
+        let g = self.plan.geometry;
+        let (row_bytes, srow_bytes) = (g.row_bytes(kv), g.scale_row_bytes(kv));
+        let (fmt, row_elems, head_dim) = self.row_format(kv);
+        for run in PageRuns::new(self.table(slot), self.config.page_tokens, start, n) {
+            let off = self.plan.page_offset(layer, kv, run.page).unwrap_or(0);
+            let soff = self.plan.scale_offset(layer, kv, run.page).unwrap_or(0);
+            let (vals, scales) = (
+                off + run.in_page * row_bytes,
+                soff + run.in_page * srow_bytes,
             );
-            pos += count;
-            done += count;
+            decode_rows(
+                fmt,
+                head_dim,
+                &self.data[vals..vals + run.count * row_bytes],
+                &self.data[scales..scales + run.count * srow_bytes],
+                &mut out[run.done * row_elems..(run.done + run.count) * row_elems],
+            )?;
         }
         Ok(())
     }
@@ -108,16 +108,16 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         Ok(n)
     }
 
-    fn row_geometry(&self, kv: Kv) -> (usize, usize, usize, crate::ElementFormat) {
+    /// The format of K or V pages, elements per token row, and head_dim.
+    fn row_format(&self, kv: Kv) -> (ElementFormat, usize, usize) {
         let fmt = match kv {
             Kv::K => self.config.k_format,
             Kv::V => self.config.v_format,
         };
         (
-            self.config.page_tokens as usize,
-            self.config.shape.row_elems(),
-            self.plan.geometry.row_bytes(kv),
             fmt,
+            self.config.shape.row_elems(),
+            self.config.shape.head_dim as usize,
         )
     }
 
@@ -155,25 +155,103 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         Ok(())
     }
 
-    /// Encodes validated rows into their pages.
-    fn store<T: Element>(&mut self, slot: usize, layer: u16, kv: Kv, start: u32, rows: &[T]) {
-        let (p, row_elems, row_bytes, fmt) = self.row_geometry(kv);
+    /// Encodes validated rows into their pages (quantizing for quantized formats). Fails only if
+    /// the plan's layout invariants are broken (then rows before the failure may be written).
+    fn store<T: Element>(
+        &mut self,
+        slot: usize,
+        layer: u16,
+        kv: Kv,
+        start: u32,
+        rows: &[T],
+    ) -> Result<()> {
+        let g = self.plan.geometry;
+        let (row_bytes, srow_bytes) = (g.row_bytes(kv), g.scale_row_bytes(kv));
+        let (fmt, row_elems, head_dim) = self.row_format(kv);
         let n = rows.len() / row_elems;
-        let mut pos = start as usize;
-        let mut done = 0;
-        while done < n {
-            // page_tokens is a power of two: shift and mask instead of dividing.
-            let page = self.table(slot)[pos >> p.trailing_zeros()];
-            let in_page = pos & (p - 1);
-            let count = (p - in_page).min(n - done);
-            let off = self.plan.page_offset(layer, kv, page).unwrap_or(0) + in_page * row_bytes;
-            encode(
-                fmt,
-                &rows[done * row_elems..(done + count) * row_elems],
-                &mut self.data[off..off + count * row_bytes],
+        let base = slot * self.plan.table_len;
+        let table = &self.tables[base..base + self.records[slot].held as usize];
+        for run in PageRuns::new(table, self.config.page_tokens, start, n) {
+            let off = self.plan.page_offset(layer, kv, run.page).unwrap_or(0);
+            let soff = self.plan.scale_offset(layer, kv, run.page).unwrap_or(0);
+            let (vals, scales) = (
+                off + run.in_page * row_bytes,
+                soff + run.in_page * srow_bytes,
             );
-            pos += count;
-            done += count;
+            // The scale pool follows the value pool of the same layer and K/V.
+            let (head, tail) = self
+                .data
+                .split_at_mut(scales.max(vals + run.count * row_bytes));
+            let scale_bytes = if srow_bytes == 0 {
+                &mut [][..]
+            } else {
+                &mut tail[..run.count * srow_bytes]
+            };
+            encode_rows(
+                fmt,
+                head_dim,
+                &rows[run.done * row_elems..(run.done + run.count) * row_elems],
+                &mut head[vals..vals + run.count * row_bytes],
+                scale_bytes,
+            )?;
         }
+        Ok(())
+    }
+}
+
+/// A run of consecutive positions inside one page.
+struct PageRun {
+    page: PageId,
+    /// First row inside the page.
+    in_page: usize,
+    /// Rows before this run in the access.
+    done: usize,
+    /// Rows in this run.
+    count: usize,
+}
+
+/// Splits positions `[start, start + n)` of a page table into per-page runs.
+struct PageRuns<'t> {
+    table: &'t [PageId],
+    shift: u32,
+    pos: usize,
+    done: usize,
+    n: usize,
+}
+
+impl<'t> PageRuns<'t> {
+    fn new(table: &'t [PageId], page_tokens: u16, start: u32, n: usize) -> Self {
+        // page_tokens is a power of two: shift and mask instead of dividing.
+        PageRuns {
+            table,
+            shift: page_tokens.trailing_zeros(),
+            pos: start as usize,
+            done: 0,
+            n,
+        }
+    }
+}
+
+impl Iterator for PageRuns<'_> {
+    type Item = PageRun;
+
+    #[inline]
+    fn next(&mut self) -> Option<PageRun> {
+        if self.done >= self.n {
+            return None;
+        }
+        let p = 1usize << self.shift;
+        let page = *self.table.get(self.pos >> self.shift)?;
+        let in_page = self.pos & (p - 1);
+        let count = (p - in_page).min(self.n - self.done);
+        let run = PageRun {
+            page,
+            in_page,
+            done: self.done,
+            count,
+        };
+        self.pos += count;
+        self.done += count;
+        Some(run)
     }
 }

@@ -1,0 +1,9 @@
+//! Quantization kernels: int8 groups (ggml Q8_0 math) and FP8 E4M3 tiles (SGLang layout).
+
+mod fp8;
+mod q8;
+
+pub use fp8::{
+    dequantize_fp8_tile, e4m3_from_f32, e4m3_to_f32, fp8_tile_row_bytes, quantize_fp8_tile,
+};
+pub use q8::{dequantize_q8, quantize_q8};

@@ -1,0 +1,352 @@
+//! The `edgekv` command line: quantize `[rows, dim]` .npy arrays with the cache's kernels and
+//! back, so NPU pipelines can be checked against edgekv with numpy.
+//!
+//! ```text
+//! edgekv quantize   --format q8_0|int8-head|fp8-tile [--dv N] [--tile N] [--bf16] IN.npy OUT_PREFIX
+//! edgekv dequantize --format q8_0|int8-head|fp8-tile [--bf16] IN_PREFIX OUT.npy
+//! ```
+//!
+//! Input: float32 or float16 `[rows, dim]`, or bf16 as uint16 bit patterns with `--bf16`.
+//! Outputs of `quantize`: `OUT_PREFIX.q.npy` (int8 codes; uint8 E4M3 codes `[rows, dv]` for
+//! fp8), `OUT_PREFIX.scales.npy` (float16 `[rows, dim / group]`; float32 `[rows, dv / tile]` for
+//! fp8) and, for fp8, `OUT_PREFIX.rows.npy` (uint8 `[rows, row_bytes]`, the page row bytes).
+//! `dequantize` reads them back (fp8 from `.rows.npy`) and writes float32 `[rows, dim]`.
+//! Every output is computed before any file is written, then written to a temporary name and
+//! renamed, so a failure leaves no partial output.
+
+use std::fs;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use edgekv::quant;
+use half::{bf16, f16};
+use npyz::WriterBuilder;
+
+/// Command-line arguments.
+#[derive(Parser, Debug)]
+#[command(
+    name = "edgekv",
+    version,
+    about = "Quantize and dequantize KV rows like edgekv's pages"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Quantize a [rows, dim] float array.
+    Quantize {
+        #[command(flatten)]
+        fmt: FormatArgs,
+        /// Input .npy (float32, float16, or uint16 bf16 bits with --bf16).
+        input: PathBuf,
+        /// Output prefix: writes PREFIX.q.npy, PREFIX.scales.npy (and PREFIX.rows.npy for fp8).
+        out_prefix: String,
+    },
+    /// Dequantize files written by `quantize` into a float32 [rows, dim] array.
+    Dequantize {
+        #[command(flatten)]
+        fmt: FormatArgs,
+        /// Prefix the quantized files were written with.
+        in_prefix: String,
+        /// Output .npy (float32).
+        output: PathBuf,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct FormatArgs {
+    /// Quantized format.
+    #[arg(long, value_enum)]
+    format: Format,
+    /// fp8-tile: quantized values per row (default: all of dim).
+    #[arg(long)]
+    dv: Option<usize>,
+    /// fp8-tile: values per scale.
+    #[arg(long, default_value_t = 128)]
+    tile: usize,
+    /// bf16 input (uint16 bit patterns); for fp8 the scale and tail are bf16 as in the reference.
+    #[arg(long)]
+    bf16: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// int8, one f16 scale per 32 values (ggml Q8_0).
+    #[value(name = "q8_0")]
+    Q8_0,
+    /// int8, one f16 scale per row.
+    #[value(name = "int8-head")]
+    Int8Head,
+    /// FP8 E4M3 tiles, f32 scales, raw tail (SGLang NSA layout).
+    #[value(name = "fp8-tile")]
+    Fp8Tile,
+}
+
+/// An .npy file read into memory.
+type Npy = npyz::NpyFile<Cursor<Vec<u8>>>;
+
+/// Input rows, in the dtype they came in.
+enum Rows {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    Bf16(Vec<bf16>),
+}
+
+/// Runs the command line; `Err` carries the message for stderr.
+pub fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Quantize {
+            fmt,
+            input,
+            out_prefix,
+        } => quantize(&fmt, &input, &out_prefix),
+        Command::Dequantize {
+            fmt,
+            in_prefix,
+            output,
+        } => dequantize(&fmt, &in_prefix, &output),
+    }
+}
+
+fn read_npy(path: &Path) -> Result<(Npy, [usize; 2]), String> {
+    let bytes = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let npy = npyz::NpyFile::new(Cursor::new(bytes))
+        .map_err(|e| format!("{}: not a valid .npy file: {e}", path.display()))?;
+    if npy.order() != npyz::Order::C {
+        return Err(format!(
+            "{}: Fortran-order arrays are not supported",
+            path.display()
+        ));
+    }
+    let shape = match npy.shape() {
+        &[r, c] => [r as usize, c as usize],
+        s => {
+            return Err(format!(
+                "{}: expected a 2-D [rows, dim] array, got shape {s:?}",
+                path.display()
+            ));
+        }
+    };
+    if shape[1] == 0 {
+        return Err(format!("{}: dim is 0", path.display()));
+    }
+    Ok((npy, shape))
+}
+
+fn dtype_of(npy: &Npy) -> String {
+    match npy.dtype() {
+        npyz::DType::Plain(t) => t.to_string(),
+        other => other.descr(),
+    }
+}
+
+fn read_rows(path: &Path, bf16_bits: bool) -> Result<(Rows, [usize; 2]), String> {
+    let (npy, shape) = read_npy(path)?;
+    let dtype = dtype_of(&npy);
+    let bad = |e: std::io::Error| format!("{}: {e}", path.display());
+    let rows = match (dtype.as_str(), bf16_bits) {
+        ("<f4", false) => Rows::F32(npy.into_vec().map_err(bad)?),
+        ("<f2", false) => Rows::F16(npy.into_vec().map_err(bad)?),
+        ("<u2", true) => Rows::Bf16(
+            npy.into_vec::<u16>()
+                .map_err(bad)?
+                .into_iter()
+                .map(bf16::from_bits)
+                .collect(),
+        ),
+        ("<u2", false) => {
+            return Err(format!(
+                "{}: uint16 input is read as bf16 bits only with --bf16",
+                path.display()
+            ));
+        }
+        (d, true) => {
+            return Err(format!(
+                "{}: --bf16 needs uint16 bf16 bits, got dtype {d}",
+                path.display()
+            ));
+        }
+        (d, false) => {
+            return Err(format!(
+                "{}: unsupported dtype {d} (float32 or float16)",
+                path.display()
+            ));
+        }
+    };
+    Ok((rows, shape))
+}
+
+/// An .npy file in memory.
+fn npy_bytes<T: npyz::AutoSerialize + Clone>(
+    shape: [usize; 2],
+    data: &[T],
+) -> Result<Vec<u8>, String> {
+    let mut buf = Vec::new();
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(&[shape[0] as u64, shape[1] as u64])
+        .writer(&mut buf)
+        .begin_nd()
+        .map_err(|e| e.to_string())?;
+    w.extend(data.iter().cloned()).map_err(|e| e.to_string())?;
+    w.finish().map_err(|e| e.to_string())?;
+    Ok(buf)
+}
+
+/// Writes every file or none: temporaries first, then renames.
+fn write_all(files: &[(PathBuf, Vec<u8>)]) -> Result<(), String> {
+    let tmp = |p: &Path| p.with_extension("npy.partial");
+    let cleanup = || {
+        files
+            .iter()
+            .for_each(|(p, _)| drop(fs::remove_file(tmp(p))))
+    };
+    for (path, bytes) in files {
+        if let Err(e) = fs::write(tmp(path), bytes) {
+            cleanup();
+            return Err(format!("{}: {e}", path.display()));
+        }
+    }
+    for (path, _) in files {
+        if let Err(e) = fs::rename(tmp(path), path) {
+            cleanup();
+            return Err(format!("{}: {e}", path.display()));
+        }
+    }
+    Ok(())
+}
+
+fn group_for(fmt: Format, dim: usize) -> usize {
+    if fmt == Format::Q8_0 { 32 } else { dim }
+}
+
+fn quantize(args: &FormatArgs, input: &Path, prefix: &str) -> Result<(), String> {
+    let (rows, [n, dim]) = read_rows(input, args.bf16)?;
+    let msg = |e: edgekv::Error| format!("quantize: {e}");
+    let files = match args.format {
+        Format::Q8_0 | Format::Int8Head => {
+            let g = group_for(args.format, dim);
+            if dim % g != 0 {
+                return Err(format!("dim {dim} is not divisible by the group size {g}"));
+            }
+            let mut codes = vec![0i8; n * dim];
+            let mut scales = vec![f16::ZERO; n * dim / g];
+            match &rows {
+                Rows::F32(x) => quant::quantize_q8(x, g, &mut codes, &mut scales),
+                Rows::F16(x) => quant::quantize_q8(x, g, &mut codes, &mut scales),
+                Rows::Bf16(x) => quant::quantize_q8(x, g, &mut codes, &mut scales),
+            }
+            .map_err(msg)?;
+            vec![
+                (
+                    PathBuf::from(format!("{prefix}.q.npy")),
+                    npy_bytes([n, dim], &codes)?,
+                ),
+                (
+                    PathBuf::from(format!("{prefix}.scales.npy")),
+                    npy_bytes([n, dim / g], &scales)?,
+                ),
+            ]
+        }
+        Format::Fp8Tile => {
+            let (dv, tile) = (args.dv.unwrap_or(dim), args.tile);
+            let rb = quant::fp8_tile_row_bytes(dim, dv, tile, args.bf16).ok_or_else(|| {
+                format!("fp8-tile needs 0 < dv ≤ dim and dv a multiple of tile (dim {dim}, dv {dv}, tile {tile})")
+            })?;
+            let mut out = vec![0u8; n * rb];
+            for (r, row) in out.chunks_exact_mut(rb).enumerate() {
+                let s = r * dim..(r + 1) * dim;
+                match &rows {
+                    Rows::F32(x) => quant::quantize_fp8_tile(&x[s], dv, tile, args.bf16, row),
+                    Rows::F16(x) => quant::quantize_fp8_tile(&x[s], dv, tile, args.bf16, row),
+                    Rows::Bf16(x) => quant::quantize_fp8_tile(&x[s], dv, tile, args.bf16, row),
+                }
+                .map_err(msg)?;
+            }
+            let codes: Vec<u8> = out
+                .chunks_exact(rb)
+                .flat_map(|r| r[..dv].iter().copied())
+                .collect();
+            let scales: Vec<f32> = out
+                .chunks_exact(rb)
+                .flat_map(|r| {
+                    r[dv..dv + 4 * (dv / tile)]
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                })
+                .collect();
+            vec![
+                (
+                    PathBuf::from(format!("{prefix}.q.npy")),
+                    npy_bytes([n, dv], &codes)?,
+                ),
+                (
+                    PathBuf::from(format!("{prefix}.scales.npy")),
+                    npy_bytes([n, dv / tile], &scales)?,
+                ),
+                (
+                    PathBuf::from(format!("{prefix}.rows.npy")),
+                    npy_bytes([n, rb], &out)?,
+                ),
+            ]
+        }
+    };
+    write_all(&files)
+}
+
+fn dequantize(args: &FormatArgs, prefix: &str, output: &Path) -> Result<(), String> {
+    let msg = |e: edgekv::Error| format!("dequantize: {e}");
+    let path = |ext: &str| PathBuf::from(format!("{prefix}.{ext}.npy"));
+    let (n, dim, out) = match args.format {
+        Format::Q8_0 | Format::Int8Head => {
+            let (q, [n, dim]) = read_npy(&path("q"))?;
+            let (s, [sn, groups]) = read_npy(&path("scales"))?;
+            if dtype_of(&q) != "|i1" || dtype_of(&s) != "<f2" {
+                return Err(format!("{prefix}: expected int8 codes and float16 scales"));
+            }
+            let g = group_for(args.format, dim);
+            if sn != n || groups == 0 || dim % g != 0 || dim / g != groups {
+                return Err(format!(
+                    "{prefix}: scales shape [{sn}, {groups}] does not match codes [{n}, {dim}] for {:?}",
+                    args.format
+                ));
+            }
+            let codes: Vec<i8> = q.into_vec().map_err(|e| e.to_string())?;
+            let scales: Vec<f16> = s.into_vec().map_err(|e| e.to_string())?;
+            let mut out = vec![0f32; n * dim];
+            quant::dequantize_q8(&codes, &scales, g, &mut out).map_err(msg)?;
+            (n, dim, out)
+        }
+        Format::Fp8Tile => {
+            let (q, [n, dv]) = read_npy(&path("q"))?;
+            let (s, [_, tiles]) = read_npy(&path("scales"))?;
+            let (r, [rn, rb]) = read_npy(&path("rows"))?;
+            if dtype_of(&r) != "|u1" || rn != n || tiles == 0 || dv % tiles != 0 {
+                return Err(format!(
+                    "{prefix}: rows / codes / scales shapes or dtypes do not match"
+                ));
+            }
+            drop((q, s));
+            let tile = dv / tiles;
+            let eb = if args.bf16 { 2 } else { 4 };
+            let head = dv + 4 * tiles;
+            if rb < head || (rb - head) % eb != 0 {
+                return Err(format!(
+                    "{prefix}: row bytes {rb} do not fit dv {dv}, tile {tile}"
+                ));
+            }
+            let dim = dv + (rb - head) / eb;
+            let bytes: Vec<u8> = r.into_vec().map_err(|e| e.to_string())?;
+            let mut out = vec![0f32; n * dim];
+            for (row, o) in bytes.chunks_exact(rb).zip(out.chunks_exact_mut(dim)) {
+                quant::dequantize_fp8_tile(row, dv, tile, args.bf16, o).map_err(msg)?;
+            }
+            (n, dim, out)
+        }
+    };
+    write_all(&[(output.to_path_buf(), npy_bytes([n, dim], &out)?)])
+}

@@ -1,0 +1,295 @@
+//! The `edgekv` binary end to end: parity with the reference vectors through .npy files, the
+//! dequantize round trip, and bad input (clear message, non-zero exit, no output file).
+
+use std::fs;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use npyz::WriterBuilder;
+
+fn data(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(rel)
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("edgekv-cli-{}-{name}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn edgekv(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_edgekv"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn load<T: npyz::Deserialize>(path: &Path) -> (Vec<u64>, Vec<T>) {
+    let npy = npyz::NpyFile::new(Cursor::new(fs::read(path).unwrap())).unwrap();
+    (npy.shape().to_vec(), npy.into_vec().unwrap())
+}
+
+fn save<T: npyz::AutoSerialize + Clone>(path: &Path, shape: &[u64], data: &[T]) {
+    let mut buf = Vec::new();
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(&mut buf)
+        .begin_nd()
+        .unwrap();
+    w.extend(data.iter().cloned()).unwrap();
+    w.finish().unwrap();
+    fs::write(path, buf).unwrap();
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn bits16(v: &[half::f16]) -> Vec<u16> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn bits32(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn q8_0_files_match_gguf_py_bit_for_bit() {
+    let dir = scratch("q8");
+    for case in ["normal_r256_d64", "small_r64_d128", "edge_r8_d64"] {
+        let input = data(&format!("q8_0/{case}.input.npy"));
+        let prefix = dir.join(case);
+        let (ok, err) = edgekv(&["quantize", "--format", "q8_0", s(&input), s(&prefix)]);
+        assert!(ok, "{err}");
+        let (shape, q): (_, Vec<i8>) = load(&dir.join(format!("{case}.q.npy")));
+        let (_, want_q): (_, Vec<i8>) = load(&data(&format!("q8_0/{case}.q.npy")));
+        assert_eq!(q, want_q, "{case} codes");
+        let (sshape, sc): (_, Vec<half::f16>) = load(&dir.join(format!("{case}.scales.npy")));
+        let (_, want_s): (_, Vec<half::f16>) = load(&data(&format!("q8_0/{case}.scales.npy")));
+        assert_eq!(bits16(&sc), bits16(&want_s), "{case} scales");
+        assert_eq!((sshape[0], sshape[1] * 32), (shape[0], shape[1]));
+        let out = dir.join(format!("{case}.dq.npy"));
+        let (ok, err) = edgekv(&["dequantize", "--format", "q8_0", s(&prefix), s(&out)]);
+        assert!(ok, "{err}");
+        let (_, dq): (_, Vec<f32>) = load(&out);
+        let (_, want): (_, Vec<f32>) = load(&data(&format!("q8_0/{case}.dequant.npy")));
+        assert_eq!(bits32(&dq), bits32(&want), "{case} dequant");
+    }
+}
+
+#[test]
+fn int8_head_has_one_scale_per_row_and_round_trips() {
+    let dir = scratch("head");
+    let input = data("q8_0/small_r64_d128.input.npy");
+    let prefix = dir.join("h");
+    assert!(edgekv(&["quantize", "--format", "int8-head", s(&input), s(&prefix)]).0);
+    let (shape, sc): (_, Vec<half::f16>) = load(&dir.join("h.scales.npy"));
+    assert_eq!(shape, [64, 1]);
+    let out = dir.join("h.dq.npy");
+    assert!(edgekv(&["dequantize", "--format", "int8-head", s(&prefix), s(&out)]).0);
+    let (_, x): (_, Vec<f32>) = load(&input);
+    let (_, y): (_, Vec<f32>) = load(&out);
+    for (r, (xr, yr)) in x.chunks(128).zip(y.chunks(128)).enumerate() {
+        // Half a step of the stored scale, plus the f16 rounding of that scale over 127 steps.
+        let bound = sc[r].to_f32() * (0.5 + 127.0 * 1e-3);
+        assert!(
+            xr.iter().zip(yr).all(|(a, b)| (a - b).abs() <= bound),
+            "row {r}"
+        );
+    }
+}
+
+#[test]
+fn fp8_tile_rows_match_the_reference_except_zero_tiles() {
+    let dir = scratch("fp8");
+    for (case, dv, tile, bf16) in [
+        ("f32_d300_dv256_t64", 256usize, 64usize, false),
+        ("bf16_d576_dv512_t128", 512, 128, true),
+        ("f32_small_d40_dv32_t16", 32, 16, false),
+        ("edge_f32_d40_dv32_t16", 32, 16, false),
+    ] {
+        // The vectors are [blocks, block_size, 1, d]: flatten to [rows, d].
+        let input = data(&format!("fp8_tile/{case}.input.npy"));
+        let flat = dir.join(format!("{case}.in2d.npy"));
+        let npy = npyz::NpyFile::new(Cursor::new(fs::read(&input).unwrap())).unwrap();
+        let shape = npy.shape().to_vec();
+        let (rows, d) = (shape[0] * shape[1] * shape[2], shape[3]);
+        if bf16 {
+            save(&flat, &[rows, d], &npy.into_vec::<u16>().unwrap());
+        } else {
+            save(&flat, &[rows, d], &npy.into_vec::<f32>().unwrap());
+        }
+        let prefix = dir.join(case);
+        let (dvs, tiles) = (dv.to_string(), tile.to_string());
+        let mut args = vec![
+            "quantize", "--format", "fp8-tile", "--dv", &dvs, "--tile", &tiles,
+        ];
+        if bf16 {
+            args.push("--bf16");
+        }
+        args.extend([s(&flat), s(&prefix)]);
+        let (ok, err) = edgekv(&args);
+        assert!(ok, "{err}");
+        let (_, got): (_, Vec<u8>) = load(&dir.join(format!("{case}.rows.npy")));
+        let (_, want): (_, Vec<u8>) = load(&data(&format!("fp8_tile/{case}.output.npy")));
+        assert_eq!(got.len(), want.len());
+        let rb = got.len() / rows as usize;
+        let mut zero_tiles = 0;
+        for (g, w) in got.chunks(rb).zip(want.chunks(rb)) {
+            for t in 0..dv / tile {
+                let scale = &g[dv + 4 * t..dv + 4 * t + 4];
+                let codes = t * tile..(t + 1) * tile;
+                if scale == [0; 4] && w[codes.clone()].iter().all(|&c| c == 0xFF || c == 0x7F) {
+                    // All-zero tile: the reference writes NaN codes; ours are 0 by design.
+                    assert!(g[codes].iter().all(|&c| c == 0));
+                    zero_tiles += 1;
+                } else {
+                    assert_eq!(&g[codes.clone()], &w[codes], "{case} tile {t} codes");
+                    assert_eq!(
+                        scale,
+                        &w[dv + 4 * t..dv + 4 * t + 4],
+                        "{case} tile {t} scale"
+                    );
+                }
+            }
+            assert_eq!(
+                &g[dv + 4 * (dv / tile)..],
+                &w[dv + 4 * (dv / tile)..],
+                "{case} tail"
+            );
+        }
+        assert_eq!(zero_tiles > 0, case.starts_with("edge"), "{case}");
+        // Dequantize gives [rows, d] back.
+        let out = dir.join(format!("{case}.dq.npy"));
+        let mut args = vec!["dequantize", "--format", "fp8-tile"];
+        if bf16 {
+            args.push("--bf16");
+        }
+        args.extend([s(&prefix), s(&out)]);
+        let (ok, err) = edgekv(&args);
+        assert!(ok, "{err}");
+        let (dshape, _): (_, Vec<f32>) = load(&out);
+        assert_eq!(dshape, [rows, d]);
+    }
+}
+
+#[test]
+fn bad_input_fails_cleanly_without_output() {
+    let dir = scratch("bad");
+    let garbage = dir.join("garbage.npy");
+    fs::write(&garbage, b"\x93NUMPY this is not a header").unwrap();
+    let ints = dir.join("ints.npy");
+    save(&ints, &[2, 32], &[7i32; 64]);
+    let odd = dir.join("odd.npy");
+    save(&odd, &[2, 48], &[1.0f32; 96]);
+    let three_d = dir.join("3d.npy");
+    save(&three_d, &[2, 2, 32], &[1.0f32; 128]);
+    let bits = dir.join("bits.npy");
+    save(&bits, &[1, 32], &[0x3f80u16; 32]);
+    let floats = dir.join("floats.npy");
+    save(&floats, &[1, 64], &[0.5f32; 64]);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["quantize", "--format", "q8_0", s(&garbage)],
+            "not a valid .npy",
+        ),
+        (
+            vec!["quantize", "--format", "q8_0", s(&ints)],
+            "unsupported dtype",
+        ),
+        (
+            vec!["quantize", "--format", "q8_0", s(&odd)],
+            "not divisible",
+        ),
+        (vec!["quantize", "--format", "q8_0", s(&three_d)], "2-D"),
+        (vec!["quantize", "--format", "q8_0", s(&bits)], "--bf16"),
+        (
+            vec!["quantize", "--format", "q8_0", "--bf16", s(&floats)],
+            "uint16",
+        ),
+        (
+            vec![
+                "quantize",
+                "--format",
+                "fp8-tile",
+                "--dv",
+                "48",
+                "--tile",
+                "32",
+                s(&floats),
+            ],
+            "multiple of tile",
+        ),
+        (
+            vec![
+                "quantize",
+                "--format",
+                "fp8-tile",
+                "--dv",
+                "128",
+                s(&floats),
+            ],
+            "dv",
+        ),
+        (
+            vec!["quantize", "--format", "q8_0", "/nonexistent/in.npy"],
+            "No such file",
+        ),
+    ];
+    for (mut args, want) in cases {
+        let prefix = dir.join("out");
+        args.push(s(&prefix));
+        let (ok, err) = edgekv(&args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.contains(want), "{args:?}: {err}");
+        let left: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            left.iter().all(|f| !f.to_string_lossy().starts_with("out")),
+            "partial output: {left:?}"
+        );
+    }
+    // Dequantize of a prefix whose files are missing or mismatched.
+    let (ok, err) = edgekv(&[
+        "dequantize",
+        "--format",
+        "q8_0",
+        s(&dir.join("none")),
+        s(&dir.join("o.npy")),
+    ]);
+    assert!(!ok && err.contains("No such file"), "{err}");
+    assert!(
+        edgekv(&[
+            "quantize",
+            "--format",
+            "int8-head",
+            s(&floats),
+            s(&dir.join("h"))
+        ])
+        .0
+    );
+    let (ok, err) = edgekv(&[
+        "dequantize",
+        "--format",
+        "q8_0",
+        s(&dir.join("h")),
+        s(&dir.join("o.npy")),
+    ]);
+    assert!(!ok && err.contains("does not match"), "{err}");
+    assert!(!dir.join("o.npy").exists());
+    // A bad flag is a usage error from clap.
+    let (ok, err) = edgekv(&["quantize", "--format", "q4", s(&floats), "x"]);
+    assert!(!ok && err.contains("invalid value"), "{err}");
+}
