@@ -169,6 +169,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let (row_bytes, srow_bytes) = (g.row_bytes(kv), g.scale_row_bytes(kv));
         let (fmt, row_elems, head_dim) = self.row_format(kv);
         let n = rows.len() / row_elems;
+        // Field borrows rather than `self.table(slot)`: the table is read while `data` is written.
         let base = slot * self.plan.table_len;
         let table = &self.tables[base..base + self.records[slot].held as usize];
         for run in PageRuns::new(table, self.config.page_tokens, start, n) {
