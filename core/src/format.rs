@@ -177,7 +177,7 @@ pub(crate) fn encode_rows<T: Element>(
             crate::quant::quantize_q8(src, group as usize, bytemuck::cast_slice_mut(vals), scales)
         }
         ElementFormat::Fp8Tile { dv, tile, bf16 } => {
-            let heads = src.len() / head_dim.max(1);
+            let heads = src.len() / head_dim;
             let row = vals.len() / heads.max(1);
             for (x, r) in src.chunks_exact(head_dim).zip(vals.chunks_exact_mut(row)) {
                 crate::quant::quantize_fp8_tile(x, dv as usize, tile as usize, bf16, r)?;
@@ -208,7 +208,7 @@ pub(crate) fn decode_rows<T: Element>(
             crate::quant::dequantize_q8(bytemuck::cast_slice(vals), scales, group as usize, dst)
         }
         ElementFormat::Fp8Tile { dv, tile, bf16 } => {
-            let heads = dst.len() / head_dim.max(1);
+            let heads = dst.len() / head_dim;
             let row = vals.len() / heads.max(1);
             for (r, x) in vals.chunks_exact(row).zip(dst.chunks_exact_mut(head_dim)) {
                 crate::quant::dequantize_fp8_tile(r, dv as usize, tile as usize, bf16, x)?;

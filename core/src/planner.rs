@@ -346,6 +346,22 @@ pub enum Pool {
 impl Pool {
     /// All pools in arena order.
     pub const ALL: [Pool; 4] = [Pool::KValues, Pool::KScales, Pool::VValues, Pool::VScales];
+
+    /// The value pool of K or V.
+    pub const fn values(kv: Kv) -> Pool {
+        match kv {
+            Kv::K => Pool::KValues,
+            Kv::V => Pool::VValues,
+        }
+    }
+
+    /// The scale pool of K or V.
+    pub const fn scales(kv: Kv) -> Pool {
+        match kv {
+            Kv::K => Pool::KScales,
+            Kv::V => Pool::VScales,
+        }
+    }
 }
 
 impl PageGeometry {
@@ -410,30 +426,24 @@ impl Plan {
     /// is out of range.
     #[inline]
     pub const fn page_offset(&self, layer: u16, kv: Kv, page: u16) -> Option<usize> {
-        if layer >= self.geometry.layers || page >= self.num_pages {
-            return None;
-        }
-        let g = &self.geometry;
-        let pool = match kv {
-            Kv::K => Pool::KValues,
-            Kv::V => Pool::VValues,
-        };
-        Some(self.pool_offset(layer, pool) + page as usize * g.stride(kv))
+        self.slot_offset(layer, Pool::values(kv), page)
     }
 
     /// Byte offset in the data arena of the scale page `(layer, kv, page)` (meaningful only for
     /// formats with a scale pool), or `None` when an index is out of range.
     #[inline]
     pub const fn scale_offset(&self, layer: u16, kv: Kv, page: u16) -> Option<usize> {
+        self.slot_offset(layer, Pool::scales(kv), page)
+    }
+
+    /// Byte offset in the data arena of `page`'s slot in `pool` of `layer`, or `None` when an
+    /// index is out of range.
+    #[inline]
+    pub const fn slot_offset(&self, layer: u16, pool: Pool, page: u16) -> Option<usize> {
         if layer >= self.geometry.layers || page >= self.num_pages {
             return None;
         }
-        let g = &self.geometry;
-        let (pool, stride) = match kv {
-            Kv::K => (Pool::KScales, g.k_scale_stride),
-            Kv::V => (Pool::VScales, g.v_scale_stride),
-        };
-        Some(self.pool_offset(layer, pool) + page as usize * stride)
+        Some(self.pool_offset(layer, pool) + page as usize * self.geometry.pool_stride(pool))
     }
 
     /// Byte offset of page 0 of `pool` in `layer` (`layer < layers`, else meaningless).

@@ -2,9 +2,12 @@
 
 use super::KvCache;
 use crate::alloc::PageAllocator;
+use core::ops::Range;
+
 use crate::alloc::PageId;
 use crate::error::{Error, Result};
 use crate::format::{Element, ElementFormat, decode_rows, encode_rows};
+use crate::planner::Plan;
 use crate::pool::PageState;
 use crate::sequence::SeqId;
 use crate::shape::Kv;
@@ -68,21 +71,14 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     ) -> Result<()> {
         let slot = self.slot(seq)?;
         let n = self.check_rows(slot, layer, start, out.len())?;
-        let g = self.plan.geometry;
-        let (row_bytes, srow_bytes) = (g.row_bytes(kv), g.scale_row_bytes(kv));
         let (fmt, row_elems, head_dim) = self.row_format(kv);
         for run in PageRuns::new(self.table(slot), self.config.page_tokens, start, n) {
-            let off = self.plan.page_offset(layer, kv, run.page).unwrap_or(0);
-            let soff = self.plan.scale_offset(layer, kv, run.page).unwrap_or(0);
-            let (vals, scales) = (
-                off + run.in_page * row_bytes,
-                soff + run.in_page * srow_bytes,
-            );
+            let (vals, scales) = run_ranges(&self.plan, layer, kv, &run);
             decode_rows(
                 fmt,
                 head_dim,
-                &self.data[vals..vals + run.count * row_bytes],
-                &self.data[scales..scales + run.count * srow_bytes],
+                &self.data[vals],
+                &self.data[scales],
                 &mut out[run.done * row_elems..(run.done + run.count) * row_elems],
             )?;
         }
@@ -165,39 +161,41 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         start: u32,
         rows: &[T],
     ) -> Result<()> {
-        let g = self.plan.geometry;
-        let (row_bytes, srow_bytes) = (g.row_bytes(kv), g.scale_row_bytes(kv));
         let (fmt, row_elems, head_dim) = self.row_format(kv);
         let n = rows.len() / row_elems;
         // Field borrows rather than `self.table(slot)`: the table is read while `data` is written.
         let base = slot * self.plan.table_len;
         let table = &self.tables[base..base + self.records[slot].held as usize];
         for run in PageRuns::new(table, self.config.page_tokens, start, n) {
-            let off = self.plan.page_offset(layer, kv, run.page).unwrap_or(0);
-            let soff = self.plan.scale_offset(layer, kv, run.page).unwrap_or(0);
-            let (vals, scales) = (
-                off + run.in_page * row_bytes,
-                soff + run.in_page * srow_bytes,
-            );
-            // The scale pool follows the value pool of the same layer and K/V.
-            let (head, tail) = self
-                .data
-                .split_at_mut(scales.max(vals + run.count * row_bytes));
-            let scale_bytes = if srow_bytes == 0 {
-                &mut [][..]
-            } else {
-                &mut tail[..run.count * srow_bytes]
-            };
+            let (vals, scales) = run_ranges(&self.plan, layer, kv, &run);
+            // The scale pool follows the value pool of the same layer and K/V (and is empty
+            // without scales), so one split gives both ranges.
+            let (head, tail) = self.data.split_at_mut(scales.start.max(vals.end));
             encode_rows(
                 fmt,
                 head_dim,
                 &rows[run.done * row_elems..(run.done + run.count) * row_elems],
-                &mut head[vals..vals + run.count * row_bytes],
-                scale_bytes,
+                &mut head[vals],
+                &mut tail[..scales.len()],
             )?;
         }
         Ok(())
     }
+}
+
+/// The value and scale byte ranges of a run of rows in layer `layer`'s K or V pools (the scale
+/// range is empty for formats without scales).
+#[inline]
+fn run_ranges(plan: &Plan, layer: u16, kv: Kv, run: &PageRun) -> (Range<usize>, Range<usize>) {
+    let g = &plan.geometry;
+    let (row, srow) = (g.row_bytes(kv), g.scale_row_bytes(kv));
+    // Validated callers: the page and layer are in range.
+    let vals = plan.page_offset(layer, kv, run.page).unwrap_or(0) + run.in_page * row;
+    let scales = plan.scale_offset(layer, kv, run.page).unwrap_or(0) + run.in_page * srow;
+    (
+        vals..vals + run.count * row,
+        scales..scales + run.count * srow,
+    )
 }
 
 /// A run of consecutive positions inside one page.
