@@ -47,6 +47,20 @@ pub enum Error {
     /// A quantized format's parameters do not fit the shape (group not dividing head_dim, FP8
     /// `dv` not a multiple of `tile` or larger than head_dim, zero group or tile).
     InvalidFormat,
+    /// `chunk_tokens` is not a multiple of `page_tokens`.
+    InvalidChunkSize,
+    /// The cache was configured without a prefix index.
+    NoPrefixIndex,
+    /// The call needs a paged sequence (contiguous sequences never share pages).
+    NotPaged,
+    /// The call needs an empty sequence (`attach` fills a new one).
+    SequenceNotEmpty,
+    /// Token ids given for a sequence differ from those its published pages hold, or are longer
+    /// than the sequence.
+    PromptMismatch,
+    /// A prefix hit no longer matches the index (pages were evicted or the namespace changed
+    /// since the lookup); look up again.
+    StaleHit,
 }
 
 impl fmt::Display for Error {
@@ -70,6 +84,12 @@ impl fmt::Display for Error {
             Error::TruncateBeyondLength => "truncate length exceeds the sequence length",
             Error::InvalidPage => "page id out of range or in the wrong state",
             Error::InvalidFormat => "quantized format parameters do not fit the shape",
+            Error::InvalidChunkSize => "chunk_tokens is not a multiple of page_tokens",
+            Error::NoPrefixIndex => "the cache has no prefix index",
+            Error::NotPaged => "the call needs a paged sequence",
+            Error::SequenceNotEmpty => "the call needs an empty sequence",
+            Error::PromptMismatch => "prompt tokens differ from the sequence's published pages",
+            Error::StaleHit => "prefix hit is stale: look up again",
         };
         f.write_str(msg)
     }

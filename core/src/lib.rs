@@ -10,6 +10,7 @@
 //! - [`ArenaBuf`] / `HeapArena`: caller-supplied memory.
 //! - [`PagePool`] with a pluggable [`PageAllocator`] ([`FreeList`], [`Bitmap`]).
 //! - [`KvCache`]: sequences, page tables, row I/O, fork, truncate, contiguous mode.
+//! - [`prefix`]: common-prefix matcher, chunk planner, verified prefix index and reuse.
 
 #[cfg(feature = "alloc")]
 extern crate alloc as std_alloc;
@@ -21,6 +22,7 @@ mod error;
 mod format;
 pub mod planner;
 mod pool;
+pub mod prefix;
 pub mod quant;
 mod sequence;
 mod shape;

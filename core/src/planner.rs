@@ -23,8 +23,9 @@
 //!
 //! Sections, each starting at a multiple of [`META_ALIGN`]: refcounts (`u16` per page), cached-LRU
 //! links (two `u16` per page), page flags (`u8` per page), the allocator's words
-//! (`META_BITS_PER_PAGE` bits per page, rounded up to `u32` words), sequence records (12 bytes
-//! each), page tables (`u16` per page slot, `max_seqs` × `table_len`).
+//! (`META_BITS_PER_PAGE` bits per page, rounded up to `u32` words), sequence records (16 bytes
+//! each), page tables (`u16` per page slot, `max_seqs` × `table_len`), and the prefix index when
+//! configured (see [`MetaLayout::index`]).
 
 use crate::error::{Error, Result};
 use crate::format::ElementFormat;
@@ -37,7 +38,7 @@ pub const META_ALIGN: usize = 8;
 /// Largest number of pages a cache manages (`u16` ids; `u16::MAX` is reserved as "none").
 pub const MAX_PAGES: usize = u16::MAX as usize;
 /// Bytes of one sequence record in the metadata arena.
-pub(crate) const SEQ_RECORD_BYTES: usize = 12;
+pub(crate) const SEQ_RECORD_BYTES: usize = 16;
 
 macro_rules! ck {
     ($e:expr) => {
@@ -84,6 +85,17 @@ pub struct CacheConfig {
     pub max_seqs: u16,
     /// Longest sequence in tokens (sizes each page table).
     pub max_seq_tokens: u32,
+    /// Prefill chunk size C in tokens: a multiple of `page_tokens`; 0 (the default) means one
+    /// page. Prompts are prefilled in chunks aligned to absolute multiples of C, and prefix reuse
+    /// is aligned down to C, so a reused prefix is bit-identical to a cold prefill.
+    pub chunk_tokens: u16,
+    /// Keep a prefix index (per page: a chained hash, the page's token ids and chain links, about
+    /// `28 + 4 × page_tokens` bytes of metadata). Without it prefix lookups fail with
+    /// [`Error::NoPrefixIndex`]; the single-conversation path still works.
+    pub prefix_index: bool,
+    /// Seed of the prefix hash chain: a fingerprint of everything besides the tokens that KV
+    /// depends on (model, adapter, salt); see [`crate::prefix::namespace`].
+    pub namespace: u64,
 }
 
 impl CacheConfig {
@@ -98,6 +110,36 @@ impl CacheConfig {
             align: MIN_ALIGN,
             max_seqs: 8,
             max_seq_tokens: 8192,
+            chunk_tokens: 0,
+            prefix_index: true,
+            namespace: 0,
+        }
+    }
+
+    /// Sets the prefill chunk size C (a multiple of `page_tokens`; 0 means one page).
+    pub const fn with_chunk_tokens(mut self, chunk_tokens: u16) -> Self {
+        self.chunk_tokens = chunk_tokens;
+        self
+    }
+
+    /// Keeps a prefix index, or not.
+    pub const fn with_prefix_index(mut self, on: bool) -> Self {
+        self.prefix_index = on;
+        self
+    }
+
+    /// Sets the prefix namespace (see [`crate::prefix::namespace`]).
+    pub const fn with_namespace(mut self, namespace: u64) -> Self {
+        self.namespace = namespace;
+        self
+    }
+
+    /// The effective prefill chunk size in tokens: `chunk_tokens`, or `page_tokens` when 0.
+    pub const fn chunk(&self) -> u32 {
+        if self.chunk_tokens == 0 {
+            self.page_tokens as u32
+        } else {
+            self.chunk_tokens as u32
         }
     }
 
@@ -144,6 +186,9 @@ impl CacheConfig {
         }
         if !self.align.is_power_of_two() || self.align < MIN_ALIGN {
             return Err(Error::InvalidAlignment);
+        }
+        if self.chunk() % self.page_tokens as u32 != 0 {
+            return Err(Error::InvalidChunkSize);
         }
         let p = self.page_tokens as usize;
         let (heads, dim) = (s.kv_heads as usize, s.head_dim as usize);
@@ -216,11 +261,17 @@ impl CacheConfig {
         } else {
             num_pages
         };
+        let index_tokens = if self.prefix_index {
+            self.page_tokens as usize
+        } else {
+            0
+        };
         let meta = tri!(MetaLayout::new(
             num_pages,
             self.max_seqs as usize,
             table_len,
-            alloc_bits_per_page
+            alloc_bits_per_page,
+            index_tokens
         ));
         Ok(Plan {
             geometry: geo,
@@ -494,12 +545,24 @@ pub struct MetaLayout {
     pub seqs: usize,
     /// Page tables.
     pub tables: usize,
+    /// Prefix index (empty without one): per page a hash, a registration id and its parent's
+    /// (`u64` each), then the page's token ids (`u32` × `page_tokens`), then the hash table's
+    /// buckets (`u16`, [`MetaLayout::index_buckets`] of them).
+    pub index: usize,
+    /// Buckets of the prefix index's hash table (a power of two ≥ 2 × pages; 0 without one).
+    pub index_buckets: usize,
     /// Total bytes.
     pub total: usize,
 }
 
 impl MetaLayout {
-    const fn new(pages: usize, seqs: usize, table_len: usize, alloc_bits: usize) -> Result<Self> {
+    const fn new(
+        pages: usize,
+        seqs: usize,
+        table_len: usize,
+        alloc_bits: usize,
+        index_tokens: usize,
+    ) -> Result<Self> {
         let refcounts = 0;
         let lru = ck!(round_up(refcounts + ck!(pages.checked_mul(2)), META_ALIGN));
         let flags = ck!(round_up(
@@ -517,7 +580,16 @@ impl MetaLayout {
             META_ALIGN
         ));
         let table_bytes = ck!(ck!(seqs.checked_mul(table_len)).checked_mul(2));
-        let total = ck!(round_up(ck!(tables.checked_add(table_bytes)), META_ALIGN));
+        let index = ck!(round_up(ck!(tables.checked_add(table_bytes)), META_ALIGN));
+        let (index_buckets, index_bytes) = if index_tokens == 0 {
+            (0, 0)
+        } else {
+            let buckets = ck!(ck!(pages.checked_mul(2)).checked_next_power_of_two());
+            let per_page = ck!(ck!(index_tokens.checked_mul(4)).checked_add(24));
+            let bytes = ck!(ck!(pages.checked_mul(per_page)).checked_add(buckets * 2));
+            (buckets, bytes)
+        };
+        let total = ck!(round_up(ck!(index.checked_add(index_bytes)), META_ALIGN));
         Ok(MetaLayout {
             refcounts,
             lru,
@@ -526,6 +598,8 @@ impl MetaLayout {
             allocator_bytes,
             seqs: seq_records,
             tables,
+            index,
+            index_buckets,
             total,
         })
     }

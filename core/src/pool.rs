@@ -2,6 +2,7 @@
 
 use crate::alloc::{NO_PAGE, PageAllocator, PageId};
 use crate::error::{Error, Result};
+use crate::prefix::index::PrefixIndex;
 
 /// Page flag: the page is registered in the prefix index (kept as cached when unreferenced).
 const REGISTERED: u8 = 1;
@@ -34,17 +35,32 @@ pub struct PagePool<'a, A> {
     lru_tail: PageId,
     cached: u16,
     alloc: A,
+    index: PrefixIndex<'a>,
 }
 
 impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
     /// Builds a pool of `num_pages` free pages over metadata sections (zeroed): `refcounts`,
-    /// `links` (two `u16` per page), `flags` and the allocator's section.
+    /// `links` (two `u16` per page), `flags` and the allocator's section, without a prefix index
+    /// (so pages are never cached). [`KvCache`](crate::KvCache) builds its own pool.
     pub fn new(
         num_pages: u16,
         refcounts: &'a mut [u16],
         links: &'a mut [u16],
         flags: &'a mut [u8],
         alloc_meta: &'a mut [u8],
+    ) -> Result<Self> {
+        let index = PrefixIndex::disabled();
+        Self::with_index(num_pages, refcounts, links, flags, alloc_meta, index)
+    }
+
+    /// [`new`](Self::new) with a prefix index.
+    pub(crate) fn with_index(
+        num_pages: u16,
+        refcounts: &'a mut [u16],
+        links: &'a mut [u16],
+        flags: &'a mut [u8],
+        alloc_meta: &'a mut [u8],
+        index: PrefixIndex<'a>,
     ) -> Result<Self> {
         let n = num_pages as usize;
         let refcounts = refcounts.get_mut(..n).ok_or(Error::ArenaTooSmall)?;
@@ -64,6 +80,7 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
             lru_tail: NO_PAGE,
             cached: 0,
             alloc,
+            index,
         })
     }
 
@@ -107,20 +124,37 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
             .is_some_and(|f| f & REGISTERED != 0)
     }
 
-    /// Marks a used page as registered (its last release caches it instead of freeing it) or
-    /// unregisters it. Only used pages may change registration.
-    pub fn set_registered(&mut self, page: PageId, registered: bool) -> Result<()> {
+    /// Registers a used, unregistered page in the prefix index (its last release will cache it
+    /// instead of freeing it) and returns its registration id.
+    pub(crate) fn register(
+        &mut self,
+        page: PageId,
+        hash: u64,
+        parent: u64,
+        tokens: &[u32],
+    ) -> Result<u64> {
+        if !self.index.enabled() {
+            return Err(Error::NoPrefixIndex);
+        }
         match self.state(page) {
-            Some(PageState::Used(_)) => {}
+            Some(PageState::Used(_)) if !self.is_registered(page) => {}
             _ => return Err(Error::InvalidPage),
         }
-        let f = &mut self.flags[page as usize];
-        if registered {
-            *f |= REGISTERED
-        } else {
-            *f &= !REGISTERED
+        if tokens.len() != self.index.tokens(page).len() {
+            return Err(Error::LengthMismatch);
         }
-        Ok(())
+        self.flags[page as usize] |= REGISTERED;
+        Ok(self.index.insert(page, hash, parent, tokens))
+    }
+
+    /// The prefix index (read-only).
+    pub(crate) fn index(&self) -> &PrefixIndex<'a> {
+        &self.index
+    }
+
+    /// Pages registered in the prefix index (used or cached).
+    pub fn registered_pages(&self) -> usize {
+        self.index.entries()
     }
 
     /// Allocates one page with refcount 1: a free page, else the least recently cached one
@@ -138,6 +172,7 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
                 if let Some(f) = self.flags.get_mut(victim as usize) {
                     *f &= !REGISTERED;
                 }
+                self.index.remove(victim);
                 victim
             }
         };
@@ -280,6 +315,11 @@ mod tests {
         links: [u16; 16],
         flags: [u8; 8],
         alloc: [u64; 4],
+        hashes: [u64; 8],
+        regs: [u64; 8],
+        parents: [u64; 8],
+        tokens: [u32; 16],
+        buckets: [u16; 16],
     }
 
     fn mem() -> Mem {
@@ -288,16 +328,31 @@ mod tests {
             links: [0; 16],
             flags: [0; 8],
             alloc: [0; 4],
+            hashes: [0; 8],
+            regs: [0; 8],
+            parents: [0; 8],
+            tokens: [0; 16],
+            buckets: [0; 16],
         }
     }
 
+    /// A pool of `n ≤ 8` pages with a prefix index of 2-token pages.
     fn pool<'a, A: PageAllocator<'a>>(m: &'a mut Mem, n: u16) -> PagePool<'a, A> {
-        PagePool::new(
+        let index = PrefixIndex::new(
+            2,
+            &mut m.hashes,
+            &mut m.regs,
+            &mut m.parents,
+            &mut m.tokens,
+            &mut m.buckets,
+        );
+        PagePool::with_index(
             n,
             &mut m.rc,
             &mut m.links,
             &mut m.flags,
             bytemuck::cast_slice_mut(&mut m.alloc),
+            index,
         )
         .unwrap()
     }
@@ -326,8 +381,12 @@ mod tests {
         let pages: Vec<_> = (0..4).map(|_| p.alloc().unwrap()).collect();
         assert_eq!(p.alloc(), Err(Error::OutOfPages));
         for &pg in &pages[..3] {
-            p.set_registered(pg, true).unwrap();
+            // All with the same hash: the index keeps colliding entries apart.
+            p.register(pg, 5, 0, &[pg as u32, 1]).unwrap();
         }
+        assert_eq!(p.register(pages[0], 5, 0, &[0, 1]), Err(Error::InvalidPage));
+        assert_eq!(p.register(pages[3], 5, 0, &[0]), Err(Error::LengthMismatch));
+        assert_eq!(p.registered_pages(), 3);
         // Release order 2, 0, 1: LRU order is the same.
         for i in [2, 0, 1] {
             p.release(pages[i]).unwrap();
@@ -343,12 +402,21 @@ mod tests {
         // Then eviction in LRU order: 2 then 1; each evicted page loses its registration.
         assert_eq!(p.alloc(), Ok(pages[2]));
         assert!(!p.is_registered(pages[2]));
+        assert_eq!(p.index().find(5, 0, &[pages[2] as u32, 1]), None);
+        assert_eq!(
+            p.index().find(5, 0, &[pages[1] as u32, 1]),
+            Some(pages[1]),
+            "colliding entries survive the removal"
+        );
+        assert_eq!(p.index().check(), Ok(()));
         assert_eq!(p.alloc(), Ok(pages[1]));
         assert_eq!(p.alloc(), Err(Error::OutOfPages));
         let mut cached = Vec::new();
         p.for_each_cached(|pg| cached.push(pg));
         assert!(cached.is_empty());
-        assert_eq!(p.set_registered(7, true), Err(Error::InvalidPage));
+        assert_eq!(p.register(7, 1, 0, &[0, 0]), Err(Error::InvalidPage));
+        assert_eq!(p.registered_pages(), 1, "only the revived page is left");
+        assert_eq!(p.index().check(), Ok(()));
     }
 
     #[test]

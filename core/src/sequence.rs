@@ -57,17 +57,22 @@ pub struct SeqInfo {
     pub capacity: u32,
     /// Its mode.
     pub mode: SeqMode,
+    /// Leading positions committed as prompt ([`commit_prompt`](crate::KvCache::commit_prompt));
+    /// only these can be reused.
+    pub prompt: u32,
 }
 
 pub(crate) const LIVE: u16 = 1;
 pub(crate) const CONTIGUOUS: u16 = 2;
 
-/// One sequence slot in the metadata arena (12 bytes, little-endian on every supported target).
+/// One sequence slot in the metadata arena (16 bytes, little-endian on every supported target).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub(crate) struct SeqRecord {
     /// Reserved positions.
     pub len: u32,
+    /// Leading positions committed as prompt (prefilled in chunk-aligned steps); `≤ len`.
+    pub prompt: u32,
     /// Pages held in the page table (paged: exactly those covering `len`; contiguous: capacity).
     pub held: u16,
     /// Bumped at every create.

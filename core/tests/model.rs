@@ -42,7 +42,7 @@ const MAX_TOKENS: u32 = 40;
 /// Largest page id's bytes: every stride is 64 bytes (P ≤ 4 rows of ≤ 16 bytes), K and V, 2 layers.
 const PAGE_BYTES_MAX: usize = 2 * 2 * 64;
 const DATA_BYTES: usize = MAX_POOL * PAGE_BYTES_MAX;
-const META_BYTES: usize = 1024;
+const META_BYTES: usize = 4096;
 const KVS: [Kv; 2] = [Kv::K, Kv::V];
 
 // ---------------------------------------------------------------------------------------------
@@ -967,6 +967,7 @@ fn check<'a, A: PageAllocator<'a>>(cache: &KvCache<'a, A>, m: &Model) -> Result<
                 pages: held as u16,
                 capacity: held as u32 * m.p,
                 mode: s.mode,
+                prompt: 0, // this model commits no prompts
             }),
             "sequence {:?}",
             s.id

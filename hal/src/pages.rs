@@ -24,7 +24,7 @@ pub struct PageRegion {
 /// use edgekv_hal::{IdentityMap, page_region};
 ///
 /// let cfg = CacheConfig::new(Shape { layers: 1, kv_heads: 1, head_dim: 16 });
-/// let (mut data, mut meta) = (ArenaBuf::<8192>::new(), ArenaBuf::<512>::new());
+/// let (mut data, mut meta) = (ArenaBuf::<8192>::new(), ArenaBuf::<2048>::new());
 /// let mut cache: KvCache = KvCache::new(cfg, data.as_uninit_mut(), meta.as_uninit_mut())?;
 /// let seq = cache.create_sequence(SeqMode::Paged)?;
 /// cache.reserve(seq, 1)?;
@@ -82,13 +82,13 @@ mod tests {
         })
         .with_page_tokens(4);
         let mut data = ArenaBuf::<{ 64 * 1024 }>::new();
-        let mut meta = ArenaBuf::<4096>::new();
+        let mut meta = ArenaBuf::<16384>::new();
         assert!(
             KvCache::<edgekv::FreeList>::plan(&cfg, 64 * 1024)
                 .unwrap()
                 .meta
                 .total
-                <= 4096
+                <= 16384
         );
         let mut cache: KvCache =
             KvCache::new(cfg, data.as_uninit_mut(), meta.as_uninit_mut()).unwrap();

@@ -31,6 +31,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             };
         *r = SeqRecord {
             len,
+            prompt: 0,
             held,
             generation,
             flags,
@@ -50,6 +51,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let r = &mut self.records[slot];
         r.flags = 0;
         r.len = 0;
+        r.prompt = 0;
         self.live -= 1;
         Ok(())
     }
@@ -139,7 +141,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                     *self.table_entry(child, i) = dst + i as PageId;
                 }
             }
-            return Ok(self.open_slot(child, SeqMode::Contiguous, rec.len, rec.held));
+            let id = self.open_slot(child, SeqMode::Contiguous, rec.len, rec.held);
+            self.records[child].prompt = rec.prompt;
+            return Ok(id);
         }
         let full = rec.len as usize / self.config.page_tokens as usize;
         if held > full && self.pool.available() == 0 {
@@ -174,7 +178,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 }
             }
         }
-        Ok(self.open_slot(child, SeqMode::Paged, rec.len, rec.held))
+        let id = self.open_slot(child, SeqMode::Paged, rec.len, rec.held);
+        self.records[child].prompt = rec.prompt;
+        Ok(id)
     }
 
     /// Shortens a sequence to `len` positions. A paged sequence releases the pages past `len`; a
@@ -192,7 +198,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             let keep = self.pages_for(len);
             self.release_tail(slot, keep);
         }
-        self.records[slot].len = len;
+        let r = &mut self.records[slot];
+        r.len = len;
+        r.prompt = r.prompt.min(len);
         Ok(())
     }
 }

@@ -2,6 +2,7 @@
 
 mod contiguous;
 mod lifecycle;
+mod prefix;
 mod rows;
 mod stats;
 mod verify;
@@ -19,6 +20,8 @@ use crate::arena::zeroed;
 use crate::error::{Error, Result};
 use crate::planner::{CacheConfig, META_ALIGN, Plan, Pool, SEQ_RECORD_BYTES};
 use crate::pool::{PagePool, PageState};
+use crate::prefix::index::PrefixIndex;
+use crate::prefix::{PageHasher, page_hash};
 use crate::sequence::{SeqId, SeqInfo, SeqRecord};
 use crate::shape::Kv;
 
@@ -35,7 +38,7 @@ use crate::shape::Kv;
 ///
 /// let cfg = CacheConfig::new(Shape { layers: 2, kv_heads: 1, head_dim: 4 }).with_page_tokens(4);
 /// let mut data = ArenaBuf::<4096>::new();
-/// let mut meta = ArenaBuf::<1024>::new();
+/// let mut meta = ArenaBuf::<2048>::new();
 /// let mut cache: KvCache = KvCache::new(cfg, data.as_uninit_mut(), meta.as_uninit_mut())?;
 ///
 /// let seq = cache.create_sequence(SeqMode::Paged)?;
@@ -55,6 +58,7 @@ pub struct KvCache<'a, A: PageAllocator<'a> = FreeList<'a>> {
     records: &'a mut [SeqRecord],
     tables: &'a mut [PageId],
     live: u16,
+    hasher: PageHasher,
 }
 
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
@@ -114,7 +118,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let (links, rest) = split(rest, m.flags - m.lru)?;
         let (flags, rest) = split(rest, m.allocator - m.flags)?;
         let (alloc, rest) = split(rest, m.seqs - m.allocator)?;
-        let (seqs, tables) = split(rest, m.tables - m.seqs)?;
+        let (seqs, rest) = split(rest, m.tables - m.seqs)?;
+        let (tables, index) = split(rest, m.index - m.tables)?;
         let cast16 = |b: &'a mut [u8]| -> Result<&'a mut [u16]> {
             bytemuck::try_cast_slice_mut(b).map_err(|_| Error::MisalignedArena)
         };
@@ -127,7 +132,39 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let tables = tables
             .get_mut(..config.max_seqs as usize * plan.table_len)
             .ok_or(Error::ArenaTooSmall)?;
-        let pool = PagePool::new(plan.num_pages, cast16(rc)?, cast16(links)?, flags, alloc)?;
+        let index = if m.index_buckets == 0 {
+            PrefixIndex::disabled()
+        } else {
+            let n = plan.num_pages as usize;
+            let tokens = n * config.page_tokens as usize;
+            let cast64 = |b: &'a mut [u8]| -> Result<&'a mut [u64]> {
+                bytemuck::try_cast_slice_mut(b).map_err(|_| Error::MisalignedArena)
+            };
+            let (hashes, rest) = split(index, 8 * n)?;
+            let (regs, rest) = split(rest, 8 * n)?;
+            let (parents, rest) = split(rest, 8 * n)?;
+            let (ids, rest) = split(rest, 4 * tokens)?;
+            let buckets = rest
+                .get_mut(..2 * m.index_buckets)
+                .ok_or(Error::ArenaTooSmall)?;
+            let ids = bytemuck::try_cast_slice_mut(ids).map_err(|_| Error::MisalignedArena)?;
+            PrefixIndex::new(
+                config.page_tokens as usize,
+                cast64(hashes)?,
+                cast64(regs)?,
+                cast64(parents)?,
+                ids,
+                cast16(buckets)?,
+            )
+        };
+        let pool = PagePool::with_index(
+            plan.num_pages,
+            cast16(rc)?,
+            cast16(links)?,
+            flags,
+            alloc,
+            index,
+        )?;
         Ok(KvCache {
             config,
             plan,
@@ -136,6 +173,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             records,
             tables,
             live: 0,
+            hasher: page_hash,
         })
     }
 
@@ -175,6 +213,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             pages: r.held,
             capacity: r.held as u32 * self.config.page_tokens as u32,
             mode: r.mode(),
+            prompt: r.prompt,
         })
     }
 

@@ -15,6 +15,8 @@ pub struct Stats {
     pub pages_used: u16,
     /// Unreferenced pages kept for prefix reuse (evictable).
     pub pages_cached: u16,
+    /// Pages published in the prefix index (used or cached).
+    pub pages_registered: u16,
     /// Live sequences.
     pub sequences: u16,
     /// Reserved positions summed over live sequences.
@@ -40,6 +42,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             pages_free: free,
             pages_used: used,
             pages_cached: cached,
+            pages_registered: self.pool.registered_pages() as u16,
             sequences: self.live,
             tokens: self
                 .records

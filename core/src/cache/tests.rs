@@ -393,13 +393,17 @@ fn registered_pages_are_cached_revived_and_evicted() {
     c.reserve(s, 8).unwrap();
     write_all(&mut c, s, 1, 0, 8);
     let t = c.page_table(s).unwrap().to_vec();
-    c.pool.set_registered(t[0], true).unwrap();
+    let prompt: Vec<u32> = (100..108).collect();
+    assert_eq!(c.commit_prompt(s, &prompt[..4]), Ok(1));
+    assert!(c.pool().is_registered(t[0]));
     // Writing into a registered page copies it: published KV never changes.
     write_all(&mut c, s, 2, 0, 1);
     let t2 = c.page_table(s).unwrap().to_vec();
     assert_ne!(t2[0], t[0]);
     assert_eq!(c.page_state(t[0]), Some(PageState::Cached));
-    c.pool.set_registered(t2[1], true).unwrap();
+    // The copy of page 0 is not published again (an equal page is); page 1 is.
+    assert_eq!(c.commit_prompt(s, &prompt), Ok(1));
+    assert!(!c.pool().is_registered(t2[0]) && c.pool().is_registered(t2[1]));
     c.free_sequence(s).unwrap();
     let st = c.stats();
     assert_eq!((st.pages_cached, st.pages_free, st.pages_used), (2, 2, 0));

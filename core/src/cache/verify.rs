@@ -24,7 +24,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// sequence (contiguous ones hold one run); every refcount equals the number of page-table
     /// references; every page is in exactly one state — used pages in no free structure, cached
     /// pages in the LRU list exactly once, free pages in the allocator exactly once; the counts
-    /// agree. For tests, fuzzing and after recovery from a suspected memory fault.
+    /// agree; registered pages are exactly those in the prefix index, each reachable from its
+    /// hash's home bucket. For tests, fuzzing and after recovery from a suspected memory fault.
     pub fn check_invariants(&self, scratch: &mut [u16]) -> Result<(), InvariantViolation> {
         let bad = |m| Err(InvariantViolation(m));
         let n = self.plan.num_pages as usize;
@@ -115,6 +116,17 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             if membership != want {
                 return bad("page is not in exactly one state");
             }
+        }
+        let index = self.pool.index();
+        if index.enabled() {
+            for page in 0..n as u16 {
+                if self.pool.is_registered(page) != (index.reg(page) != 0) {
+                    return bad("registered flag differs from the prefix index");
+                }
+            }
+            index.check().map_err(InvariantViolation)?;
+        } else if self.pool.cached_pages() != 0 {
+            return bad("cached pages without a prefix index");
         }
         Ok(())
     }

@@ -1,0 +1,226 @@
+//! Prefix reuse on a cache: committing prompts, looking up and attaching published prefixes, and
+//! the single-conversation path.
+
+use super::KvCache;
+use crate::alloc::{PageAllocator, PageId};
+use crate::error::{Error, Result};
+use crate::prefix::index::PrefixIndex;
+use crate::prefix::{PageHasher, PrefixHit, common_prefix_len, reuse_boundary};
+use crate::sequence::SeqId;
+
+impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
+    /// Replaces the page hash (default [`page_hash`](crate::prefix::page_hash)). Pages published
+    /// before are no longer found by lookups (their hashes were made by the old function) until
+    /// evicted; nothing wrong is ever reused, since every hit is verified token for token.
+    pub fn set_page_hasher(&mut self, hasher: PageHasher) {
+        self.hasher = hasher;
+    }
+
+    /// Commits positions `[0, prompt.len())` of a sequence as prompt with these token ids: they
+    /// were written by a prefill in chunks aligned to absolute multiples of the chunk size C
+    /// ([`plan_prefill`](crate::prefix::plan_prefill)). Publishes the pages of every whole chunk
+    /// to the prefix index (pages an equal published page already covers are left unpublished),
+    /// and records the prompt length for [`reuse_prefix`](Self::reuse_prefix). Returns the pages
+    /// newly published. A contiguous sequence, or a cache without an index, only records the
+    /// length. Call it again after each prefill of a longer prompt (e.g. every chat turn).
+    ///
+    /// Errors: [`UnknownSequence`](Error::UnknownSequence);
+    /// [`PromptMismatch`](Error::PromptMismatch) when the prompt is longer than the sequence or
+    /// differs from the tokens its already-published pages hold.
+    pub fn commit_prompt(&mut self, seq: SeqId, prompt: &[u32]) -> Result<u16> {
+        let slot = self.slot(seq)?;
+        let rec = self.records[slot];
+        let len = u32::try_from(prompt.len()).map_err(|_| Error::PromptMismatch)?;
+        if len > rec.len {
+            return Err(Error::PromptMismatch);
+        }
+        let mut published = 0;
+        if !rec.contiguous() && self.pool.index().enabled() {
+            let pages = (len / self.config.chunk() * self.config.chunk()) as usize
+                / self.config.page_tokens as usize;
+            // Check everything first, then change: all or nothing.
+            self.publish(slot, prompt, pages, false)?;
+            published = self.publish(slot, prompt, pages, true)?;
+        }
+        self.records[slot].prompt = len;
+        Ok(published)
+    }
+
+    /// Walks the first `pages` pages of a sequence's table against `prompt`: a registered page
+    /// must hold these tokens under the chain so far; an unregistered one is published unless an
+    /// equal page already is (`apply == false` only checks). Returns the pages published.
+    fn publish(&mut self, slot: usize, prompt: &[u32], pages: usize, apply: bool) -> Result<u16> {
+        let p = self.config.page_tokens as usize;
+        let mut prev_hash = self.config.namespace;
+        let mut parent = 0u64;
+        let mut simulated = 0u64;
+        let mut published = 0u16;
+        for i in 0..pages {
+            let tokens = prompt
+                .get(i * p..(i + 1) * p)
+                .ok_or(Error::PromptMismatch)?;
+            let hash = (self.hasher)(prev_hash, tokens);
+            let page = *self.table_entry(slot, i);
+            let index = self.pool.index();
+            if let Some(entry) = index.entry(page) {
+                if entry.parent != parent || index.tokens(page) != tokens {
+                    return Err(Error::PromptMismatch);
+                }
+                parent = index.reg(page);
+            } else if let Some(equal) = index.find(hash, parent, tokens) {
+                parent = index.reg(equal);
+            } else {
+                parent = if apply {
+                    self.pool.register(page, hash, parent, tokens)?
+                } else {
+                    // A placeholder no existing entry can name as parent.
+                    simulated += 1;
+                    u64::MAX - simulated
+                };
+                published += 1;
+            }
+            prev_hash = hash;
+        }
+        Ok(published)
+    }
+
+    /// Looks up the longest published prefix of `prompt` that may be reused: verified page by
+    /// page, aligned down to the chunk size, capped below `prompt.len()` (the last prompt token
+    /// is always recomputed). Changes nothing; an empty prompt or index gives
+    /// [`PrefixHit::NONE`]'s zero reuse.
+    ///
+    /// Errors: [`NoPrefixIndex`](Error::NoPrefixIndex).
+    pub fn lookup(&self, prompt: &[u32]) -> Result<PrefixHit> {
+        if !self.pool.index().enabled() {
+            return Err(Error::NoPrefixIndex);
+        }
+        let p = self.config.page_tokens as usize;
+        let per_chunk = (self.config.chunk() as usize / p).max(1);
+        let len = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
+        let limit = reuse_boundary(len, len, self.config.chunk()) as usize / p;
+        let limit = limit.min(self.plan.table_len);
+        let mut last = 0;
+        let index = self.pool.index();
+        let ns = self.config.namespace;
+        let matched = walk(index, self.hasher, ns, p, prompt, limit, |i, page| {
+            if (i + 1) % per_chunk == 0 {
+                last = index.reg(page);
+            }
+        });
+        let pages = matched / per_chunk * per_chunk;
+        Ok(PrefixHit {
+            tokens: (pages * p) as u32,
+            pages: pages as u16,
+            matched: (matched * p) as u32,
+            last: if pages == 0 { 0 } else { last },
+        })
+    }
+
+    /// Attaches a hit from [`lookup`](Self::lookup) of the same `prompt` to an empty paged
+    /// sequence: its first `hit.tokens` positions become the hit's pages, shared by reference
+    /// count (cached pages are revived), committed as prompt. Returns the positions attached;
+    /// prefill continues from there ([`plan_prefill`](crate::prefix::plan_prefill)).
+    ///
+    /// Errors: [`UnknownSequence`](Error::UnknownSequence), [`NotPaged`](Error::NotPaged),
+    /// [`SequenceNotEmpty`](Error::SequenceNotEmpty), [`NoPrefixIndex`](Error::NoPrefixIndex),
+    /// [`StaleHit`](Error::StaleHit) when pages of the hit were evicted since the lookup or the
+    /// hit does not belong to this prompt.
+    pub fn attach(&mut self, seq: SeqId, hit: &PrefixHit, prompt: &[u32]) -> Result<u32> {
+        let slot = self.slot(seq)?;
+        let rec = self.records[slot];
+        if rec.contiguous() {
+            return Err(Error::NotPaged);
+        }
+        if rec.len != 0 || rec.held != 0 {
+            return Err(Error::SequenceNotEmpty);
+        }
+        if !self.pool.index().enabled() {
+            return Err(Error::NoPrefixIndex);
+        }
+        let pages = hit.pages as usize;
+        let p = self.config.page_tokens as usize;
+        if pages == 0 {
+            return Ok(0);
+        }
+        if pages > self.plan.table_len
+            || pages * p >= prompt.len()
+            || hit.tokens as usize != pages * p
+        {
+            return Err(Error::StaleHit);
+        }
+        // Re-verify and fill the (not yet held) table entries; nothing is retained yet.
+        let base = slot * self.plan.table_len;
+        let table = &mut self.tables[base..base + pages];
+        let index = self.pool.index();
+        let mut last = 0;
+        let ns = self.config.namespace;
+        let matched = walk(index, self.hasher, ns, p, prompt, pages, |i, page| {
+            table[i] = page;
+            last = index.reg(page);
+        });
+        if matched != pages || last != hit.last {
+            return Err(Error::StaleHit);
+        }
+        for i in 0..pages {
+            let page = self.tables[base + i];
+            if let Err(e) = self.pool.retain(page) {
+                for j in (0..i).rev() {
+                    let _ = self.pool.release(self.tables[base + j]);
+                }
+                return Err(e);
+            }
+        }
+        let r = &mut self.records[slot];
+        r.len = hit.tokens;
+        r.held = hit.pages;
+        r.prompt = hit.tokens;
+        Ok(hit.tokens)
+    }
+
+    /// The single-conversation path (one cached sequence, as llama-cpp-python keeps): `held` are
+    /// the token ids at the sequence's positions (the caller's record), `prompt` the new prompt.
+    /// Keeps the longest common prefix that lies in the committed prompt, aligned down to the
+    /// chunk size and capped below `prompt.len()`, truncates the sequence there and returns the
+    /// positions kept; prefill continues from there. Decode positions are never kept.
+    ///
+    /// Errors: [`UnknownSequence`](Error::UnknownSequence);
+    /// [`PromptMismatch`](Error::PromptMismatch) when `held` is longer than the sequence.
+    pub fn reuse_prefix(&mut self, seq: SeqId, held: &[u32], prompt: &[u32]) -> Result<u32> {
+        let slot = self.slot(seq)?;
+        let rec = self.records[slot];
+        if held.len() > rec.len as usize {
+            return Err(Error::PromptMismatch);
+        }
+        let common = common_prefix_len(held, prompt).min(rec.prompt as usize) as u32;
+        let len = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
+        let keep = reuse_boundary(common, len, self.config.chunk());
+        self.truncate(seq, keep)?;
+        Ok(keep)
+    }
+}
+
+/// Walks the index along `prompt` from its first page, for at most `max_pages` pages, calling
+/// `f(i, page)` for each verified page; returns the pages matched. Takes the cache's parts, so
+/// callers can write page tables meanwhile.
+fn walk(
+    index: &PrefixIndex<'_>,
+    hasher: PageHasher,
+    namespace: u64,
+    page_tokens: usize,
+    prompt: &[u32],
+    max_pages: usize,
+    mut f: impl FnMut(usize, PageId),
+) -> usize {
+    let mut prev_hash = namespace;
+    let mut parent = 0u64;
+    for (i, tokens) in prompt.chunks_exact(page_tokens).take(max_pages).enumerate() {
+        let hash = hasher(prev_hash, tokens);
+        let Some(page) = index.find(hash, parent, tokens) else {
+            return i;
+        };
+        f(i, page);
+        parent = index.reg(page);
+        prev_hash = hash;
+    }
+    max_pages.min(prompt.len() / page_tokens)
+}
