@@ -93,8 +93,9 @@ pub struct CacheConfig {
     /// `28 + 4 × page_tokens` bytes of metadata). Without it prefix lookups fail with
     /// [`Error::NoPrefixIndex`]; the single-conversation path still works.
     pub prefix_index: bool,
-    /// Seed of the prefix hash chain: a fingerprint of everything besides the tokens that KV
-    /// depends on (model, adapter, salt); see [`crate::prefix::namespace`].
+    /// Seed of the prefix hash chain and identity of every first page: a fingerprint of everything
+    /// besides the tokens that KV depends on (model, adapter, salt); see
+    /// [`crate::prefix::namespace`]. Compared on its low 63 bits.
     pub namespace: u64,
 }
 

@@ -34,6 +34,7 @@ pub struct PagePool<'a, A> {
     /// Most recently cached page.
     lru_tail: PageId,
     cached: u16,
+    evictions: u64,
     alloc: A,
     index: PrefixIndex<'a>,
 }
@@ -79,6 +80,7 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
             lru_head: NO_PAGE,
             lru_tail: NO_PAGE,
             cached: 0,
+            evictions: 0,
             alloc,
             index,
         })
@@ -152,6 +154,11 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
         &self.index
     }
 
+    /// Cached pages evicted (reallocated) since the pool was built.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
+    }
+
     /// Pages registered in the prefix index (used or cached).
     pub fn registered_pages(&self) -> usize {
         self.index.entries()
@@ -173,6 +180,7 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
                     *f &= !REGISTERED;
                 }
                 self.index.remove(victim);
+                self.evictions += 1;
                 victim
             }
         };

@@ -9,6 +9,15 @@ use crate::prefix::{PageHasher, PrefixHit, common_prefix_len, reuse_boundary};
 use crate::sequence::SeqId;
 
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
+    /// Switches the prefix namespace (e.g. another adapter is loaded): later lookups and commits
+    /// chain from `namespace`. Pages published under the old one are never found under the new
+    /// one (the namespace is part of every first page's identity, not only of its hash) and are
+    /// evicted in time; committing a sequence whose published pages belong to the old namespace
+    /// fails with [`PromptMismatch`](Error::PromptMismatch).
+    pub fn set_namespace(&mut self, namespace: u64) {
+        self.config.namespace = namespace;
+    }
+
     /// Replaces the page hash (default [`page_hash`](crate::prefix::page_hash)). Pages published
     /// before are no longer found by lookups (their hashes were made by the old function) until
     /// evicted; nothing wrong is ever reused, since every hit is verified token for token.
@@ -52,7 +61,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     fn publish(&mut self, slot: usize, prompt: &[u32], pages: usize, apply: bool) -> Result<u16> {
         let p = self.config.page_tokens as usize;
         let mut prev_hash = self.config.namespace;
-        let mut parent = 0u64;
+        let mut parent = root_link(self.config.namespace);
         let mut simulated = 0u64;
         let mut published = 0u16;
         for i in 0..pages {
@@ -73,9 +82,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 parent = if apply {
                     self.pool.register(page, hash, parent, tokens)?
                 } else {
-                    // A placeholder no existing entry can name as parent.
+                    // A placeholder no existing entry names as parent (registration ids count
+                    // up from 1, root links have the top bit set).
                     simulated += 1;
-                    u64::MAX - simulated
+                    (1 << 62) + simulated
                 };
                 published += 1;
             }
@@ -199,6 +209,12 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     }
 }
 
+/// The parent link of a first page: the namespace's low 63 bits with the top bit set, so it never
+/// equals a registration id (those count up from 1 and stay far below 2^62).
+const fn root_link(namespace: u64) -> u64 {
+    namespace | 1 << 63
+}
+
 /// Walks the index along `prompt` from its first page, for at most `max_pages` pages, calling
 /// `f(i, page)` for each verified page; returns the pages matched. Takes the cache's parts, so
 /// callers can write page tables meanwhile.
@@ -212,7 +228,7 @@ fn walk(
     mut f: impl FnMut(usize, PageId),
 ) -> usize {
     let mut prev_hash = namespace;
-    let mut parent = 0u64;
+    let mut parent = root_link(namespace);
     for (i, tokens) in prompt.chunks_exact(page_tokens).take(max_pages).enumerate() {
         let hash = hasher(prev_hash, tokens);
         let Some(page) = index.find(hash, parent, tokens) else {

@@ -17,6 +17,8 @@ pub struct Stats {
     pub pages_cached: u16,
     /// Pages published in the prefix index (used or cached).
     pub pages_registered: u16,
+    /// Cached pages evicted since the cache was created.
+    pub evictions: u64,
     /// Live sequences.
     pub sequences: u16,
     /// Reserved positions summed over live sequences.
@@ -43,6 +45,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             pages_used: used,
             pages_cached: cached,
             pages_registered: self.pool.registered_pages() as u16,
+            evictions: self.pool.evictions(),
             sequences: self.live,
             tokens: self
                 .records

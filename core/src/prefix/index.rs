@@ -2,7 +2,8 @@
 //! links that verify every hit.
 //!
 //! Per page: its chained hash, its registration id (unique, never reused; 0 = unregistered), its
-//! parent's registration id (0 for a first page) and its token ids. A hit on page `i` must match
+//! parent's registration id (for a first page: a tag of the namespace, top bit set) and its token
+//! ids. A hit on page `i` must match
 //! the hash, the tokens, and the parent's registration id of the page matched at `i − 1`, so by
 //! induction a hit's whole prefix is verified token for token: a hash collision, or a parent that
 //! was evicted and whose page id was registered again, can never match.
@@ -30,7 +31,7 @@ pub(crate) struct PrefixIndex<'a> {
 pub(crate) struct Entry {
     /// The chained hash.
     pub hash: u64,
-    /// Its parent's registration id (0 for a first page).
+    /// Its parent's registration id (for a first page, the namespace's tag).
     pub parent: u64,
 }
 
@@ -245,5 +246,83 @@ impl<'a> PrefixIndex<'a> {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::vec::Vec;
+
+    const PAGES: usize = 8;
+    const P: usize = 2;
+
+    struct Mem {
+        hashes: [u64; PAGES],
+        regs: [u64; PAGES],
+        parents: [u64; PAGES],
+        tokens: [u32; PAGES * P],
+        buckets: [u16; 2 * PAGES],
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 3000 }))]
+        /// Random inserts and removals with few distinct hashes (long probe runs, collisions,
+        /// wrap-around at the table's end) against a list model.
+        #[test]
+        fn index_matches_a_model(ops in proptest::collection::vec((0u16..PAGES as u16, 12u64..20, any::<bool>()), 1..60)) {
+            let mut m = Mem {
+                hashes: [0; PAGES],
+                regs: [0; PAGES],
+                parents: [0; PAGES],
+                tokens: [0; PAGES * P],
+                buckets: [0; 2 * PAGES],
+            };
+            let mut ix = PrefixIndex::new(P, &mut m.hashes, &mut m.regs, &mut m.parents, &mut m.tokens, &mut m.buckets);
+            let mut model: Vec<(PageId, u64, u64)> = Vec::new();
+            for (page, hash, insert) in ops {
+                let tokens = [page as u32, 7];
+                let present = model.iter().any(|e| e.0 == page);
+                if insert && !present {
+                    let parent = hash % 3;
+                    let reg = ix.insert(page, hash, parent, &tokens);
+                    prop_assert_eq!(ix.reg(page), reg);
+                    model.push((page, hash, parent));
+                } else if !insert {
+                    ix.remove(page);
+                    model.retain(|e| e.0 != page);
+                    prop_assert_eq!(ix.reg(page), 0);
+                }
+                prop_assert_eq!(ix.check(), Ok(()));
+                prop_assert_eq!(ix.entries(), model.len());
+                for p in 0..PAGES as u16 {
+                    let tokens = [p as u32, 7];
+                    match model.iter().find(|e| e.0 == p) {
+                        Some(&(_, h, parent)) => {
+                            prop_assert_eq!(ix.find(h, parent, &tokens), Some(p));
+                            prop_assert_eq!(ix.find(h, parent + 1, &tokens), None);
+                            prop_assert_eq!(ix.tokens(p), &tokens[..]);
+                        }
+                        None => {
+                            for h in 12..20 {
+                                prop_assert_eq!(ix.find(h, h % 3, &tokens), None);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn disabled_index_finds_nothing() {
+        let mut ix = PrefixIndex::disabled();
+        assert!(!ix.enabled());
+        assert_eq!(ix.find(1, 0, &[]), None);
+        assert_eq!(ix.entry(0), None);
+        assert_eq!(ix.tokens(3), &[] as &[u32]);
+        ix.remove(0);
+        assert_eq!(ix.check(), Ok(()));
     }
 }
