@@ -61,6 +61,8 @@ pub enum Error {
     /// A prefix hit no longer matches the index (pages were evicted or the namespace changed
     /// since the lookup); look up again.
     StaleHit,
+    /// Query heads are not a nonzero multiple of the cache's KV heads.
+    HeadMismatch,
 }
 
 impl fmt::Display for Error {
@@ -90,6 +92,7 @@ impl fmt::Display for Error {
             Error::SequenceNotEmpty => "the call needs an empty sequence",
             Error::PromptMismatch => "prompt tokens differ from the sequence's published pages",
             Error::StaleHit => "prefix hit is stale: look up again",
+            Error::HeadMismatch => "query heads are not a nonzero multiple of the KV heads",
         };
         f.write_str(msg)
     }

@@ -10,6 +10,7 @@
 //! - [`ArenaBuf`] / `HeapArena`: caller-supplied memory.
 //! - [`PagePool`] with a pluggable [`PageAllocator`] ([`FreeList`], [`Bitmap`]).
 //! - [`KvCache`]: sequences, page tables, row I/O, fork, truncate, contiguous mode.
+//! - [`attention`]: causal GQA attention straight from pages, sliding window with sinks.
 //! - [`prefix`]: common-prefix matcher, chunk planner, verified prefix index and reuse.
 
 #[cfg(feature = "alloc")]
@@ -17,6 +18,7 @@ extern crate alloc as std_alloc;
 
 mod alloc;
 mod arena;
+pub mod attention;
 mod cache;
 mod error;
 mod format;

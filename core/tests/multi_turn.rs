@@ -13,6 +13,8 @@ use std::collections::VecDeque;
 const P: usize = 4;
 const C: usize = 8;
 const POOL: usize = 96;
+/// Turns (fewer under Miri, where the cold reference prefill of each turn is slow).
+const TURNS: usize = if cfg!(miri) { 5 } else { 20 };
 
 fn cfg() -> CacheConfig {
     CacheConfig::new(Shape {
@@ -134,7 +136,7 @@ fn twenty_turns_with_evictions() {
             .collect()
     };
     let (mut full_hits, mut cut_hits) = (0, 0);
-    for turn in 0..20 {
+    for turn in 0..TURNS {
         let user_len = 3 + rng.below(11);
         let mut prompt = conv.clone();
         prompt.extend(fresh(user_len));

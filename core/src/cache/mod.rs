@@ -1,5 +1,6 @@
 //! [`KvCache`]: arenas, pool and sequences tied together.
 
+mod attend;
 mod contiguous;
 mod lifecycle;
 mod prefix;

@@ -1,0 +1,266 @@
+//! Attention over pages against a dense f64 reference on the very values the pages hold, for
+//! every format; chunked equals unchunked bit for bit; windows with sinks; bad input.
+
+mod common;
+
+use common::{Arenas, invariants};
+use edgekv::attention::{AttentionParams, scratch_len};
+use edgekv::{CacheConfig, ElementFormat, Error, FreeList, Kv, KvCache, SeqId, SeqMode, Shape};
+
+const SHAPE: Shape = Shape {
+    layers: 2,
+    kv_heads: 2,
+    head_dim: 32,
+};
+const Q_HEADS: u16 = 6;
+const KV_ROW: usize = 64;
+const Q_ROW: usize = 6 * 32;
+
+fn cfg(k: ElementFormat, v: ElementFormat) -> CacheConfig {
+    CacheConfig::new(SHAPE)
+        .with_page_tokens(8)
+        .with_formats(k, v)
+        .with_sequences(2, 512)
+}
+
+/// Deterministic values in [-1, 1) with a few outliers.
+fn values(seed: u64, n: usize) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+            if i % 29 == 0 { v * 6.0 } else { v }
+        })
+        .collect()
+}
+
+/// A sequence of `n` tokens with K/V rows from `values`.
+fn filled(c: &mut KvCache<'_>, n: u32) -> SeqId {
+    let s = c.create_sequence(SeqMode::Paged).unwrap();
+    c.reserve(s, n).unwrap();
+    for layer in 0..SHAPE.layers {
+        let k = values(1 + layer as u64, n as usize * KV_ROW);
+        let v = values(100 + layer as u64, n as usize * KV_ROW);
+        c.write_kv(s, layer, 0, &k, &v).unwrap();
+    }
+    s
+}
+
+/// Dense f64 attention over the rows the cache holds (read back, so quantization is excluded).
+fn reference(
+    c: &KvCache<'_>,
+    s: SeqId,
+    layer: u16,
+    start: u32,
+    q: &[f32],
+    window: Option<(u32, u32)>,
+) -> Vec<f64> {
+    let len = c.seq_len(s).unwrap() as usize;
+    let mut k = vec![0f32; len * KV_ROW];
+    let mut v = vec![0f32; len * KV_ROW];
+    c.read(s, layer, Kv::K, 0, &mut k).unwrap();
+    c.read(s, layer, Kv::V, 0, &mut v).unwrap();
+    let hd = SHAPE.head_dim as usize;
+    let group = (Q_HEADS / SHAPE.kv_heads) as usize;
+    let scale = 1.0 / (hd as f64).sqrt();
+    let mut out = vec![0f64; q.len()];
+    for (qi, qrow) in q.chunks_exact(Q_ROW).enumerate() {
+        let t = start as usize + qi;
+        for h in 0..Q_HEADS as usize {
+            let kh = h / group;
+            let qh = &qrow[h * hd..(h + 1) * hd];
+            let keys: Vec<usize> = (0..=t)
+                .filter(|&j| {
+                    window.is_none_or(|(sinks, w)| j < sinks as usize || t - j < w as usize)
+                })
+                .collect();
+            let scores: Vec<f64> = keys
+                .iter()
+                .map(|&j| {
+                    let kr = &k[j * KV_ROW + kh * hd..][..hd];
+                    qh.iter()
+                        .zip(kr)
+                        .map(|(a, b)| *a as f64 * *b as f64)
+                        .sum::<f64>()
+                        * scale
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let total: f64 = w.iter().sum();
+            let o = &mut out[qi * Q_ROW + h * hd..][..hd];
+            for (&j, wj) in keys.iter().zip(&w) {
+                let vr = &v[j * KV_ROW + kh * hd..][..hd];
+                for (oi, vi) in o.iter_mut().zip(vr) {
+                    *oi += wj / total * *vi as f64;
+                }
+            }
+        }
+    }
+    out
+}
+
+fn max_rel_err(got: &[f32], want: &[f64]) -> f64 {
+    let scale = want.iter().map(|x| x.abs()).fold(0.0, f64::max).max(1e-30);
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (*g as f64 - w).abs() / scale)
+        .fold(0.0, f64::max)
+}
+
+fn attend(
+    c: &KvCache<'_>,
+    s: SeqId,
+    layer: u16,
+    start: u32,
+    q: &[f32],
+    p: &AttentionParams,
+) -> Vec<f32> {
+    let mut out = vec![0f32; q.len()];
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, SHAPE.kv_heads, 8)];
+    c.attention(s, layer, start, q, &mut out, p, &mut scratch)
+        .unwrap();
+    out
+}
+
+const FORMATS: [ElementFormat; 6] = [
+    ElementFormat::F32,
+    ElementFormat::F16,
+    ElementFormat::Bf16,
+    ElementFormat::Q8_0,
+    ElementFormat::Int8 { group: 32 },
+    ElementFormat::Fp8Tile {
+        dv: 16,
+        tile: 16,
+        bf16: false,
+    },
+];
+
+#[test]
+fn every_format_matches_the_dense_reference_on_its_stored_values() {
+    let n = if cfg!(miri) { 20 } else { 75 };
+    for fmt in FORMATS {
+        let cfg = cfg(fmt, fmt);
+        let mut a = Arenas::new::<FreeList>(&cfg, 24);
+        let mut c: KvCache = a.cache(cfg);
+        let s = filled(&mut c, n);
+        let p = AttentionParams::new(SHAPE, Q_HEADS);
+        for start in [0, n / 2, n - 1] {
+            let q = values(7 + start as u64, (n - start) as usize * Q_ROW);
+            let got = attend(&c, s, 1, start, &q, &p);
+            let want = reference(&c, s, 1, start, &q, None);
+            let err = max_rel_err(&got, &want);
+            assert!(err < 1e-5, "{fmt:?} from {start}: {err:e}");
+        }
+        invariants(&c);
+    }
+}
+
+#[test]
+fn chunked_prefill_is_bit_identical_to_one_pass() {
+    let n = if cfg!(miri) { 24 } else { 70 };
+    for fmt in [ElementFormat::F32, ElementFormat::Q8_0] {
+        let cfg = cfg(fmt, ElementFormat::F16);
+        let mut a = Arenas::new::<FreeList>(&cfg, 24);
+        let mut c: KvCache = a.cache(cfg);
+        let s = filled(&mut c, n);
+        let p = AttentionParams::new(SHAPE, Q_HEADS);
+        let q = values(9, n as usize * Q_ROW);
+        let whole = attend(&c, s, 0, 0, &q, &p);
+        for chunk in [1usize, 5, 8, 16] {
+            let mut parts = Vec::new();
+            for (i, qc) in q.chunks(chunk * Q_ROW).enumerate() {
+                parts.extend(attend(&c, s, 0, (i * chunk) as u32, qc, &p));
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&parts), bits(&whole), "{fmt:?} chunk {chunk}");
+        }
+    }
+}
+
+#[test]
+fn windows_with_sinks_match_the_masked_reference() {
+    let n = if cfg!(miri) { 30 } else { 90 };
+    let cfg = cfg(ElementFormat::F32, ElementFormat::F32);
+    let mut a = Arenas::new::<FreeList>(&cfg, 24);
+    let mut c: KvCache = a.cache(cfg);
+    let s = filled(&mut c, n);
+    for (sinks, window) in [(0, 1), (4, 16), (3, 5), (0, 1000), (100, 2)] {
+        let p = AttentionParams::new(SHAPE, Q_HEADS).with_window(sinks, window);
+        let q = values(11, 10 * Q_ROW);
+        let got = attend(&c, s, 0, n - 10, &q, &p);
+        let want = reference(&c, s, 0, n - 10, &q, Some((sinks, window)));
+        assert!(
+            max_rel_err(&got, &want) < 1e-5,
+            "sinks {sinks} window {window}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    let cfg = cfg(ElementFormat::F32, ElementFormat::F32);
+    let mut a = Arenas::new::<FreeList>(&cfg, 8);
+    let mut c: KvCache = a.cache(cfg);
+    let s = filled(&mut c, 10);
+    let p = AttentionParams::new(SHAPE, Q_HEADS);
+    let q = vec![0.5f32; Q_ROW];
+    let mut out = vec![0f32; Q_ROW];
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 2, 8)];
+    let run =
+        |seq, layer, start, q: &[f32], out: &mut [f32], p: &AttentionParams, scr: &mut [f32]| {
+            c.attention(seq, layer, start, q, out, p, scr)
+        };
+    let stale = SeqId::from_raw(0x0009_0001);
+    assert_eq!(
+        run(stale, 0, 0, &q, &mut out, &p, &mut scratch),
+        Err(Error::UnknownSequence)
+    );
+    assert_eq!(
+        run(s, 2, 0, &q, &mut out, &p, &mut scratch),
+        Err(Error::LayerOutOfRange)
+    );
+    assert_eq!(
+        run(s, 0, 10, &q, &mut out, &p, &mut scratch),
+        Err(Error::PositionOutOfRange)
+    );
+    assert_eq!(
+        run(s, 0, u32::MAX, &q, &mut out, &p, &mut scratch),
+        Err(Error::PositionOutOfRange)
+    );
+    assert_eq!(
+        run(s, 0, 0, &q[..5], &mut out[..5], &p, &mut scratch),
+        Err(Error::LengthMismatch)
+    );
+    assert_eq!(
+        run(s, 0, 0, &[], &mut [], &p, &mut scratch),
+        Err(Error::LengthMismatch)
+    );
+    assert_eq!(
+        run(s, 0, 0, &q, &mut out[..1], &p, &mut scratch),
+        Err(Error::LengthMismatch)
+    );
+    assert_eq!(
+        run(s, 0, 0, &q, &mut out, &p, &mut scratch[..3]),
+        Err(Error::LengthMismatch)
+    );
+    let odd = AttentionParams { q_heads: 5, ..p };
+    assert_eq!(
+        run(s, 0, 0, &q[..160], &mut out[..160], &odd, &mut scratch),
+        Err(Error::HeadMismatch)
+    );
+    let zero = AttentionParams { q_heads: 0, ..p };
+    assert_eq!(
+        run(s, 0, 0, &q, &mut out, &zero, &mut scratch),
+        Err(Error::HeadMismatch)
+    );
+    let w0 = p.with_window(0, 0);
+    assert_eq!(
+        run(s, 0, 0, &q, &mut out, &w0, &mut scratch),
+        Err(Error::ZeroSize)
+    );
+    assert!(out.iter().all(|&x| x == 0.0), "no output on error");
+}
