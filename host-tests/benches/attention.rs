@@ -1,0 +1,2 @@
+//! Decode attention benchmark (placeholder, being written).
+fn main() {}
