@@ -63,6 +63,11 @@ fn reference(
     let mut v = vec![0f32; len * KV_ROW];
     c.read(s, layer, Kv::K, 0, &mut k).unwrap();
     c.read(s, layer, Kv::V, 0, &mut v).unwrap();
+    dense(&k, &v, start, q, window)
+}
+
+/// Dense f64 attention over `[tokens][kv_heads][head_dim]` K and V.
+fn dense(k: &[f32], v: &[f32], start: u32, q: &[f32], window: Option<(u32, u32)>) -> Vec<f64> {
     let hd = SHAPE.head_dim as usize;
     let group = (Q_HEADS / SHAPE.kv_heads) as usize;
     let scale = 1.0 / (hd as f64).sqrt();
@@ -263,4 +268,119 @@ fn bad_input_is_an_error() {
         Err(Error::ZeroSize)
     );
     assert!(out.iter().all(|&x| x == 0.0), "no output on error");
+}
+
+#[test]
+fn sliding_window_releases_pages_and_keeps_results() {
+    let n = if cfg!(miri) { 40u32 } else { 120 };
+    let (sinks, window) = (4u32, 16u32);
+    let cfg = cfg(ElementFormat::F32, ElementFormat::F32).with_sequences(3, 512);
+    let mut a = Arenas::new::<FreeList>(&cfg, 40);
+    let mut c: KvCache = a.cache(cfg);
+    let k = values(1, n as usize * KV_ROW);
+    let v = values(100, n as usize * KV_ROW);
+    let s = c.create_sequence(SeqMode::Paged).unwrap();
+    let p = AttentionParams::new(SHAPE, Q_HEADS).with_window(sinks, window);
+    let w = p.window.unwrap();
+    let mut released = 0;
+    let mut shared = None;
+    for t in 0..n {
+        c.reserve(s, 1).unwrap();
+        let r = t as usize * KV_ROW..(t as usize + 1) * KV_ROW;
+        for layer in 0..SHAPE.layers {
+            c.write_kv(s, layer, t, &k[r.clone()], &v[r.clone()])
+                .unwrap();
+        }
+        let q = values(1000 + t as u64, Q_ROW);
+        let got = attend(&c, s, 0, t, &q, &p);
+        let want = dense(&k[..r.end], &v[..r.end], t, &q, Some((sinks, window)));
+        assert!(max_rel_err(&got, &want) < 1e-5, "decode step {t}");
+        released += c.slide(s, &w, t + 1).unwrap();
+        // Sinks (1 page) + window (16 tokens over at most 3 pages).
+        assert!(
+            c.sequence(s).unwrap().pages as usize - released as usize <= 4,
+            "step {t}"
+        );
+        if t == 40 {
+            // A fork shares the kept pages; the parent's later releases keep the child's.
+            shared = Some(c.fork(s).unwrap());
+        }
+        invariants(&c);
+    }
+    assert_eq!(
+        released as u32,
+        (n + 1 - window) / 8 - 1,
+        "every page between sinks and window"
+    );
+    let child = shared.unwrap();
+    let table = c.page_table(child).unwrap().to_vec();
+    for (i, &page) in table.iter().enumerate() {
+        if page != edgekv::NO_PAGE {
+            assert!(c.page_state(page).is_some(), "child page {i} still held");
+        }
+    }
+    // The child still attends under the same window at its end.
+    let q = values(5, Q_ROW);
+    let got = attend(&c, child, 0, 40, &q, &p);
+    let want = dense(
+        &k[..41 * KV_ROW],
+        &v[..41 * KV_ROW],
+        40,
+        &q,
+        Some((sinks, window)),
+    );
+    assert!(max_rel_err(&got, &want) < 1e-5);
+
+    // Released positions are gone, everywhere.
+    let mut row = vec![0f32; KV_ROW];
+    let mut out = vec![0f32; Q_ROW];
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 2, 8)];
+    let full = AttentionParams::new(SHAPE, Q_HEADS);
+    assert_eq!(
+        c.read(s, 0, Kv::K, 20, &mut row),
+        Err(Error::PositionOutOfRange)
+    );
+    assert_eq!(
+        c.write(s, 0, Kv::K, 20, &row),
+        Err(Error::PositionOutOfRange)
+    );
+    assert_eq!(
+        c.attention(s, 0, n - 1, &q, &mut out, &full, &mut scratch),
+        Err(Error::PositionOutOfRange)
+    );
+    assert_eq!(c.truncate(s, 20), Err(Error::PositionOutOfRange));
+    assert_eq!(c.slide(s, &w, n + 1), Err(Error::PositionOutOfRange));
+    let zero = edgekv::attention::Window {
+        sinks: 0,
+        window: 0,
+    };
+    assert_eq!(c.slide(s, &zero, n), Err(Error::ZeroSize));
+    // Sinks still read; forks of a slid sequence carry its holes.
+    c.read(s, 0, Kv::K, 3, &mut row).unwrap();
+    assert_eq!(row, k[3 * KV_ROW..4 * KV_ROW]);
+    let f = c.fork(s).unwrap();
+    assert_eq!(
+        c.read(f, 0, Kv::K, 20, &mut row),
+        Err(Error::PositionOutOfRange)
+    );
+    invariants(&c);
+    for q in [s, f, child] {
+        c.free_sequence(q).unwrap();
+    }
+    assert_eq!(c.stats().pages_used, 0);
+    invariants(&c);
+}
+
+#[test]
+fn sliding_a_contiguous_sequence_is_refused() {
+    let cfg = cfg(ElementFormat::F32, ElementFormat::F32);
+    let mut a = Arenas::new::<edgekv::Bitmap>(&cfg, 8);
+    let mut c: KvCache<'_, edgekv::Bitmap<'_>> = a.cache(cfg);
+    let s = c.create_sequence(SeqMode::Contiguous).unwrap();
+    c.reserve(s, 20).unwrap();
+    let w = edgekv::attention::Window {
+        sinks: 0,
+        window: 4,
+    };
+    assert_eq!(c.slide(s, &w, 20), Err(Error::NotPaged));
 }

@@ -52,7 +52,7 @@ pub fn page_region<'a, A: PageAllocator<'a>>(
 }
 
 /// Calls `f` with the device view of every page of a sequence's `(layer, kv)` pool, in position
-/// order; stops at the first error.
+/// order, skipping pages released by a sliding window; stops at the first error.
 pub fn for_each_page_region<'a, A: PageAllocator<'a>>(
     cache: &KvCache<'a, A>,
     map: &impl AddressMap,
@@ -61,7 +61,12 @@ pub fn for_each_page_region<'a, A: PageAllocator<'a>>(
     kv: Kv,
     mut f: impl FnMut(PageRegion),
 ) -> Result<(), HalError> {
-    for &page in cache.page_table(seq)? {
+    // Pages released by a sliding window (`NO_PAGE`) have no region.
+    for &page in cache
+        .page_table(seq)?
+        .iter()
+        .filter(|&&p| p != edgekv::NO_PAGE)
+    {
         f(page_region(cache, map, layer, kv, page)?);
     }
     Ok(())

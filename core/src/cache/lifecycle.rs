@@ -1,7 +1,7 @@
 //! Sequence lifecycle: create, free, reserve, fork, truncate.
 
 use super::KvCache;
-use crate::alloc::{PageAllocator, PageId};
+use crate::alloc::{NO_PAGE, PageAllocator, PageId};
 use crate::error::{Error, Result};
 use crate::sequence::{CONTIGUOUS, LIVE, SeqId, SeqMode, SeqRecord};
 
@@ -61,8 +61,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let held = self.records[slot].held as usize;
         for i in (keep..held).rev() {
             let page = *self.table_entry(slot, i);
-            // Cannot fail: a page in a table holds a reference (checked by `check_invariants`).
-            let _ = self.pool.release(page);
+            if page != NO_PAGE {
+                // Cannot fail: a page in a table holds a reference (see `check_invariants`).
+                let _ = self.pool.release(page);
+            }
         }
         self.records[slot].held = keep.min(held) as u16;
     }
@@ -151,13 +153,12 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         }
         for i in 0..full {
             let page = *self.table_entry(parent, i);
-            if let Err(e) = self.pool.retain(page) {
-                // Unreachable: a page has at most one reference per live sequence.
-                for j in (0..i).rev() {
-                    let p = *self.table_entry(parent, j);
-                    let _ = self.pool.release(p);
+            if page != NO_PAGE {
+                if let Err(e) = self.pool.retain(page) {
+                    // Unreachable: a page has at most one reference per live sequence.
+                    self.release_entries(parent, i);
+                    return Err(e);
                 }
-                return Err(e);
             }
             *self.table_entry(child, i) = page;
         }
@@ -170,10 +171,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                     *self.table_entry(child, full) = copy;
                 }
                 Err(e) => {
-                    for j in (0..full).rev() {
-                        let p = *self.table_entry(parent, j);
-                        let _ = self.pool.release(p);
-                    }
+                    self.release_entries(parent, full);
                     return Err(e);
                 }
             }
@@ -181,6 +179,17 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let id = self.open_slot(child, SeqMode::Paged, rec.len, rec.held);
         self.records[child].prompt = rec.prompt;
         Ok(id)
+    }
+
+    /// Releases the pages of table entries `[0, n)` of `slot` once each (the undo of retaining
+    /// them for a fork), skipping released entries.
+    fn release_entries(&mut self, slot: usize, n: usize) {
+        for j in (0..n).rev() {
+            let p = *self.table_entry(slot, j);
+            if p != NO_PAGE {
+                let _ = self.pool.release(p);
+            }
+        }
     }
 
     /// Shortens a sequence to `len` positions. A paged sequence releases the pages past `len`; a
@@ -193,6 +202,11 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let rec = self.records[slot];
         if len > rec.len {
             return Err(Error::TruncateBeyondLength);
+        }
+        let last = self.pages_for(len).checked_sub(1);
+        if last.is_some_and(|i| self.table(slot).get(i) == Some(&NO_PAGE)) {
+            // The new last page was released by `slide`: appending could not continue there.
+            return Err(Error::PositionOutOfRange);
         }
         if !rec.contiguous() {
             let keep = self.pages_for(len);

@@ -7,6 +7,7 @@ mod prefix;
 mod rows;
 mod stats;
 mod verify;
+mod window;
 
 #[cfg(test)]
 mod tests;
@@ -199,7 +200,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     }
 
     /// A sequence's page table: the pages holding its positions, in order (for a contiguous
-    /// sequence, its whole run, including capacity past its length).
+    /// sequence, its whole run, including capacity past its length). Pages released by
+    /// [`slide`](Self::slide) read as [`NO_PAGE`](crate::NO_PAGE).
     pub fn page_table(&self, seq: SeqId) -> Result<&[PageId]> {
         let slot = self.slot(seq)?;
         Ok(self.table(slot))

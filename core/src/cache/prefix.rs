@@ -2,7 +2,7 @@
 //! the single-conversation path.
 
 use super::KvCache;
-use crate::alloc::{PageAllocator, PageId};
+use crate::alloc::{NO_PAGE, PageAllocator, PageId};
 use crate::error::{Error, Result};
 use crate::prefix::index::PrefixIndex;
 use crate::prefix::{PageHasher, PrefixHit, common_prefix_len, reuse_boundary};
@@ -70,6 +70,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 .ok_or(Error::PromptMismatch)?;
             let hash = (self.hasher)(prev_hash, tokens);
             let page = *self.table_entry(slot, i);
+            if page == NO_PAGE {
+                // Released by `slide`: the chain cannot continue past it.
+                break;
+            }
             let index = self.pool.index();
             if let Some(entry) = index.entry(page) {
                 if entry.parent != parent || index.tokens(page) != tokens {

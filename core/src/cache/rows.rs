@@ -4,7 +4,7 @@ use super::KvCache;
 use crate::alloc::PageAllocator;
 use core::ops::Range;
 
-use crate::alloc::PageId;
+use crate::alloc::{NO_PAGE, PageId};
 use crate::error::{Error, Result};
 use crate::format::{Element, ElementFormat, decode_rows, encode_rows};
 use crate::planner::Plan;
@@ -100,6 +100,15 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             .ok_or(Error::Overflow)?;
         if end > self.records[slot].len as u64 {
             return Err(Error::PositionOutOfRange);
+        }
+        if n > 0 {
+            // Positions in pages released by `slide` are gone.
+            let shift = self.config.page_tokens.trailing_zeros();
+            let pages = (start >> shift) as usize..=((end - 1) >> shift) as usize;
+            match self.table(slot).get(pages) {
+                Some(t) if !t.contains(&NO_PAGE) => {}
+                _ => return Err(Error::PositionOutOfRange),
+            }
         }
         Ok(n)
     }
