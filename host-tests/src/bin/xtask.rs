@@ -117,6 +117,13 @@ fn test(flags: &[&str]) -> Result<(), String> {
                     &[],
                 )?;
             }
+            // The parity cases the board firmware runs.
+            run(
+                &format!("build edgekv-parity for {t}"),
+                c,
+                &["build", "-p", "edgekv-parity", "--target", t],
+                &[],
+            )?;
         }
     }
     if !flags.contains(&"--no-miri") {
