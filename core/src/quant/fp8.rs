@@ -239,24 +239,25 @@ fn tile_codes<L: Load>(x: &[L::R], amax: f32, s: f32, codes: &mut [u8]) {
     } else if amax.is_finite() && s >= f32::MIN_POSITIVE {
         // s normal: |x/s| ≤ amax/s ≤ 448·(1 + 2^-8) (bf16 s; 448·(1 + 2^-23) for f32 s),
         // which rounds to at most 448, and every x is finite.
-        // Sixteen at a time, so that LLVM narrows 16 lanes with one pack sequence.
-        let code = |r| {
-            let v = L::f32(r);
-            (e4m3_mag_small(v / s) | ((v.to_bits() >> 24) & 0x80)) & 0xFF
-        };
+        // Sixteen at a time: magnitudes narrowed with one pack sequence, signs with another
+        // (saturating packs of the raw values keep their signs), then OR-ed as bytes.
         let mut xs = x.chunks_exact(16);
         let mut cs = codes.chunks_exact_mut(16);
         for (xc, cc) in (&mut xs).zip(&mut cs) {
-            let mut w = [0u32; 16];
-            for (w, &r) in w.iter_mut().zip(xc) {
-                *w = code(r);
+            let mut m = [0u8; 16];
+            let mut sg = [0u8; 16];
+            for (m, &r) in m.iter_mut().zip(xc) {
+                *m = e4m3_mag_small(L::f32(r) / s) as u8;
             }
-            for (c, w) in cc.iter_mut().zip(w) {
-                *c = w as u8;
+            for (g, &r) in sg.iter_mut().zip(xc) {
+                *g = L::sign_byte(r);
+            }
+            for ((c, m), g) in cc.iter_mut().zip(m).zip(sg) {
+                *c = m | (g & 0x80);
             }
         }
         for (c, &r) in cs.into_remainder().iter_mut().zip(xs.remainder()) {
-            *c = code(r) as u8;
+            *c = e4m3_mag_small(L::f32(r) / s) as u8 | (L::sign_byte(r) & 0x80);
         }
     } else if amax.is_finite() {
         // Subnormal s: x/s may exceed 448 and saturate.
