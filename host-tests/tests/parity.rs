@@ -112,6 +112,9 @@ struct Checker {
     outputs: Vec<f32>,
     crc: OutputCrc,
     blocks: usize,
+    /// Pages released by slides, and the most pages in use after one.
+    released: u32,
+    peak_pages: u16,
 }
 
 impl Checker {
@@ -124,6 +127,8 @@ impl Checker {
             outputs: Vec::new(),
             crc: OutputCrc::new(),
             blocks: 0,
+            released: 0,
+            peak_pages: 0,
         }
     }
 
@@ -168,6 +173,26 @@ impl Checker {
                     d.dk[l].truncate(n);
                     d.dv[l].truncate(n);
                 }
+            }
+            Event::Slide {
+                from,
+                released,
+                pages_used,
+                ..
+            } => {
+                // One sequence: it keeps its pages below ceil(from / P) except those wholly
+                // inside [sinks, from + 1 − window), which are released.
+                let p = edgekv_parity::PAGE_TOKENS as u32;
+                let (sinks, window) = edgekv_parity::WINDOW;
+                let visible = (from + 1).saturating_sub(window);
+                let gone = (visible / p).saturating_sub(sinks.div_ceil(p));
+                assert_eq!(
+                    pages_used as u32,
+                    from.div_ceil(p) - gone,
+                    "pages after slide"
+                );
+                self.released += released as u32;
+                self.peak_pages = self.peak_pages.max(pages_used);
             }
             Event::Attention {
                 seq,
@@ -288,6 +313,8 @@ struct Outcome {
     /// max over elements of |got − ref| / (bound + 1e-5·max |ref|).
     worst_ratio: f64,
     blocks: usize,
+    released: u32,
+    peak_pages: u16,
 }
 
 /// Runs `case` with a sink that only counts, and returns its digest.
@@ -349,6 +376,8 @@ fn run_case(case: Case) -> Outcome {
         rel_bound: bound / max_ref,
         worst_ratio: ratio,
         blocks: checker.blocks,
+        released: checker.released,
+        peak_pages: checker.peak_pages,
     }
 }
 
@@ -445,6 +474,17 @@ fn sliding_window_matches_masked_dense() {
     // Same inputs: the window must have changed the outputs once it cuts keys off.
     assert_eq!(w.digest.outputs, full.outputs);
     assert_ne!(w.digest.crc32, full.crc32);
+    // Releasing the pages outside the window changes nothing but memory.
+    let slid = assert_dense_f32(Case::WindowSlide);
+    println!(
+        "window_slide: {} pages released, at most {} in use after a slide (of {})",
+        slid.released,
+        slid.peak_pages,
+        edgekv_parity::MAX_TOKENS / edgekv_parity::PAGE_TOKENS as u32
+    );
+    assert!(slid.released > 0);
+    assert_eq!(bits(&slid.outputs), bits(&w.outputs));
+    assert_eq!(slid.digest.crc32, w.digest.crc32);
 }
 
 #[test]

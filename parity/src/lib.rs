@@ -183,6 +183,9 @@ pub enum Case {
     /// f32: the inputs of [`PagedF32`](Case::PagedF32) under a sliding window of 40 with 4
     /// attention sinks (as a mask; no page is released).
     WindowSinks,
+    /// [`WindowSinks`](Case::WindowSinks) releasing the pages no later query sees
+    /// ([`slide`](KvCache::slide) after every block): the same digest.
+    WindowSlide,
 }
 
 /// Every case, in the order firmware runs and prints them.
@@ -200,6 +203,7 @@ pub const CASES: &[Case] = &[
     Case::ForkDiverge,
     Case::TruncateReappend,
     Case::WindowSinks,
+    Case::WindowSlide,
 ];
 
 /// The FP8 tile format of [`Case::PagedFp8Tile`].
@@ -232,6 +236,7 @@ impl Case {
             Case::ForkDiverge => "fork_diverge",
             Case::TruncateReappend => "truncate_reappend",
             Case::WindowSinks => "window_sinks",
+            Case::WindowSlide => "window_slide",
         }
     }
 
@@ -266,7 +271,7 @@ impl Case {
     pub fn params(self) -> AttentionParams {
         let p = AttentionParams::new(SHAPE, Q_HEADS);
         match self {
-            Case::WindowSinks => p.with_window(WINDOW.0, WINDOW.1),
+            Case::WindowSinks | Case::WindowSlide => p.with_window(WINDOW.0, WINDOW.1),
             _ => p,
         }
     }
@@ -308,6 +313,18 @@ pub enum Event<'a> {
         seq: u8,
         /// New length.
         len: u32,
+    },
+    /// Sequence `seq` released the pages no query at a position `≥ from` sees
+    /// ([`KvCache::slide`]); the cache now uses `pages_used` pages.
+    Slide {
+        /// Sequence label.
+        seq: u8,
+        /// The position from which on queries are still to come.
+        from: u32,
+        /// Pages released by this call.
+        released: u16,
+        /// Pages in use in the whole cache afterwards.
+        pages_used: u16,
     },
     /// Attention of queries at positions `[start, start + q.len() / Q_ROW)` of `seq` in `layer`;
     /// `out` is part of the digest.
@@ -589,6 +606,8 @@ struct Runner<'r, F> {
     scratch: &'r mut [f32],
     crc: OutputCrc,
     params: AttentionParams,
+    /// Release pages outside the window after every block.
+    slide: bool,
     sink: &'r mut F,
 }
 
@@ -700,6 +719,15 @@ impl<F: FnMut(Event<'_>)> Runner<'_, F> {
                 self.attend(seq, label, layer, positions.clone(), src)?;
             }
         }
+        if let (true, Some(window)) = (self.slide, self.params.window) {
+            let released = self.cache.slide(seq, &window, positions.end)?;
+            (self.sink)(Event::Slide {
+                seq: label,
+                from: positions.end,
+                released,
+                pages_used: self.cache.stats().pages_used,
+            });
+        }
         Ok(())
     }
 
@@ -746,7 +774,8 @@ impl<F: FnMut(Event<'_>)> Runner<'_, F> {
             | Case::PagedQ8_0
             | Case::PagedInt8Head
             | Case::PagedFp8Tile
-            | Case::WindowSinks => {
+            | Case::WindowSinks
+            | Case::WindowSlide => {
                 let s = self.new_seq()?;
                 self.prefill(s, 0, 0..144, PAGED, WriteAttend)?;
                 self.decode(s, 0, 144..MAX_TOKENS, PAGED)?;
@@ -875,6 +904,7 @@ pub fn run<F: FnMut(Event<'_>)>(
         scratch,
         crc: OutputCrc::new(),
         params: case.params(),
+        slide: case == Case::WindowSlide,
         sink,
     };
     runner.script(case)?;
