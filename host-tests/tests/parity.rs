@@ -507,3 +507,44 @@ fn digests_are_stable() {
         );
     }
 }
+
+#[test]
+fn arenas_of_any_alignment_and_too_small_ones() {
+    let want = digest_only(Case::OnePass);
+    let mut data = vec![MaybeUninit::<u8>::uninit(); DATA_BYTES + 64];
+    let mut meta = vec![MaybeUninit::<u8>::uninit(); META_BYTES + 64];
+    let mut work = vec![0f32; WORK_F32];
+    let (d, m) = (
+        data.as_ptr().align_offset(64),
+        meta.as_ptr().align_offset(64),
+    );
+    // One byte past an alignment: the run cuts aligned parts out of the arenas.
+    let mut arenas = Arenas {
+        data: &mut data[d + 1..d + 1 + DATA_BYTES],
+        meta: &mut meta[m + 1..m + 1 + META_BYTES],
+        work: &mut work,
+    };
+    assert_eq!(run(Case::OnePass, &mut arenas, &mut |_| {}), Ok(want));
+    let too_small = Err(edgekv_parity::Error::Cache(edgekv::Error::ArenaTooSmall));
+    let mut short = Arenas {
+        data: &mut data[d..d + edgekv_parity::DATA_USED - 1],
+        meta: &mut meta,
+        work: &mut work,
+    };
+    assert_eq!(run(Case::OnePass, &mut short, &mut |_| {}), too_small);
+    let mut short = Arenas {
+        data: &mut data,
+        meta: &mut meta[m..m + 16],
+        work: &mut work,
+    };
+    assert_eq!(run(Case::OnePass, &mut short, &mut |_| {}), too_small);
+    let mut short = Arenas {
+        data: &mut data,
+        meta: &mut meta,
+        work: &mut work[..WORK_F32 - 1],
+    };
+    assert_eq!(
+        run(Case::OnePass, &mut short, &mut |_| {}),
+        Err(edgekv_parity::Error::WorkTooSmall)
+    );
+}

@@ -219,6 +219,15 @@ pub const WINDOW: (u32, u32) = (4, 40);
 /// Bytes of a [`Digest`]'s fixed-size name.
 pub const NAME_LEN: usize = 24;
 
+// Every name fits a digest's name field.
+const _: () = {
+    let mut i = 0;
+    while i < CASES.len() {
+        assert!(CASES[i].name().len() <= NAME_LEN);
+        i += 1;
+    }
+};
+
 impl Case {
     /// The case's stable name (lowercase ASCII, at most [`NAME_LEN`] bytes).
     pub const fn name(self) -> &'static str {
