@@ -22,7 +22,9 @@ fn naive(a: &[u32], b: &[u32]) -> usize {
 fn matcher(c: &mut Criterion) {
     let mut g = c.benchmark_group("common_prefix_len");
     for n in [100usize, 1_000, 10_000, 100_000, 1_000_000] {
-        let a: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2654435761) >> 16).collect();
+        let a: Vec<u32> = (0..n as u32)
+            .map(|i| i.wrapping_mul(2654435761) >> 16)
+            .collect();
         let mut b = a.clone();
         let at = n * 9 / 10;
         b[at] ^= 1;
