@@ -1,2 +1,213 @@
-//! Decode attention benchmark (placeholder, being written).
-fn main() {}
+//! Criterion benchmark of decode attention (`KvCache::attention`, one query row at the last
+//! position) at contexts 512, 2048 and 8192 for the SmolLM2-135M shape (3 KV heads, head_dim 64,
+//! 9 query heads), over f32, f16, int8 (Q8_0, group 32) and fp8 (`Fp8Tile { dv: 64, tile: 64 }`,
+//! all 64 dims E4M3, one f32 scale per head) pages of 16 tokens, K and V in the same format, next
+//! to a dense contiguous f32 baseline written here and measured in the same run.
+//!
+//! One layer per iteration: the caches are built with `layers: 1` (the 30 layers of the model
+//! only multiply the memory). Throughput is tokens of context per second.
+//!
+//! Goal (issue 5): int8 pages ≥ 1.0× the dense f32 baseline's speed.
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use edgekv::attention::{AttentionParams, scratch_len};
+use edgekv::{CacheConfig, ElementFormat, FreeList, HeapArena, KvCache, SeqId, SeqMode, Shape};
+
+/// SmolLM2-135M's attention shape, one layer.
+const SHAPE: Shape = Shape {
+    layers: 1,
+    ..Shape::SMOLLM2_135M
+};
+const Q_HEADS: u16 = 9;
+const KV_HEADS: usize = SHAPE.kv_heads as usize;
+const HD: usize = SHAPE.head_dim as usize;
+const KV_ROW: usize = KV_HEADS * HD;
+const Q_ROW: usize = Q_HEADS as usize * HD;
+const GROUP: usize = Q_ROW / KV_ROW;
+const PAGE_TOKENS: u16 = 16;
+const CONTEXTS: [usize; 3] = [512, 2048, 8192];
+
+const FORMATS: [(&str, ElementFormat); 4] = [
+    ("f32", ElementFormat::F32),
+    ("f16", ElementFormat::F16),
+    ("int8", ElementFormat::Q8_0),
+    (
+        "fp8",
+        ElementFormat::Fp8Tile {
+            dv: 64,
+            tile: 64,
+            bf16: false,
+        },
+    ),
+];
+
+/// Deterministic rows: xorshift values in [-1, 1), a scale per row (0.25 to 4), and one outlier
+/// channel in 31 scaled by 8.
+fn rows(seed: u64, tokens: usize) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    };
+    let mut out = Vec::with_capacity(tokens * KV_ROW);
+    for _ in 0..tokens * KV_HEADS {
+        let row_scale = 2f32.powf(2.0 * next());
+        for d in 0..HD {
+            let outlier = if d % 31 == 7 { 8.0 } else { 1.0 };
+            out.push(next() * row_scale * outlier);
+        }
+    }
+    out
+}
+
+/// `Σ a[i]·b[i]` in eight lanes (vectorizes without reassociation).
+#[inline(always)]
+fn dot8(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (ca, cb) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for l in 0..8 {
+            acc[l] += ca[l] * cb[l];
+        }
+    }
+    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+}
+
+/// Dense decode attention of one query row `q` ([q_heads][hd]) over `k`, `v`
+/// ([tokens][kv_heads][hd], f32, contiguous): per KV head, every K row is loaded once for the
+/// group's query heads, then a two-pass softmax (max, `f32::exp`, sum) over all scores, then the
+/// weighted V sum, each V row again loaded once for the group. `scores` holds `group · tokens`.
+fn dense_attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let tokens = k.len() / KV_ROW;
+    let scores = &mut scores[..GROUP * tokens];
+    for kh in 0..KV_HEADS {
+        let qg = &q[kh * GROUP * HD..][..GROUP * HD];
+        let og = &mut out[kh * GROUP * HD..][..GROUP * HD];
+        for (j, krow) in k.chunks_exact(KV_ROW).enumerate() {
+            let kr = &krow[kh * HD..][..HD];
+            for (h, qh) in qg.chunks_exact(HD).enumerate() {
+                scores[h * tokens + j] = dot8(qh, kr) * scale;
+            }
+        }
+        let mut inv = [0f32; GROUP];
+        for (h, s) in scores.chunks_exact_mut(tokens).enumerate() {
+            let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let mut sum = 0f32;
+            for x in s.iter_mut() {
+                *x = (*x - max).exp();
+                sum += *x;
+            }
+            inv[h] = 1.0 / sum;
+        }
+        og.fill(0.0);
+        for (j, vrow) in v.chunks_exact(KV_ROW).enumerate() {
+            let vr = &vrow[kh * HD..][..HD];
+            for (h, oh) in og.chunks_exact_mut(HD).enumerate() {
+                let w = scores[h * tokens + j];
+                for (o, &x) in oh.iter_mut().zip(vr) {
+                    *o += w * x;
+                }
+            }
+        }
+        for (h, oh) in og.chunks_exact_mut(HD).enumerate() {
+            for o in oh {
+                *o *= inv[h];
+            }
+        }
+    }
+}
+
+/// A one-layer paged cache of `fmt` holding `k`, `v` (`tokens` rows) in one sequence; runs `f`
+/// with the cache and the sequence.
+fn with_cache(
+    fmt: ElementFormat,
+    k: &[f32],
+    v: &[f32],
+    f: impl FnOnce(&KvCache<'_, FreeList<'_>>, SeqId),
+) {
+    let tokens = k.len() / KV_ROW;
+    let cfg = CacheConfig::new(SHAPE)
+        .with_page_tokens(PAGE_TOKENS)
+        .with_formats(fmt, fmt)
+        .with_sequences(1, tokens as u32);
+    let plan = cfg
+        .plan_pages(tokens.div_ceil(PAGE_TOKENS as usize), 16)
+        .expect("plan");
+    let mut data = HeapArena::new(plan.data_bytes, cfg.align).expect("data arena");
+    let mut meta = HeapArena::new(plan.meta.total, edgekv::META_ALIGN).expect("meta arena");
+    let mut cache: KvCache<'_, FreeList<'_>> =
+        KvCache::new(cfg, data.as_uninit_mut(), meta.as_uninit_mut()).expect("cache");
+    let s = cache.create_sequence(SeqMode::Paged).expect("sequence");
+    cache.reserve(s, tokens as u32).expect("reserve");
+    cache.write_kv(s, 0, 0, k, v).expect("write");
+    f(&cache, s);
+}
+
+fn bench_attention(c: &mut Criterion) {
+    let params = AttentionParams::new(SHAPE, Q_HEADS);
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, SHAPE.kv_heads, PAGE_TOKENS)];
+    let mut g = c.benchmark_group("attention_decode");
+    for ctx in CONTEXTS {
+        let k = rows(1, ctx);
+        let v = rows(2, ctx);
+        let q: Vec<f32> = rows(3, GROUP).into_iter().map(|x| x * 0.5).collect();
+        let last = ctx as u32 - 1;
+        g.throughput(Throughput::Elements(ctx as u64));
+
+        let mut dense_out = vec![0f32; Q_ROW];
+        let mut dense_scores = vec![0f32; GROUP * ctx];
+        dense_attention(&q, &k, &v, params.scale, &mut dense_scores, &mut dense_out);
+        g.bench_with_input(BenchmarkId::new("dense_f32", ctx), &ctx, |b, _| {
+            b.iter(|| {
+                dense_attention(
+                    black_box(&q),
+                    black_box(&k),
+                    black_box(&v),
+                    params.scale,
+                    &mut dense_scores,
+                    &mut dense_out,
+                );
+                black_box(&dense_out);
+            })
+        });
+
+        for (name, fmt) in FORMATS {
+            with_cache(fmt, &k, &v, |cache, s| {
+                let mut out = vec![0f32; Q_ROW];
+                cache
+                    .attention(s, 0, last, &q, &mut out, &params, &mut scratch)
+                    .expect("attention");
+                assert!(out.iter().all(|x| x.is_finite()), "{name} {ctx}");
+                if fmt == ElementFormat::F32 {
+                    // Same work as the dense baseline: equal results up to rounding order.
+                    let peak = dense_out.iter().fold(0f32, |m, x| m.max(x.abs()));
+                    for (i, (a, b)) in out.iter().zip(&dense_out).enumerate() {
+                        assert!((a - b).abs() <= 1e-4 * peak, "f32 {ctx} [{i}]: {a} vs {b}");
+                    }
+                }
+                g.bench_with_input(BenchmarkId::new(name, ctx), &ctx, |b, _| {
+                    b.iter(|| {
+                        cache
+                            .attention(s, 0, last, black_box(&q), &mut out, &params, &mut scratch)
+                            .expect("attention");
+                        black_box(&out);
+                    })
+                });
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_attention);
+criterion_main!(benches);

@@ -2,9 +2,10 @@
 
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator};
-use crate::attention::kernels::{Row, dot, scale_add};
+use crate::attention::kernels::{Row, add_scaled, dot};
 use crate::attention::{AttentionParams, scratch_len};
 use crate::error::{Error, Result};
+use crate::format::ElementFormat;
 use crate::planner::Pool;
 use crate::sequence::SeqId;
 use crate::shape::Kv;
@@ -68,11 +69,23 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let (sum, scores) = rest.split_at_mut(group);
         let table = self.table(slot);
         let g = &self.plan.geometry;
-        let (k_fmt, v_fmt) = (self.config.k_format, self.config.v_format);
         let (k_row, v_row) = (g.k_row_bytes, g.v_row_bytes);
         let (k_srow, v_srow) = (g.k_scale_row_bytes, g.v_scale_row_bytes);
-        let (k_head, v_head) = (k_row / kv_heads, v_row / kv_heads);
-        let (k_shead, v_shead) = (k_srow / kv_heads, v_srow / kv_heads);
+        let layout = Layout {
+            k_fmt: self.config.k_format,
+            v_fmt: self.config.v_format,
+            k_row,
+            v_row,
+            k_srow,
+            v_srow,
+            k_head: k_row / kv_heads,
+            v_head: v_row / kv_heads,
+            k_shead: k_srow / kv_heads,
+            v_shead: v_srow / kv_heads,
+            head_dim: hd,
+            page_tokens: p,
+            scale: params.scale,
+        };
 
         for (qi, (q_rows, out_rows)) in q
             .chunks_exact(row)
@@ -98,36 +111,31 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                         return Err(Error::PositionOutOfRange);
                     }
                     let kv = self.page_slices(layer, page)?;
-                    // Scores of the page's kept keys, for every head of the group.
-                    for h in 0..group {
-                        let qh = &q_group[h * hd..(h + 1) * hd];
-                        let mut page_max = f32::NEG_INFINITY;
-                        for j in (j0..j1).filter(|&j| kept(j)) {
-                            let r = (j - j0) as usize;
-                            let krow = Row {
-                                vals: &kv.k[r * k_row + kh * k_head..][..k_head],
-                                scales: &kv.ks[(r * k_srow + kh * k_shead).min(kv.ks.len())..],
-                            };
-                            let s = dot(k_fmt, qh, krow) * params.scale;
-                            scores[h * p + r] = s;
-                            page_max = page_max.max(s);
+                    let keys = Keys {
+                        kv: &kv,
+                        kh,
+                        j0,
+                        j1,
+                        kept: &kept,
+                    };
+                    // Query heads in runs of up to four share each decoded K and V row.
+                    let mut h0 = 0;
+                    while h0 < group {
+                        let n = (group - h0).min(4);
+                        let heads = Heads {
+                            q: &q_group[h0 * hd..(h0 + n) * hd],
+                            out: &mut out_group[h0 * hd..(h0 + n) * hd],
+                            max: &mut max[h0..h0 + n],
+                            sum: &mut sum[h0..h0 + n],
+                            scores: &mut scores[h0 * p..(h0 + n) * p],
+                        };
+                        match n {
+                            1 => attend_page::<1, _>(&layout, &keys, heads),
+                            2 => attend_page::<2, _>(&layout, &keys, heads),
+                            3 => attend_page::<3, _>(&layout, &keys, heads),
+                            _ => attend_page::<4, _>(&layout, &keys, heads),
                         }
-                        let new_max = max[h].max(page_max);
-                        let mut keep = libm::expf(max[h] - new_max);
-                        sum[h] *= keep;
-                        let oh = &mut out_group[h * hd..(h + 1) * hd];
-                        for j in (j0..j1).filter(|&j| kept(j)) {
-                            let r = (j - j0) as usize;
-                            let w = libm::expf(scores[h * p + r] - new_max);
-                            sum[h] += w;
-                            let vrow = Row {
-                                vals: &kv.v[r * v_row + kh * v_head..][..v_head],
-                                scales: &kv.vs[(r * v_srow + kh * v_shead).min(kv.vs.len())..],
-                            };
-                            scale_add(v_fmt, oh, keep, w, vrow);
-                            keep = 1.0;
-                        }
-                        max[h] = new_max;
+                        h0 += n;
                     }
                 }
                 for (h, oh) in out_group.chunks_exact_mut(hd).enumerate() {
@@ -158,6 +166,109 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             v: slice(Pool::values(Kv::V), g.v_row_bytes * p)?,
             vs: slice(Pool::scales(Kv::V), g.v_scale_row_bytes * p)?,
         })
+    }
+}
+
+/// Formats and byte geometry of the rows [`attend_page`] reads.
+struct Layout {
+    k_fmt: ElementFormat,
+    v_fmt: ElementFormat,
+    /// Value and scale bytes of one token (all heads) and of one head, for K and V.
+    k_row: usize,
+    v_row: usize,
+    k_srow: usize,
+    v_srow: usize,
+    k_head: usize,
+    v_head: usize,
+    k_shead: usize,
+    v_shead: usize,
+    head_dim: usize,
+    page_tokens: usize,
+    scale: f32,
+}
+
+/// The keys of one page one query row sees: KV head `kh`, positions `[j0, j1)` filtered by `kept`.
+struct Keys<'k, F: Fn(u32) -> bool> {
+    kv: &'k PageSlices<'k>,
+    kh: usize,
+    j0: u32,
+    j1: u32,
+    kept: &'k F,
+}
+
+/// A run of query heads of one KV group: their query rows, output accumulators, running maxima
+/// and sums, and one page of scores each (`head_dim` and `page_tokens` apart).
+struct Heads<'h> {
+    q: &'h [f32],
+    out: &'h mut [f32],
+    max: &'h mut [f32],
+    sum: &'h mut [f32],
+    scores: &'h mut [f32],
+}
+
+/// One page of keys for `G` query heads: the scores, one online-softmax rescale per head, then
+/// the weighted V rows. Every K and V row is decoded once for all `G` heads; each head's
+/// arithmetic, in order, is what it would be alone.
+#[inline(always)]
+fn attend_page<const G: usize, F: Fn(u32) -> bool>(
+    l: &Layout,
+    keys: &Keys<'_, F>,
+    heads: Heads<'_>,
+) {
+    let (hd, p, kv, kh) = (l.head_dim, l.page_tokens, keys.kv, keys.kh);
+    let Heads {
+        q,
+        out,
+        max,
+        sum,
+        scores,
+    } = heads;
+    let qs: [&[f32]; G] = core::array::from_fn(|h| &q[h * hd..][..hd]);
+    let mut page_max = [f32::NEG_INFINITY; G];
+    for j in keys.j0..keys.j1 {
+        if !(keys.kept)(j) {
+            continue;
+        }
+        let r = (j - keys.j0) as usize;
+        let krow = Row {
+            vals: &kv.k[r * l.k_row + kh * l.k_head..][..l.k_head],
+            scales: &kv.ks[(r * l.k_srow + kh * l.k_shead).min(kv.ks.len())..],
+        };
+        let d = dot(l.k_fmt, qs, krow);
+        for h in 0..G {
+            let s = d[h] * l.scale;
+            scores[h * p + r] = s;
+            page_max[h] = page_max[h].max(s);
+        }
+    }
+    let mut it = out.chunks_exact_mut(hd);
+    let mut oh: [&mut [f32]; G] = core::array::from_fn(|_| match it.next() {
+        Some(o) => o,
+        None => unreachable!(),
+    });
+    for h in 0..G {
+        let new_max = max[h].max(page_max[h]);
+        let keep = libm::expf(max[h] - new_max);
+        sum[h] *= keep;
+        for o in oh[h].iter_mut() {
+            *o *= keep;
+        }
+        max[h] = new_max;
+    }
+    for j in keys.j0..keys.j1 {
+        if !(keys.kept)(j) {
+            continue;
+        }
+        let r = (j - keys.j0) as usize;
+        let w: [f32; G] = core::array::from_fn(|h| libm::expf(scores[h * p + r] - max[h]));
+        for h in 0..G {
+            sum[h] += w[h];
+        }
+        let vrow = Row {
+            vals: &kv.v[r * l.v_row + kh * l.v_head..][..l.v_head],
+            scales: &kv.vs[(r * l.v_srow + kh * l.v_shead).min(kv.vs.len())..],
+        };
+        add_scaled(l.v_fmt, &mut oh, w, vrow);
     }
 }
 
