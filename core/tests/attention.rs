@@ -125,7 +125,7 @@ fn attend(
     p: &AttentionParams,
 ) -> Vec<f32> {
     let mut out = vec![0f32; q.len()];
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, SHAPE.kv_heads, 8)];
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8)];
     c.attention(s, layer, start, q, &mut out, p, &mut scratch)
         .unwrap();
     out
@@ -214,7 +214,7 @@ fn bad_input_is_an_error() {
     let p = AttentionParams::new(SHAPE, Q_HEADS);
     let q = vec![0.5f32; Q_ROW];
     let mut out = vec![0f32; Q_ROW];
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 2, 8)];
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8)];
     let run =
         |seq, layer, start, q: &[f32], out: &mut [f32], p: &AttentionParams, scr: &mut [f32]| {
             c.attention(seq, layer, start, q, out, p, scr)
@@ -334,7 +334,7 @@ fn sliding_window_releases_pages_and_keeps_results() {
     // Released positions are gone, everywhere.
     let mut row = vec![0f32; KV_ROW];
     let mut out = vec![0f32; Q_ROW];
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 2, 8)];
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8)];
     let full = AttentionParams::new(SHAPE, Q_HEADS);
     assert_eq!(
         c.read(s, 0, Kv::K, 20, &mut row),

@@ -65,11 +65,8 @@ impl AttentionParams {
     }
 }
 
-/// `f32`s of scratch [`KvCache::attention`](crate::KvCache::attention) needs: per query head of
-/// one KV group a running max and sum plus one page of scores (`group · (page_tokens + 2)`).
-pub const fn scratch_len(q_heads: u16, kv_heads: u16, page_tokens: u16) -> usize {
-    if kv_heads == 0 {
-        return 0;
-    }
-    (q_heads / kv_heads) as usize * (page_tokens as usize + 2)
+/// `f32`s of scratch [`KvCache::attention`](crate::KvCache::attention) needs: per query head a
+/// running max and sum plus one page of scores (`q_heads · (page_tokens + 2)`).
+pub const fn scratch_len(q_heads: u16, page_tokens: u16) -> usize {
+    q_heads as usize * (page_tokens as usize + 2)
 }

@@ -63,10 +63,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let p = self.config.page_tokens as usize;
         let group = q_heads / kv_heads;
         let scratch = scratch
-            .get_mut(..scratch_len(params.q_heads, shape.kv_heads, self.config.page_tokens))
+            .get_mut(..scratch_len(params.q_heads, self.config.page_tokens))
             .ok_or(Error::LengthMismatch)?;
-        let (max, rest) = scratch.split_at_mut(group);
-        let (sum, scores) = rest.split_at_mut(group);
+        let (max, rest) = scratch.split_at_mut(q_heads);
+        let (sum, scores) = rest.split_at_mut(q_heads);
         let table = self.table(slot);
         let g = &self.plan.geometry;
         let (k_row, v_row) = (g.k_row_bytes, g.v_row_bytes);
@@ -94,23 +94,23 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         {
             let t = start + qi as u32;
             out_rows.fill(0.0);
-            for kh in 0..kv_heads {
-                let heads = kh * group * hd..(kh + 1) * group * hd;
-                let (q_group, out_group) = (&q_rows[heads.clone()], &mut out_rows[heads]);
-                max.fill(f32::NEG_INFINITY);
-                sum.fill(0.0);
-                for page_index in 0..=(t as usize / p) {
-                    let j0 = (page_index * p) as u32;
-                    let j1 = (j0 + p as u32).min(t + 1);
-                    let kept = |j: u32| params.window.is_none_or(|w| w.keeps(t, j));
-                    if !(j0..j1).any(kept) {
-                        continue;
-                    }
-                    let page = table.get(page_index).copied().unwrap_or(NO_PAGE);
-                    if page == NO_PAGE {
-                        return Err(Error::PositionOutOfRange);
-                    }
-                    let kv = self.page_slices(layer, page)?;
+            max.fill(f32::NEG_INFINITY);
+            sum.fill(0.0);
+            // Each page is visited once, for every KV head (pages are scattered in memory); each
+            // head's arithmetic and key order are those of a head computed alone.
+            for page_index in 0..=(t as usize / p) {
+                let j0 = (page_index * p) as u32;
+                let j1 = (j0 + p as u32).min(t + 1);
+                let kept = |j: u32| params.window.is_none_or(|w| w.keeps(t, j));
+                if !(j0..j1).any(kept) {
+                    continue;
+                }
+                let page = table.get(page_index).copied().unwrap_or(NO_PAGE);
+                if page == NO_PAGE {
+                    return Err(Error::PositionOutOfRange);
+                }
+                let kv = self.page_slices(layer, page)?;
+                for kh in 0..kv_heads {
                     let keys = Keys {
                         kv: &kv,
                         kh,
@@ -119,12 +119,13 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                         kept: &kept,
                     };
                     // Query heads in runs of up to four share each decoded K and V row.
-                    let mut h0 = 0;
-                    while h0 < group {
-                        let n = (group - h0).min(4);
+                    let mut h0 = kh * group;
+                    let h_end = (kh + 1) * group;
+                    while h0 < h_end {
+                        let n = (h_end - h0).min(4);
                         let heads = Heads {
-                            q: &q_group[h0 * hd..(h0 + n) * hd],
-                            out: &mut out_group[h0 * hd..(h0 + n) * hd],
+                            q: &q_rows[h0 * hd..(h0 + n) * hd],
+                            out: &mut out_rows[h0 * hd..(h0 + n) * hd],
                             max: &mut max[h0..h0 + n],
                             sum: &mut sum[h0..h0 + n],
                             scores: &mut scores[h0 * p..(h0 + n) * p],
@@ -138,11 +139,11 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                         h0 += n;
                     }
                 }
-                for (h, oh) in out_group.chunks_exact_mut(hd).enumerate() {
-                    let inv = 1.0 / sum[h];
-                    for o in oh {
-                        *o *= inv;
-                    }
+            }
+            for (h, oh) in out_rows.chunks_exact_mut(hd).enumerate() {
+                let inv = 1.0 / sum[h];
+                for o in oh {
+                    *o *= inv;
                 }
             }
         }
