@@ -64,6 +64,9 @@ fn rows(seed: u64, tokens: usize) -> Vec<f32> {
     out
 }
 
+/// An `exp` implementation.
+type ExpFn = fn(f32) -> f32;
+
 /// `Σ a[i]·b[i]` in eight lanes (vectorizes without reassociation).
 #[inline(always)]
 fn dot8(a: &[f32], b: &[f32]) -> f32 {
@@ -178,7 +181,7 @@ fn bench_attention(c: &mut Criterion) {
         );
         // The peer with the same exp as edgekv (libm, identical bits on every target), and one
         // with glibc's faster, host-only exp.
-        let exps: [(&str, fn(f32) -> f32); 2] =
+        let exps: [(&str, ExpFn); 2] =
             [("dense_f32", libm::expf), ("dense_f32_glibc_exp", f32::exp)];
         for (name, exp) in exps {
             g.bench_with_input(BenchmarkId::new(name, ctx), &ctx, |b, _| {
