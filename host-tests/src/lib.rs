@@ -3,3 +3,5 @@
 
 pub mod cli;
 pub mod demo;
+pub mod qemu;
+pub mod size;

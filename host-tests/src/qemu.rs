@@ -1,0 +1,1 @@
+//! Building board firmware and running it under QEMU: being written.

@@ -1,0 +1,1 @@
+//! Size report of the board firmware (`cargo xtask size`): being written.
