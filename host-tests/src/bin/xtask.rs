@@ -1,6 +1,8 @@
 //! Task runner (the xtask pattern), reached through the cargo aliases in `.cargo/config.toml`:
 //!
-//! - `cargo demo` — the main job: the demo session (host for now; firmware on QEMU later).
+//! - `cargo demo` — the main job: builds the Cortex-M4 firmware (`boards/qemu-an386`) and runs it
+//!   on QEMU mps2-an386: the parity cases, then a multi-turn session. `cargo demo --host` runs the
+//!   host demo (SmolLM2-shaped session with fork, truncate and contiguous growth) instead.
 //! - `cargo test-all` — every check CI runs: rustfmt, clippy, docs, no_std target builds (with and
 //!   without `defmt`), Miri on the core, then all tests; the output ends with nextest's summary.
 //!   `--no-miri` and `--no-targets` skip the slow parts for quick local runs.
@@ -20,11 +22,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flags: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
     let result = match args.first().map(String::as_str) {
-        Some("demo") => {
+        Some("demo") if flags == ["--host"] => {
             edgekv_host_tests::demo::run(&mut std::io::stdout()).map_err(|e| e.to_string())
         }
+        Some("demo") if flags.is_empty() => board_demo(),
         Some("test") => test(&flags),
-        _ => Err("usage: cargo xtask <demo | test [--no-miri] [--no-targets]>".into()),
+        _ => Err("usage: cargo xtask <demo [--host] | test [--no-miri] [--no-targets]>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -32,6 +35,28 @@ fn main() -> ExitCode {
             eprintln!("xtask: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Builds the QEMU firmware and runs it, streaming its decoded log.
+fn board_demo() -> Result<(), String> {
+    use edgekv_host_tests::qemu;
+    if let Some(why) = qemu::missing_tools() {
+        return Err(why);
+    }
+    let root = qemu::repo_root();
+    eprintln!("building {} (release) ...", qemu::AN386_DIR);
+    let elf = qemu::build_an386(&root)?;
+    eprintln!("running on qemu-system-arm -machine mps2-an386 ...");
+    let run = qemu::run_an386(
+        &elf,
+        std::time::Duration::from_secs(300),
+        &mut std::io::stdout(),
+    )?;
+    match run.code {
+        0 => Ok(()),
+        124 => Err("firmware timed out".into()),
+        c => Err(format!("firmware exited with {c}")),
     }
 }
 

@@ -1,0 +1,65 @@
+//! edgekv on QEMU mps2-an386 (Cortex-M4F): runs the parity cases (the host compares their digests
+//! with its own), then a multi-turn demo session, logging through defmt over semihosting. Exits
+//! through semihosting: 0 when everything passed, 1 on a failed case, 3 on a HardFault.
+#![no_std]
+#![no_main]
+
+mod arenas;
+mod demo;
+
+use core::mem::MaybeUninit;
+
+use cortex_m as _; // critical-section implementation for defmt
+use cortex_m_rt::{ExceptionFrame, entry, exception};
+use defmt_semihosting as _;
+use edgekv_parity::{Arenas, CASES, DATA_BYTES, META_BYTES, WORK_F32};
+use static_cell::ConstStaticCell;
+
+static PARITY_META: ConstStaticCell<[MaybeUninit<u8>; META_BYTES]> =
+    ConstStaticCell::new([MaybeUninit::uninit(); META_BYTES]);
+static PARITY_WORK: ConstStaticCell<[f32; WORK_F32]> = ConstStaticCell::new([0.0; WORK_F32]);
+
+#[entry]
+fn main() -> ! {
+    defmt::println!("edgekv on mps2-an386 (Cortex-M4F)");
+    let Some(psram) = arenas::psram() else {
+        exit(2)
+    };
+    let (parity_data, demo_data) = psram.split_at_mut(DATA_BYTES);
+    let mut arenas = Arenas {
+        data: parity_data,
+        meta: PARITY_META.take(),
+        work: PARITY_WORK.take(),
+    };
+    let mut failed = 0u32;
+    for &case in CASES {
+        match edgekv_parity::run(case, &mut arenas, &mut |_| {}) {
+            Ok(d) => defmt::println!("case {=str} crc32 {=u32:08x}", d.name(), d.crc32),
+            Err(e) => {
+                failed += 1;
+                defmt::println!(
+                    "case {=str} failed: {}",
+                    case.name(),
+                    defmt::Debug2Format(&e)
+                );
+            }
+        }
+    }
+    defmt::println!("parity: {=usize} cases, {=u32} failed", CASES.len(), failed);
+    if let Err(e) = demo::run(demo_data) {
+        defmt::println!("demo failed: {}", e);
+        failed += 1;
+    }
+    exit(if failed == 0 { 0 } else { 1 })
+}
+
+/// Ends the QEMU run with `code`.
+fn exit(code: i32) -> ! {
+    semihosting::process::exit(code)
+}
+
+#[exception]
+unsafe fn HardFault(frame: &ExceptionFrame) -> ! {
+    defmt::println!("HardFault at pc {=u32:08x}", frame.pc());
+    exit(3)
+}

@@ -1,0 +1,47 @@
+//! The QEMU Cortex-M4 firmware runs the same parity cases as the host and must print the same
+//! digests, byte for byte; then its demo session must pass. Needs qemu-system-arm and
+//! defmt-print (`.ci/run` installs both); without them the test fails and says how to install.
+
+use std::mem::MaybeUninit;
+use std::time::Duration;
+
+use edgekv_host_tests::qemu;
+use edgekv_parity::{Arenas, CASES, DATA_BYTES, META_BYTES, WORK_F32};
+
+#[test]
+fn firmware_digests_equal_the_hosts() {
+    let root = qemu::repo_root();
+    let elf = qemu::build_an386(&root).expect("build the an386 firmware");
+    let mut log = Vec::new();
+    let run = qemu::run_an386(&elf, Duration::from_secs(300), &mut log).expect("run QEMU");
+    let text = String::from_utf8_lossy(&log);
+    assert_eq!(run.code, 0, "firmware exit code; log:\n{text}");
+
+    let mut data = vec![MaybeUninit::uninit(); DATA_BYTES];
+    let mut meta = vec![MaybeUninit::uninit(); META_BYTES];
+    let mut work = vec![0f32; WORK_F32];
+    let mut arenas = Arenas {
+        data: &mut data,
+        meta: &mut meta,
+        work: &mut work,
+    };
+    let board = run.digests();
+    assert_eq!(
+        board.len(),
+        CASES.len(),
+        "one digest per case; log:\n{text}"
+    );
+    for (&case, (name, crc)) in CASES.iter().zip(&board) {
+        let host = edgekv_parity::run(case, &mut arenas, &mut |_| {}).expect("host case");
+        assert_eq!(name, host.name());
+        assert_eq!(
+            *crc, host.crc32,
+            "case {name}: board {crc:08x}, host {:08x}",
+            host.crc32
+        );
+    }
+    assert!(
+        run.lines.iter().any(|l| l.starts_with("demo ok")),
+        "the demo session passed; log:\n{text}"
+    );
+}
