@@ -302,7 +302,8 @@ mod tests {
 
     #[test]
     fn f16_and_bf16_decoders_match_half_on_every_code() {
-        for c in 0..=u16::MAX {
+        // Every code; under Miri a stride that still crosses every exponent.
+        for c in (0..=u16::MAX).step_by(if cfg!(miri) { 61 } else { 1 }) {
             let want = half::f16::from_bits(c).to_f32().to_bits();
             assert_eq!(f16_to_f32(c).to_bits(), want, "f16 {c:#06x}");
             let want = half::bf16::from_bits(c).to_f32().to_bits();

@@ -267,7 +267,11 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 3000 }))]
+        #![proptest_config(ProptestConfig {
+            cases: if cfg!(miri) { 4 } else { 3000 },
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
         /// Random inserts and removals with few distinct hashes (long probe runs, collisions,
         /// wrap-around at the table's end) against a list model.
         #[test]

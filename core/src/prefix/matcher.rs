@@ -90,7 +90,11 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 8 } else { 2000 }))]
+        #![proptest_config(ProptestConfig {
+            cases: if cfg!(miri) { 8 } else { 2000 },
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
         #[test]
         fn agrees_with_the_naive_loop(
             a in proptest::collection::vec(0u32..4, 0..700),
