@@ -8,8 +8,12 @@ use std::time::{Duration, Instant};
 
 /// The firmware crate, relative to the repository root.
 pub const AN386_DIR: &str = "boards/qemu-an386";
-/// The firmware ELF, relative to the firmware crate.
-const AN386_ELF: &str = "target/thumbv7em-none-eabihf/release/edgekv-qemu-an386";
+/// The firmware's release binaries, relative to the firmware crate.
+const AN386_BINS: &str = "target/thumbv7em-none-eabihf/release";
+/// The main firmware binary (parity cases and demo).
+pub const AN386_MAIN: &str = "edgekv-qemu-an386";
+/// The binary that faults on purpose (its HardFault handler must exit 3).
+pub const AN386_HARDFAULT: &str = "hardfault";
 
 /// The repository root (the parent of `host-tests/`).
 pub fn repo_root() -> PathBuf {
@@ -71,7 +75,8 @@ pub fn missing_tools() -> Option<String> {
     None
 }
 
-/// Builds the an386 firmware in release and returns its ELF.
+/// Builds the an386 firmware binaries in release and returns the main one's ELF (see
+/// [`an386_bin`] for the others).
 pub fn build_an386(root: &Path) -> Result<PathBuf, String> {
     let dir = root.join(AN386_DIR);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -88,7 +93,12 @@ pub fn build_an386(root: &Path) -> Result<PathBuf, String> {
     if !status.success() {
         return Err(format!("firmware build failed ({status})"));
     }
-    Ok(dir.join(AN386_ELF))
+    Ok(an386_bin(root, AN386_MAIN))
+}
+
+/// The ELF of firmware binary `name` (after [`build_an386`]).
+pub fn an386_bin(root: &Path, name: &str) -> PathBuf {
+    root.join(AN386_DIR).join(AN386_BINS).join(name)
 }
 
 /// Runs `elf` on QEMU mps2-an386 for at most `timeout`, echoing each decoded line to `echo`.

@@ -45,3 +45,14 @@ fn firmware_digests_equal_the_hosts() {
         "the demo session passed; log:\n{text}"
     );
 }
+
+#[test]
+fn a_hardfault_ends_the_run_with_exit_code_3() {
+    let root = qemu::repo_root();
+    qemu::build_an386(&root).expect("build the an386 firmware");
+    let elf = qemu::an386_bin(&root, qemu::AN386_HARDFAULT);
+    let mut log = Vec::new();
+    let run = qemu::run_an386(&elf, Duration::from_secs(60), &mut log).expect("run QEMU");
+    assert_eq!(run.code, 3, "log:\n{}", String::from_utf8_lossy(&log));
+    assert!(run.lines.iter().any(|l| l.starts_with("HardFault at pc")));
+}
