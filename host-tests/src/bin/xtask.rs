@@ -5,7 +5,9 @@
 //!   host demo (SmolLM2-shaped session with fork, truncate and contiguous growth) instead.
 //! - `cargo test-all` — every check CI runs: rustfmt, clippy, docs, no_std target builds (with and
 //!   without `defmt`), Miri on the core, then all tests; the output ends with nextest's summary.
-//!   `--no-miri` and `--no-targets` skip the slow parts for quick local runs.
+//!   `--no-miri` and `--no-targets` skip the slow parts for quick local runs (`--no-targets` also
+//!   skips the board firmware builds and the micro:bit QEMU run).
+//! - `cargo xtask size` — .text / .data / .bss of each board firmware and the core's share.
 
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -27,7 +29,11 @@ fn main() -> ExitCode {
         }
         Some("demo") if flags.is_empty() => board_demo(),
         Some("test") => test(&flags),
-        _ => Err("usage: cargo xtask <demo [--host] | test [--no-miri] [--no-targets]>".into()),
+        Some("size") => edgekv_host_tests::size::report(&edgekv_host_tests::qemu::repo_root())
+            .map(|table| println!("{table}")),
+        _ => Err(
+            "usage: cargo xtask <demo [--host] | test [--no-miri] [--no-targets] | size>".into(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -76,6 +82,30 @@ fn run_quiet(desc: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> 
         .envs(env.iter().copied())
         .status()
         .map_err(|e| format!("{desc}: cannot start {program}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{desc} failed ({status})"))
+    }
+}
+
+/// Runs cargo with `args` inside board crate `dir` (its own workspace and `.cargo/config.toml`),
+/// without the host build's target settings.
+fn run_board(desc: &str, dir: &str, args: &[&str]) -> Result<(), String> {
+    let start = Instant::now();
+    eprintln!("\n==> {desc}: (cd {dir}) cargo {}", args.join(" "));
+    let root = edgekv_host_tests::qemu::repo_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(args)
+        .current_dir(root.join(dir))
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .status()
+        .map_err(|e| format!("{desc}: cannot start cargo: {e}"))?;
+    eprintln!("<== {desc}: {:.1} s", start.elapsed().as_secs_f64());
     if status.success() {
         Ok(())
     } else {
@@ -150,6 +180,22 @@ fn test(flags: &[&str]) -> Result<(), String> {
                 &[],
             )?;
         }
+        // Board firmware (boards/qemu-an386 is built and run by host-tests' board_parity).
+        run_board(
+            "stm32h7 firmware",
+            "boards/stm32h7",
+            &["build", "--release"],
+        )?;
+        run_board(
+            "stm32h7 firmware with embedded-alloc",
+            "boards/stm32h7",
+            &["build", "--release", "--features", "heap"],
+        )?;
+        run_board(
+            "microbit firmware on QEMU (Cortex-M0)",
+            "boards/microbit",
+            &["run", "--release"],
+        )?;
     }
     if !flags.contains(&"--no-miri") {
         // rustup's proxy picks the toolchain from `+nightly`; CARGO points at stable's cargo.
