@@ -241,13 +241,16 @@ fn twenty_turns_with_evictions() {
         );
         invariants(&c);
     }
-    assert!(
-        m.evicted_conv > 0 && cut_hits > 0,
-        "evictions must cut some hits"
-    );
-    assert!(
-        full_hits >= 10,
-        "most turns reuse everything published: {full_hits}"
-    );
-    assert!(c.stats().evictions > 0);
+    // Under Miri the five turns are too few for the distractors to evict conversation pages.
+    if TURNS == 20 {
+        assert!(
+            m.evicted_conv > 0 && cut_hits > 0,
+            "evictions must cut some hits"
+        );
+        assert!(
+            full_hits >= 10,
+            "most turns reuse everything published: {full_hits}"
+        );
+        assert!(c.stats().evictions > 0);
+    }
 }
