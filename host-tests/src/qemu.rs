@@ -75,19 +75,26 @@ pub fn missing_tools() -> Option<String> {
     None
 }
 
-/// Builds the an386 firmware binaries in release and returns the main one's ELF (see
-/// [`an386_bin`] for the others).
-pub fn build_an386(root: &Path) -> Result<PathBuf, String> {
-    let dir = root.join(AN386_DIR);
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "--quiet"])
-        .current_dir(&dir)
-        // The host build's settings must not leak into the firmware's.
+/// `cargo` run inside board crate `dir` (its own workspace and `.cargo/config.toml`), with none
+/// of the calling host build's target or flag settings leaking in.
+pub fn board_cargo(dir: &Path) -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(dir)
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_BUILD_TARGET")
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_RUSTFLAGS");
+    cmd
+}
+
+/// Builds the an386 firmware binaries in release and returns the main one's ELF (see
+/// [`an386_bin`] for the others).
+pub fn build_an386(root: &Path) -> Result<PathBuf, String> {
+    let dir = root.join(AN386_DIR);
+    let status = board_cargo(&dir)
+        .args(["build", "--release", "--quiet"])
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !status.success() {

@@ -177,21 +177,13 @@ fn build(root: &Path, b: &Build) -> Result<Vec<(String, PathBuf)>, String> {
     if !dir.join("Cargo.toml").exists() {
         return Err(format!("{} does not exist", b.dir));
     }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(&dir)
-        .args([
-            "build",
-            "--release",
-            "--message-format=json-render-diagnostics",
-        ])
-        // The board's own .cargo/config.toml picks the target and link flags; nothing of the
-        // calling (host) cargo may leak in.
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("CARGO_BUILD_TARGET")
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("CARGO_BUILD_RUSTFLAGS");
+    // The board's own .cargo/config.toml picks the target and link flags.
+    let mut cmd = crate::qemu::board_cargo(&dir);
+    cmd.args([
+        "build",
+        "--release",
+        "--message-format=json-render-diagnostics",
+    ]);
     if let Some(t) = b.target_dir {
         cmd.args(["--target-dir", t]);
     }

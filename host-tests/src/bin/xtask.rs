@@ -95,14 +95,8 @@ fn run_board(desc: &str, dir: &str, args: &[&str]) -> Result<(), String> {
     let start = Instant::now();
     eprintln!("\n==> {desc}: (cd {dir}) cargo {}", args.join(" "));
     let root = edgekv_host_tests::qemu::repo_root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
+    let status = edgekv_host_tests::qemu::board_cargo(&root.join(dir))
         .args(args)
-        .current_dir(root.join(dir))
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("CARGO_BUILD_TARGET")
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .status()
         .map_err(|e| format!("{desc}: cannot start cargo: {e}"))?;
     eprintln!("<== {desc}: {:.1} s", start.elapsed().as_secs_f64());
