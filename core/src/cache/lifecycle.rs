@@ -59,13 +59,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Releases page-table entries `[keep, held)`, last first, and sets `held = keep`.
     pub(super) fn release_tail(&mut self, slot: usize, keep: usize) {
         let held = self.records[slot].held as usize;
-        for i in (keep..held).rev() {
-            let page = *self.table_entry(slot, i);
-            if page != NO_PAGE {
-                // Cannot fail: a page in a table holds a reference (see `check_invariants`).
-                let _ = self.pool.release(page);
-            }
-        }
+        self.release_entries(slot, keep..held);
         self.records[slot].held = keep.min(held) as u16;
     }
 
@@ -109,10 +103,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 Ok(page) => *self.table_entry(slot, i) = page,
                 Err(e) => {
                     // Unreachable after the availability check; undo anyway.
-                    for j in (from..i).rev() {
-                        let page = *self.table_entry(slot, j);
-                        let _ = self.pool.release(page);
-                    }
+                    self.release_entries(slot, from..i);
                     return Err(e);
                 }
             }
@@ -156,7 +147,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             if page != NO_PAGE {
                 if let Err(e) = self.pool.retain(page) {
                     // Unreachable: a page has at most one reference per live sequence.
-                    self.release_entries(parent, i);
+                    self.release_entries(parent, 0..i);
                     return Err(e);
                 }
             }
@@ -171,7 +162,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                     *self.table_entry(child, full) = copy;
                 }
                 Err(e) => {
-                    self.release_entries(parent, full);
+                    self.release_entries(parent, 0..full);
                     return Err(e);
                 }
             }
@@ -181,13 +172,14 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         Ok(id)
     }
 
-    /// Releases the pages of table entries `[0, n)` of `slot` once each (the undo of retaining
-    /// them for a fork), skipping released entries.
-    fn release_entries(&mut self, slot: usize, n: usize) {
-        for j in (0..n).rev() {
-            let p = *self.table_entry(slot, j);
-            if p != NO_PAGE {
-                let _ = self.pool.release(p);
+    /// Drops one reference to the page of each table entry in `entries` of `slot`, last first,
+    /// skipping entries released by `slide` (the held count is the caller's business).
+    pub(super) fn release_entries(&mut self, slot: usize, entries: core::ops::Range<usize>) {
+        for i in entries.rev() {
+            let page = *self.table_entry(slot, i);
+            if page != NO_PAGE {
+                // Cannot fail: a page in a table holds a reference (see `check_invariants`).
+                let _ = self.pool.release(page);
             }
         }
     }

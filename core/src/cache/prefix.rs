@@ -178,9 +178,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         for i in 0..pages {
             let page = self.tables[base + i];
             if let Err(e) = self.pool.retain(page) {
-                for j in (0..i).rev() {
-                    let _ = self.pool.release(self.tables[base + j]);
-                }
+                self.release_entries(slot, 0..i);
                 return Err(e);
             }
         }
