@@ -64,6 +64,37 @@ pub trait CacheMaintenance {
     /// [`HalError::Misaligned`] / [`HalError::Overflow`] per the
     /// [contract](CacheMaintenance); nothing is done then.
     fn clean_invalidate(&mut self, addr: usize, len: usize) -> Result<(), HalError>;
+
+    /// [`clean`](Self::clean) of the memory `bytes` occupies. The device views call the slice
+    /// forms: holding the slice proves the caller owns the range, and a host simulation (see
+    /// `SimCache`, feature `sim`) needs the bytes themselves.
+    ///
+    /// # Errors
+    ///
+    /// As [`clean`](Self::clean).
+    fn clean_slice(&mut self, bytes: &[u8]) -> Result<(), HalError> {
+        self.clean(bytes.as_ptr() as usize, bytes.len())
+    }
+
+    /// [`invalidate`](Self::invalidate) of the memory `bytes` occupies: afterwards `bytes` holds
+    /// what a device wrote. Exclusive access to the slice is what makes a true invalidate sound:
+    /// no one else's writes can be discarded.
+    ///
+    /// # Errors
+    ///
+    /// As [`invalidate`](Self::invalidate).
+    fn invalidate_slice(&mut self, bytes: &mut [u8]) -> Result<(), HalError> {
+        self.invalidate(bytes.as_ptr() as usize, bytes.len())
+    }
+
+    /// [`clean_invalidate`](Self::clean_invalidate) of the memory `bytes` occupies.
+    ///
+    /// # Errors
+    ///
+    /// As [`clean_invalidate`](Self::clean_invalidate).
+    fn clean_invalidate_slice(&mut self, bytes: &mut [u8]) -> Result<(), HalError> {
+        self.clean_invalidate(bytes.as_ptr() as usize, bytes.len())
+    }
 }
 
 impl<C: CacheMaintenance + ?Sized> CacheMaintenance for &mut C {
@@ -78,6 +109,15 @@ impl<C: CacheMaintenance + ?Sized> CacheMaintenance for &mut C {
     }
     fn clean_invalidate(&mut self, addr: usize, len: usize) -> Result<(), HalError> {
         (**self).clean_invalidate(addr, len)
+    }
+    fn clean_slice(&mut self, bytes: &[u8]) -> Result<(), HalError> {
+        (**self).clean_slice(bytes)
+    }
+    fn invalidate_slice(&mut self, bytes: &mut [u8]) -> Result<(), HalError> {
+        (**self).invalidate_slice(bytes)
+    }
+    fn clean_invalidate_slice(&mut self, bytes: &mut [u8]) -> Result<(), HalError> {
+        (**self).clean_invalidate_slice(bytes)
     }
 }
 

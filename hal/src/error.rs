@@ -29,6 +29,20 @@ pub enum HalError {
     Overlap,
     /// The cache refused the request (unknown sequence, layer or page…).
     Cache(edgekv::Error),
+    /// An output slice is too short; `needed` entries would hold the answer.
+    BufferTooSmall {
+        /// Entries the answer needs.
+        needed: u32,
+    },
+    /// A buffer's length does not match the shape it must hold.
+    LengthMismatch,
+    /// The operation needs the memory itself (a slice), which an address cannot give: the
+    /// simulated cache's address-only methods.
+    Unsupported,
+    /// No NPU job has this id, or its result was already taken.
+    UnknownJob,
+    /// The NPU queue holds as many jobs as it can.
+    QueueFull,
 }
 
 impl From<edgekv::Error> for HalError {
@@ -47,6 +61,13 @@ impl fmt::Display for HalError {
             Self::EmptyWindow => "address-map window has length zero",
             Self::Overlap => "address-map windows overlap in CPU address space",
             Self::Cache(e) => return write!(f, "cache: {e}"),
+            Self::BufferTooSmall { needed } => {
+                return write!(f, "output buffer too small: {needed} entries needed");
+            }
+            Self::LengthMismatch => "buffer length does not match its shape",
+            Self::Unsupported => "operation needs the memory slice, not an address",
+            Self::UnknownJob => "unknown NPU job",
+            Self::QueueFull => "NPU queue is full",
         })
     }
 }
@@ -57,7 +78,12 @@ impl core::error::Error for HalError {}
 mod tests {
     use super::*;
 
-    const ALL: [HalError; 7] = [
+    const ALL: [HalError; 12] = [
+        HalError::BufferTooSmall { needed: 3 },
+        HalError::LengthMismatch,
+        HalError::Unsupported,
+        HalError::UnknownJob,
+        HalError::QueueFull,
         HalError::Cache(edgekv::Error::InvalidPage),
         HalError::Unmapped,
         HalError::Overflow,

@@ -36,9 +36,13 @@ mod address_map;
 mod cache;
 mod error;
 mod pages;
+mod views;
 
 pub use addr::DevAddr;
 pub use address_map::{AddressMap, IdentityMap, MapEntry, OffsetMap, TableMap};
 pub use cache::{CacheMaintenance, NoCache, expand_to_lines, line_aligned};
 pub use error::HalError;
 pub use pages::{PageRegion, for_each_page_region, page_region};
+pub use views::{
+    NO_OFFSET, ReadView, RegionBinding, Segment, bind_region, gather, ingest, read_view, segments,
+};

@@ -4,6 +4,7 @@ mod attend;
 mod contiguous;
 mod lifecycle;
 mod prefix;
+mod raw;
 mod rows;
 mod stats;
 mod verify;

@@ -128,7 +128,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
 
     /// Copies every shared or registered page covering `[start, start + n)` so the sequence owns
     /// it alone. Checks availability first: all or nothing.
-    fn make_writable(&mut self, slot: usize, start: u32, n: usize) -> Result<()> {
+    pub(super) fn make_writable(&mut self, slot: usize, start: u32, n: usize) -> Result<()> {
         if n == 0 || self.records[slot].contiguous() {
             // Contiguous sequences never share pages.
             return Ok(());
