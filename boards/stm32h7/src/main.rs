@@ -8,14 +8,13 @@
 #![no_std]
 #![no_main]
 
-mod dcache;
 mod session;
 
 use cortex_m::peripheral::{DWT, Peripherals};
 use cortex_m_rt::entry;
 use defmt_rtt as _;
 use edgekv::{ArenaBuf, KvCache};
-use edgekv_hal::CacheMaintenance;
+use edgekv_hal::{CacheMaintenance, CortexMDCache};
 use panic_probe as _;
 
 use session::{DATA_BYTES, META_BYTES, PLAN, WORK_F32};
@@ -57,7 +56,7 @@ fn main() -> ! {
     cp.DCB.enable_trace();
     DWT::unlock();
     cp.DWT.enable_cycle_counter();
-    let mut dcache = dcache::Cm7DCache::new(cp.SCB);
+    let mut dcache = CortexMDCache::new(cp.SCB);
     defmt::info!(
         "edgekv stm32h7: I/D caches on, D-cache line {=usize} B",
         dcache.line_size()
@@ -112,8 +111,8 @@ fn main() -> ! {
                 );
             }
             defmt::info!(
-                "handed to the device after turn 1: {=u32} page slots, {=usize} B cleaned",
-                r.handed_slots,
+                "handed to the device after turn 1: {=u32} segments, {=usize} B cleaned",
+                r.handed_segments,
                 r.handed_bytes
             );
             defmt::info!(

@@ -16,10 +16,10 @@
 use edgekv::attention::{AttentionParams, Window, scratch_len};
 use edgekv::prefix::plan_prefill;
 use edgekv::{
-    CacheConfig, ElementFormat, FreeList, Kv, KvCache, NO_PAGE, PageAllocator, Plan, Pool, SeqId,
+    CacheConfig, ElementFormat, FreeList, Kv, KvCache, PageAllocator, Plan, SeqId,
     SeqMode, Shape, Stats,
 };
-use edgekv_hal::{AddressMap, CacheMaintenance, HalError, IdentityMap};
+use edgekv_hal::{CacheMaintenance, HalError, IdentityMap, Segment, read_view};
 
 /// SmolLM2-135M's KV heads and head_dim, two layers.
 pub const SHAPE: Shape = Shape {
@@ -90,8 +90,8 @@ pub struct Report {
     pub turn1: Turn,
     /// Turn 2 (warm, windowed decode).
     pub turn2: Turn,
-    /// Page slots (values and scales) cleaned for the device after turn 1.
-    pub handed_slots: u32,
+    /// Segments (values and scales) cleaned for the device after turn 1.
+    pub handed_segments: u32,
     /// Bytes cleaned for the device after turn 1.
     pub handed_bytes: usize,
     /// Pages `slide` released during turn 2.
@@ -136,7 +136,7 @@ pub fn run(
     }
     turn1.decode_ticks = clock().wrapping_sub(t0);
     cache.commit_prompt(seq, &chat[..p1])?;
-    let (handed_slots, handed_bytes) = hand_to_device(cache, seq, dcache)?;
+    let (handed_segments, handed_bytes) = hand_to_device(cache, seq, dcache)?;
     cache.free_sequence(seq)?;
 
     // Turn 2: everything so far (decoded tokens included) + a 40-token message; reuse, then
@@ -158,7 +158,7 @@ pub fn run(
     Ok(Report {
         turn1,
         turn2,
-        handed_slots,
+        handed_segments,
         handed_bytes,
         released: u32::from(released),
         stats: cache.stats(),
@@ -166,39 +166,40 @@ pub fn run(
     })
 }
 
-/// Cleans every page slot (values and scales, all layers, K and V) of `seq` out of the D-cache
-/// and translates it to a device address: the point where an NPU job or a DMA descriptor would
-/// be built and submitted. On a core without a D-cache (or under QEMU) the clean is a no-op;
-/// on the Cortex-M7 it is what makes the device see the CPU's writes. After a device *writes*
-/// pages (e.g. an NPU producing K/V rows), `dcache.invalidate` on the same slots goes before the
-/// CPU reads them. Returns the slots and bytes handed over.
+/// Hands every page of `seq` (values and scales, all layers, K and V) to a device through
+/// edgekv-hal's [`read_view`]: coalesced segment lists (CPU address, device address, length), each
+/// segment cleaned out of the D-cache — the point where a DMA descriptor list or an NPU job would
+/// be built and submitted. On a core without a D-cache (or under QEMU) the clean is a no-op; on
+/// the Cortex-M7 it is what makes the device see the CPU's writes. Rows a device writes come
+/// back through `edgekv_hal::ingest`, which invalidates before the CPU reads them. Returns the
+/// segments and bytes handed over.
 pub fn hand_to_device(
     cache: &KvCache<'_>,
     seq: SeqId,
     dcache: &mut impl CacheMaintenance,
 ) -> Result<(u32, usize), HalError> {
-    let plan = cache.layout();
-    let base = cache.data_ptr() as usize;
-    let (mut slots, mut bytes) = (0u32, 0usize);
-    for &page in cache.page_table(seq)?.iter().filter(|&&p| p != NO_PAGE) {
-        for layer in 0..SHAPE.layers {
-            for kv in [Kv::K, Kv::V] {
-                for pool in [Pool::values(kv), Pool::scales(kv)] {
-                    let len = plan.geometry.pool_stride(pool);
-                    let off = plan
-                        .slot_offset(layer, pool, page)
-                        .ok_or(HalError::Overflow)?;
-                    let cpu = base + off;
-                    dcache.clean(cpu, len)?;
-                    // NPU/DMA hook: program the device with `dev` and `len` here.
-                    let _dev = IdentityMap.to_device(cpu, len)?;
-                    slots += 1;
-                    bytes += len;
-                }
+    let (mut segments, mut bytes) = (0u32, 0usize);
+    let (mut values, mut scales) = ([Segment::default(); 16], [Segment::default(); 16]);
+    for layer in 0..SHAPE.layers {
+        for kv in [Kv::K, Kv::V] {
+            let view = read_view(
+                cache,
+                &IdentityMap,
+                dcache,
+                seq,
+                layer,
+                kv,
+                &mut values,
+                &mut scales,
+            )?;
+            for s in values[..view.values].iter().chain(&scales[..view.scales]) {
+                // NPU/DMA hook: one descriptor per segment (`s.dev`, `s.len`).
+                segments += 1;
+                bytes += s.len;
             }
         }
     }
-    Ok((slots, bytes))
+    Ok((segments, bytes))
 }
 
 struct Session<'w, 'c> {

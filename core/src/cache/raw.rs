@@ -8,6 +8,12 @@ use crate::planner::Pool;
 use crate::sequence::SeqId;
 
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
+    /// The data arena bytes the pools use (`plan.data_bytes` from [`data_ptr`](Self::data_ptr)):
+    /// what a device maps as one region.
+    pub fn arena_bytes(&self) -> &[u8] {
+        self.data
+    }
+
     /// All slots of `pool` in `layer`: `num_pages` slots of the pool's stride, page 0 first
     /// (empty for the scale pool of a full-precision format).
     ///

@@ -10,10 +10,12 @@
 //! Every view checks all its ranges against the cache line before the first maintenance call,
 //! so an error means no line was touched.
 
+mod buffers;
 mod region;
 mod segments;
 mod staging;
 
+pub use buffers::{device_input, device_output, take_output};
 pub use region::{NO_OFFSET, RegionBinding, bind_region};
 pub use segments::{Segment, segments};
 pub use staging::{gather, ingest};
