@@ -4,7 +4,7 @@
 use super::SimMemory;
 use crate::{CacheMaintenance, HalError, line_aligned};
 
-/// The simulated write-back data cache of [`SimMemory`] (see the [module](super)). Only the
+/// The simulated write-back data cache in front of a [`SimMemory`] (see there). Only the
 /// slice forms work: the address forms check alignment, then return
 /// [`HalError::Unsupported`], since safe code cannot reach memory through an address.
 pub struct SimCache<'m> {

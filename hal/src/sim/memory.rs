@@ -35,7 +35,20 @@ pub(super) struct Region {
     pub synced: Vec<u8>,
 }
 
-/// Device memory of the simulation plus its address map (see the [module](super)).
+/// Device memory of a host simulation of a device behind a write-back data cache, plus its
+/// address map, so tests prove cache maintenance complete: a missing clean or invalidate gives
+/// wrong data, as on a Cortex-M7.
+///
+/// * Regions registered with [`add_region`](Self::add_region) have a CPU range and a device
+///   address; device memory starts as a fill byte.
+/// * The CPU's view is the ordinary Rust memory itself: CPU writes stay there ("in the cache")
+///   until [`SimCache`](crate::SimCache) cleans them into device memory, and device writes reach
+///   the CPU only when it invalidates the lines.
+/// * Lines the CPU wrote after their last maintenance are dirty: at invalidation they count as
+///   evicted after the device's write (the worst case on hardware), so the device's data is lost.
+///   An output buffer the CPU touched must be cleaned before the device writes it.
+/// * [`device_read`](Self::device_read) / [`device_write`](Self::device_write) are the device's
+///   only access, as [`SoftwareNpu`](crate::SoftwareNpu) uses them.
 pub struct SimMemory {
     line: usize,
     pub(super) regions: RefCell<Vec<Region>>,

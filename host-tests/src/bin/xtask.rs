@@ -4,7 +4,8 @@
 //!   on QEMU mps2-an386: the parity cases, then a multi-turn session. `cargo demo --host` runs the
 //!   host demo (SmolLM2-shaped session with fork, truncate and contiguous growth) instead.
 //! - `cargo test-all` — every check CI runs: rustfmt, clippy, docs, no_std target builds (with and
-//!   without `defmt`), Miri on the core, then all tests; the output ends with nextest's summary.
+//!   without `defmt`, the HAL also with `cortex-m`), Miri on the core and the HAL, then all tests;
+//!   the output ends with nextest's summary.
 //!   `--no-miri` and `--no-targets` skip the slow parts for quick local runs (`--no-targets` also
 //!   skips the board firmware builds and the micro:bit QEMU run).
 //! - `cargo xtask size` — .text / .data / .bss of each board firmware and the core's share.
@@ -166,6 +167,23 @@ fn test(flags: &[&str]) -> Result<(), String> {
                     &[],
                 )?;
             }
+            // The Cortex-M7/M55 D-cache maintenance (ARMv7E-M and ARMv8-M Mainline only).
+            if t.starts_with("thumbv7em") || t.starts_with("thumbv8m.main") {
+                run(
+                    &format!("build edgekv-hal for {t} with cortex-m"),
+                    c,
+                    &[
+                        "build",
+                        "-p",
+                        "edgekv-hal",
+                        "--target",
+                        t,
+                        "--features",
+                        "cortex-m",
+                    ],
+                    &[],
+                )?;
+            }
             // The parity cases the board firmware runs.
             run(
                 &format!("build edgekv-parity for {t}"),
@@ -204,6 +222,20 @@ fn test(flags: &[&str]) -> Result<(), String> {
                 "edgekv",
                 "--features",
                 "std",
+            ],
+            &[("MIRIFLAGS", "-Zmiri-strict-provenance")],
+        )?;
+        run(
+            "miri (hal, with the simulated cache and software NPU)",
+            "cargo",
+            &[
+                "+nightly",
+                "miri",
+                "test",
+                "-p",
+                "edgekv-hal",
+                "--features",
+                "sim",
             ],
             &[("MIRIFLAGS", "-Zmiri-strict-provenance")],
         )?;
