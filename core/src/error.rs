@@ -63,6 +63,27 @@ pub enum Error {
     StaleHit,
     /// Query heads are not a nonzero multiple of the cache's KV heads.
     HeadMismatch,
+    /// A snapshot image does not start with the magic bytes.
+    BadMagic,
+    /// A snapshot image has a layout version this crate does not read.
+    UnsupportedVersion,
+    /// A snapshot header's fields contradict each other (damaged header).
+    CorruptSnapshot,
+    /// The flash ends before the image does.
+    Truncated,
+    /// A snapshot image's CRC-32 does not match its bytes.
+    CrcMismatch,
+    /// A snapshot was written for another model / namespace.
+    FingerprintMismatch,
+    /// A snapshot's shape, formats or page size differ from the cache's.
+    ConfigMismatch,
+    /// The image does not fit the flash at that offset, the offset is not erase-aligned, or the
+    /// flash's write / read size is unsupported (a power of two up to 256 is needed).
+    FlashBounds,
+    /// The flash driver reported an error.
+    Flash,
+    /// The sequence has pages released by a sliding window; a snapshot needs every page.
+    WindowedSequence,
 }
 
 impl fmt::Display for Error {
@@ -93,6 +114,18 @@ impl fmt::Display for Error {
             Error::PromptMismatch => "prompt tokens differ from the sequence's published pages",
             Error::StaleHit => "prefix hit is stale: look up again",
             Error::HeadMismatch => "query heads are not a nonzero multiple of the KV heads",
+            Error::BadMagic => "not a snapshot image (bad magic)",
+            Error::UnsupportedVersion => "snapshot layout version not supported",
+            Error::CorruptSnapshot => "snapshot header is damaged",
+            Error::Truncated => "flash ends before the snapshot image",
+            Error::CrcMismatch => "snapshot CRC-32 does not match",
+            Error::FingerprintMismatch => "snapshot belongs to another model or namespace",
+            Error::ConfigMismatch => "snapshot shape, formats or page size differ from the cache's",
+            Error::FlashBounds => {
+                "image does not fit the flash there, or flash geometry unsupported"
+            }
+            Error::Flash => "flash driver error",
+            Error::WindowedSequence => "sequence has pages released by a sliding window",
         };
         f.write_str(msg)
     }

@@ -12,6 +12,7 @@
 //! - [`KvCache`]: sequences, page tables, row I/O, fork, truncate, contiguous mode.
 //! - [`attention`]: causal GQA attention straight from pages, sliding window with sinks.
 //! - [`prefix`]: common-prefix matcher, chunk planner, verified prefix index and reuse.
+//! - [`snapshot`]: a sequence's KV saved to flash with a CRC and restored bit for bit.
 
 #[cfg(feature = "alloc")]
 extern crate alloc as std_alloc;
@@ -28,6 +29,7 @@ pub mod prefix;
 pub mod quant;
 mod sequence;
 mod shape;
+pub mod snapshot;
 
 pub use crate::alloc::{Bitmap, FreeList, NO_PAGE, PageAllocator, PageId};
 pub use arena::ArenaBuf;

@@ -435,6 +435,16 @@ impl PageGeometry {
         }
     }
 
+    /// Bytes one token takes in `pool` (0 for the scale pool of a full-precision format).
+    pub const fn pool_row_bytes(&self, pool: Pool) -> usize {
+        match pool {
+            Pool::KValues => self.k_row_bytes,
+            Pool::KScales => self.k_scale_row_bytes,
+            Pool::VValues => self.v_row_bytes,
+            Pool::VScales => self.v_scale_row_bytes,
+        }
+    }
+
     /// Row bytes of the K or V scale pool (0 without scales).
     pub const fn scale_row_bytes(&self, kv: Kv) -> usize {
         match kv {

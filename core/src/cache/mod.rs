@@ -6,6 +6,7 @@ mod lifecycle;
 mod prefix;
 mod raw;
 mod rows;
+mod snapshot;
 mod stats;
 mod verify;
 mod window;
