@@ -1,9 +1,32 @@
-//! Puts memory.x on the linker's search path and rebuilds when it changes.
+//! Puts memory.x on the linker's search path, and writes the snapshot image the firmware
+//! restores: the parity system prompt's KV, computed here on the host exactly as a user's host
+//! tool would (`edgekv snapshot`), then linked into flash with `include_bytes!`.
+use std::mem::MaybeUninit;
 use std::{env, fs, path::PathBuf};
+
+use edgekv::snapshot::RamFlash;
+use edgekv_parity::{Arenas, DATA_BYTES, META_BYTES, WORK_F32, snapshot};
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     fs::write(out.join("memory.x"), include_bytes!("memory.x")).expect("memory.x");
     println!("cargo:rustc-link-search={}", out.display());
     println!("cargo:rerun-if-changed=memory.x");
+
+    let mut data = vec![MaybeUninit::uninit(); DATA_BYTES];
+    let mut meta = vec![MaybeUninit::uninit(); META_BYTES];
+    let mut work = vec![0f32; WORK_F32];
+    let mut arenas = Arenas {
+        data: &mut data,
+        meta: &mut meta,
+        work: &mut work,
+    };
+    let mut mem = vec![0u8; 256 * 1024];
+    let mut flash = RamFlash::<16, 4096>::new(&mut mem);
+    let header = snapshot::write_image(&mut arenas, &mut flash).expect("system prompt image");
+    fs::write(
+        out.join("system_prompt.ekvs"),
+        &mem[..header.image as usize],
+    )
+    .expect("image");
 }

@@ -4,6 +4,8 @@
 //! ```text
 //! edgekv quantize   --format q8_0|int8-head|fp8-tile [--dv N] [--tile N] [--bf16] IN.npy OUT_PREFIX
 //! edgekv dequantize --format q8_0|int8-head|fp8-tile [--bf16] IN_PREFIX OUT.npy
+//! edgekv snapshot   OUT.ekvs                   # the parity system prompt's KV image
+//! edgekv inspect    [--fingerprint HEX] IMAGE  # verify an image (CRC, sizes) and describe it
 //! ```
 //!
 //! Input: float32 or float16 `[rows, dim]`, or bf16 as uint16 bit patterns with `--bf16`.
@@ -28,7 +30,7 @@ use npyz::WriterBuilder;
 #[command(
     name = "edgekv",
     version,
-    about = "Quantize and dequantize KV rows like edgekv's pages"
+    about = "Quantize and dequantize KV rows like edgekv's pages; write and check KV snapshot images"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -55,6 +57,23 @@ enum Command {
         /// Output .npy (float32).
         output: PathBuf,
     },
+    /// Write the parity system prompt's KV snapshot image (what the QEMU firmware restores).
+    Snapshot {
+        /// Output image file.
+        output: PathBuf,
+    },
+    /// Check a snapshot image completely (header, CRC, sizes) and describe it.
+    Inspect {
+        /// Image file.
+        image: PathBuf,
+        /// Fingerprint the image must carry (hex); default: accept the one it has.
+        #[arg(long, value_parser = parse_hex)]
+        fingerprint: Option<u64>,
+    },
+}
+
+fn parse_hex(s: &str) -> Result<u64, String> {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).map_err(|e| e.to_string())
 }
 
 #[derive(clap::Args, Debug)]
@@ -109,6 +128,21 @@ pub fn run(cli: Cli) -> Result<(), String> {
             in_prefix,
             output,
         } => dequantize(&fmt, &in_prefix, &output),
+        Command::Snapshot { output } => {
+            let h = crate::snapshot_tool::write_system_prompt(&output)?;
+            println!(
+                "{}: {} tokens, {} pages, {} B",
+                output.display(),
+                h.tokens,
+                h.pages,
+                h.image
+            );
+            Ok(())
+        }
+        Command::Inspect { image, fingerprint } => {
+            println!("{}", crate::snapshot_tool::inspect(&image, fingerprint)?);
+            Ok(())
+        }
     }
 }
 

@@ -5,3 +5,4 @@ pub mod cli;
 pub mod demo;
 pub mod qemu;
 pub mod size;
+pub mod snapshot_tool;

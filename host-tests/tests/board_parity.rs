@@ -1,12 +1,14 @@
 //! The QEMU Cortex-M4 firmware runs the same parity cases as the host and must print the same
-//! digests, byte for byte; then its demo session must pass. Needs qemu-system-arm and
+//! digests, byte for byte; it restores a snapshot image the host wrote (at build time) from
+//! flash and must decode after it as the host does; then its demo session must pass. Needs qemu-system-arm and
 //! defmt-print (`.ci/run` installs both); without them the test fails and says how to install.
 
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
+use edgekv::snapshot::RamFlash;
 use edgekv_host_tests::qemu;
-use edgekv_parity::{Arenas, CASES, DATA_BYTES, META_BYTES, WORK_F32};
+use edgekv_parity::{Arenas, CASES, Case, DATA_BYTES, META_BYTES, WORK_F32, snapshot};
 
 #[test]
 fn firmware_digests_equal_the_hosts() {
@@ -25,12 +27,16 @@ fn firmware_digests_equal_the_hosts() {
         meta: &mut meta,
         work: &mut work,
     };
-    let board = run.digests();
+    let mut board = run.digests();
+    // Last: the snapshot image the host wrote at build time, restored from flash on the board.
+    let (name, restored) = board.pop().expect("digests");
+    assert_eq!(name, "snapshot_restored", "log:\n{text}");
     assert_eq!(
         board.len(),
         CASES.len(),
         "one digest per case; log:\n{text}"
     );
+    let mut cold = None;
     for (&case, (name, crc)) in CASES.iter().zip(&board) {
         let host = edgekv_parity::run(case, &mut arenas, &mut |_| {}).expect("host case");
         assert_eq!(name, host.name());
@@ -39,7 +45,23 @@ fn firmware_digests_equal_the_hosts() {
             "case {name}: board {crc:08x}, host {:08x}",
             host.crc32
         );
+        if case == Case::SnapshotCold {
+            cold = Some(host.crc32);
+        }
     }
+    // The host restores the same image (rebuilt here by the same code) to the same bits, which
+    // equal decoding after a cold prefill.
+    let mut mem = vec![0u8; 256 * 1024];
+    let mut flash = RamFlash::<16, 4096>::new(&mut mem);
+    let header = snapshot::write_image(&mut arenas, &mut flash).expect("image");
+    let host = snapshot::decode_after_image(&mem[..header.image as usize], &mut arenas)
+        .expect("host restore");
+    assert_eq!(
+        restored, host.crc32,
+        "restored snapshot: board {restored:08x}, host {:08x}",
+        host.crc32
+    );
+    assert_eq!(Some(restored), cold, "restored == cold prefill");
     assert!(
         run.lines.iter().any(|l| l.starts_with("demo ok")),
         "the demo session passed; log:\n{text}"

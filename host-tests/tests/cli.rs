@@ -293,3 +293,48 @@ fn bad_input_fails_cleanly_without_output() {
     let (ok, err) = edgekv(&["quantize", "--format", "q4", s(&floats), "x"]);
     assert!(!ok && err.contains("invalid value"), "{err}");
 }
+
+#[test]
+fn snapshot_images_are_written_and_checked() {
+    let dir = scratch("snapshot");
+    let image = dir.join("system.ekvs");
+    let p = |x: &Path| x.to_str().unwrap().to_string();
+    let (ok, err) = edgekv(&["snapshot", &p(&image)]);
+    assert!(ok, "{err}");
+    let bytes = fs::read(&image).unwrap();
+    assert_eq!(&bytes[..4], b"EKVS");
+    let (ok, err) = edgekv(&["inspect", &p(&image)]);
+    assert!(ok, "{err}");
+    let fp = format!("{:x}", edgekv_parity::snapshot::FINGERPRINT);
+    let (ok, err) = edgekv(&["inspect", "--fingerprint", &fp, &p(&image)]);
+    assert!(ok, "{err}");
+
+    let (ok, err) = edgekv(&["inspect", "--fingerprint", "1", &p(&image)]);
+    assert!(!ok && err.contains("another model"), "{err}");
+    let bad = dir.join("bad.ekvs");
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        ("truncated", bytes[..bytes.len() - 1].to_vec(), "flash ends"),
+        ("header only", bytes[..30].to_vec(), "shorter than a header"),
+        (
+            "flipped",
+            {
+                let mut b = bytes.clone();
+                b[5000] ^= 4;
+                b
+            },
+            "CRC",
+        ),
+        (
+            "not an image",
+            [b"not a snapshot image ".as_slice(); 4].concat(),
+            "magic",
+        ),
+    ];
+    for (what, content, msg) in cases {
+        fs::write(&bad, content).unwrap();
+        let (ok, err) = edgekv(&["inspect", &p(&bad)]);
+        assert!(!ok && err.contains(msg), "{what}: {err}");
+    }
+    let (ok, err) = edgekv(&["inspect", &p(&dir.join("missing.ekvs"))]);
+    assert!(!ok && err.contains("missing.ekvs"), "{err}");
+}

@@ -548,3 +548,40 @@ fn arenas_of_any_alignment_and_too_small_ones() {
         Err(edgekv_parity::Error::WorkTooSmall)
     );
 }
+
+#[test]
+fn restored_snapshot_decodes_like_a_cold_prefill() {
+    use edgekv::snapshot::RamFlash;
+    use edgekv_parity::snapshot::{decode_after_image, write_image};
+    let cold = assert_within_bound(Case::SnapshotCold);
+    let mut data = vec![MaybeUninit::uninit(); DATA_BYTES];
+    let mut meta = vec![MaybeUninit::uninit(); META_BYTES];
+    let mut work = vec![0f32; WORK_F32];
+    let mut arenas = Arenas {
+        data: &mut data,
+        meta: &mut meta,
+        work: &mut work,
+    };
+    let mut mem = vec![0u8; 128 * 1024];
+    let mut flash = RamFlash::<16, 4096>::new(&mut mem);
+    let header = write_image(&mut arenas, &mut flash).unwrap();
+    assert_eq!((header.tokens, header.pages), (48, 3));
+    let image = &mem[..header.image as usize];
+    let restored = decode_after_image(image, &mut arenas).unwrap();
+    assert_eq!(restored.name(), "snapshot_restored");
+    assert_eq!(
+        (restored.crc32, restored.outputs),
+        (cold.digest.crc32, cold.digest.outputs),
+        "restored == cold, bit for bit"
+    );
+    assert_eq!(
+        run(Case::SnapshotRestored, &mut arenas, &mut |_| {}),
+        Err(edgekv_parity::Error::NeedsImage)
+    );
+    let mut bad = image.to_vec();
+    bad[100] ^= 0x10;
+    assert_eq!(
+        decode_after_image(&bad, &mut arenas),
+        Err(edgekv_parity::Error::Cache(edgekv::Error::CrcMismatch))
+    );
+}

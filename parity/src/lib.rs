@@ -44,6 +44,8 @@ use core::fmt;
 use core::mem::MaybeUninit;
 use core::ops::Range;
 
+pub mod snapshot;
+
 use crc::{CRC_32_ISO_HDLC, Crc};
 use edgekv::attention::{AttentionParams, scratch_len};
 use edgekv::prefix::plan_prefill;
@@ -186,6 +188,13 @@ pub enum Case {
     /// [`WindowSinks`](Case::WindowSinks) releasing the pages no later query sees
     /// ([`slide`](KvCache::slide) after every block): the same digest.
     WindowSlide,
+    /// K int8 Q8_0, V f16: the 48-token system prompt of [`snapshot`] prefilled cold, then the 8
+    /// tokens after it decoded; their outputs.
+    SnapshotCold,
+    /// The same 8 decode steps after restoring the system prompt from a snapshot image
+    /// ([`snapshot::decode_after_image`]): the same digest. Not in [`CASES`] (it needs the
+    /// image); [`run`] refuses it with [`Error::NeedsImage`].
+    SnapshotRestored,
 }
 
 /// Every case, in the order firmware runs and prints them.
@@ -204,6 +213,7 @@ pub const CASES: &[Case] = &[
     Case::TruncateReappend,
     Case::WindowSinks,
     Case::WindowSlide,
+    Case::SnapshotCold,
 ];
 
 /// The FP8 tile format of [`Case::PagedFp8Tile`].
@@ -246,6 +256,8 @@ impl Case {
             Case::TruncateReappend => "truncate_reappend",
             Case::WindowSinks => "window_sinks",
             Case::WindowSlide => "window_slide",
+            Case::SnapshotCold => "snapshot_cold",
+            Case::SnapshotRestored => "snapshot_restored",
         }
     }
 
@@ -264,7 +276,9 @@ impl Case {
                 group: SHAPE.head_dim,
             },
             Case::PagedFp8Tile => FP8_TILE,
-            Case::Chunked | Case::OnePass => return (ElementFormat::Q8_0, ElementFormat::F16),
+            Case::Chunked | Case::OnePass | Case::SnapshotCold | Case::SnapshotRestored => {
+                return (ElementFormat::Q8_0, ElementFormat::F16);
+            }
             _ => ElementFormat::F32,
         };
         (f, f)
@@ -451,6 +465,8 @@ pub enum Error {
     /// A cache call succeeded with another result than the script expects (e.g. the prefix hit
     /// has another length).
     Unexpected(&'static str),
+    /// [`Case::SnapshotRestored`] runs only through [`snapshot::decode_after_image`].
+    NeedsImage,
 }
 
 impl From<edgekv::Error> for Error {
@@ -465,6 +481,7 @@ impl fmt::Display for Error {
             Error::Cache(e) => write!(f, "cache: {e}"),
             Error::WorkTooSmall => f.write_str("work buffer shorter than WORK_F32"),
             Error::Unexpected(what) => write!(f, "unexpected result: {what}"),
+            Error::NeedsImage => f.write_str("this case needs a snapshot image"),
         }
     }
 }
@@ -865,6 +882,14 @@ impl<F: FnMut(Event<'_>)> Runner<'_, F> {
                 self.prefill(s, 0, 70..130, Src::Stream(41), WriteAttend)?;
                 self.decode(s, 0, 130..136, Src::Stream(41))?;
             }
+            Case::SnapshotCold => {
+                let src = Src::Tokens(&snapshot::SYSTEM_CHAT);
+                let s = self.new_seq()?;
+                let end = snapshot::SYSTEM_CHAT.len() as u32;
+                self.prefill(s, 0, 0..snapshot::SYSTEM_TOKENS, src, Write)?;
+                self.decode(s, 0, snapshot::SYSTEM_TOKENS..end, src)?;
+            }
+            Case::SnapshotRestored => return Err(Error::NeedsImage),
         }
         Ok(())
     }
@@ -874,12 +899,24 @@ impl<F: FnMut(Event<'_>)> Runner<'_, F> {
 /// digest of its attention outputs.
 ///
 /// Errors: [`Error::Cache`] with [`ArenaTooSmall`](edgekv::Error::ArenaTooSmall) when `data` or
-/// `meta` is shorter than [`DATA_BYTES`] / [`META_BYTES`]; [`Error::WorkTooSmall`]; any other
-/// error means the cache misbehaved.
+/// `meta` is shorter than [`DATA_BYTES`] / [`META_BYTES`]; [`Error::WorkTooSmall`];
+/// [`Error::NeedsImage`] for [`Case::SnapshotRestored`]; any other error means the cache
+/// misbehaved.
 pub fn run<F: FnMut(Event<'_>)>(
     case: Case,
     arenas: &mut Arenas<'_>,
     sink: &mut F,
+) -> Result<Digest, Error> {
+    run_with(case, arenas, sink, |r| r.script(case))
+}
+
+/// Sets up a fresh cache and runner for `case` over `arenas`, runs `script` and digests its
+/// attention outputs.
+fn run_with<F: FnMut(Event<'_>)>(
+    case: Case,
+    arenas: &mut Arenas<'_>,
+    sink: &mut F,
+    script: impl FnOnce(&mut Runner<'_, F>) -> Result<(), Error>,
 ) -> Result<Digest, Error> {
     let cut = |buf: &mut [MaybeUninit<u8>], align: usize, len: usize| {
         let off = buf.as_ptr().align_offset(align);
@@ -916,7 +953,7 @@ pub fn run<F: FnMut(Event<'_>)>(
         slide: case == Case::WindowSlide,
         sink,
     };
-    runner.script(case)?;
+    script(&mut runner)?;
     let outputs = runner.crc.values();
     Ok(Digest::new(case, runner.crc.finish(), outputs))
 }

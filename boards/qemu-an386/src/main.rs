@@ -1,5 +1,6 @@
 //! edgekv on QEMU mps2-an386 (Cortex-M4F): runs the parity cases (the host compares their digests
-//! with its own), then a multi-turn demo session, logging through defmt over semihosting. Exits
+//! with its own), restores a system prompt's KV from a snapshot image the host wrote (in flash)
+//! and decodes after it, then a multi-turn demo session, logging through defmt over semihosting. Exits
 //! through semihosting: 0 when everything passed, 1 on a failed case, 3 on a HardFault.
 #![no_std]
 #![no_main]
@@ -14,6 +15,9 @@ use cortex_m_rt::{ExceptionFrame, entry, exception};
 use defmt_semihosting as _;
 use edgekv_parity::{Arenas, CASES, DATA_BYTES, META_BYTES, WORK_F32};
 use static_cell::ConstStaticCell;
+
+/// The system prompt's snapshot image, written by the build script on the host, in flash.
+static SYSTEM_PROMPT_IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/system_prompt.ekvs"));
 
 static PARITY_META: ConstStaticCell<[MaybeUninit<u8>; META_BYTES]> =
     ConstStaticCell::new([MaybeUninit::uninit(); META_BYTES]);
@@ -46,6 +50,19 @@ fn main() -> ! {
         }
     }
     defmt::println!("parity: {=usize} cases, {=u32} failed", CASES.len(), failed);
+    // The system prompt's KV, snapshotted on the host at build time, restored from flash.
+    match edgekv_parity::snapshot::decode_after_image(SYSTEM_PROMPT_IMAGE, &mut arenas) {
+        Ok(d) => defmt::println!(
+            "case {=str} crc32 {=u32:08x} ({=usize} B image from flash)",
+            d.name(),
+            d.crc32,
+            SYSTEM_PROMPT_IMAGE.len()
+        ),
+        Err(e) => {
+            failed += 1;
+            defmt::println!("snapshot restore failed: {}", defmt::Debug2Format(&e));
+        }
+    }
     if let Err(e) = demo::run(demo_data) {
         defmt::println!("demo failed: {}", e);
         failed += 1;
