@@ -8,6 +8,8 @@
 //!   the output ends with nextest's summary.
 //!   `--no-miri` and `--no-targets` skip the slow parts for quick local runs (`--no-targets` also
 //!   skips the board firmware builds and the micro:bit QEMU run).
+//! - `cargo xtask fuzz [SECONDS]` — every cargo-fuzz target in `fuzz/` from its seed corpus
+//!   (default 30 s each; `cargo test-all` runs this unless `--no-fuzz`).
 //! - `cargo xtask size` — .text / .data / .bss of each board firmware and the core's share.
 
 use std::process::{Command, ExitCode};
@@ -30,10 +32,19 @@ fn main() -> ExitCode {
         }
         Some("demo") if flags.is_empty() => board_demo(),
         Some("test") => test(&flags),
+        Some("fuzz") => match flags.as_slice() {
+            [] => fuzz(30),
+            [secs] => secs
+                .parse()
+                .map_err(|_| format!("fuzz: not a number of seconds: {secs}"))
+                .and_then(fuzz),
+            _ => Err("usage: cargo xtask fuzz [SECONDS]".into()),
+        },
         Some("size") => edgekv_host_tests::size::report(&edgekv_host_tests::qemu::repo_root())
             .map(|table| println!("{table}")),
         _ => Err(
-            "usage: cargo xtask <demo [--host] | test [--no-miri] [--no-targets] | size>".into(),
+            "usage: cargo xtask <demo [--host] | test [--no-miri] [--no-targets] [--no-fuzz] | fuzz [SECONDS] | size>"
+                .into(),
         ),
     };
     match result {
@@ -43,6 +54,37 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The cargo-fuzz targets in `fuzz/`.
+const FUZZ_TARGETS: [&str; 3] = ["cache_ops", "snapshot_parse", "quant_roundtrip"];
+
+/// Runs every fuzz target for `secs` seconds from its committed seed corpus (`fuzz/corpus/<t>`,
+/// read only; new inputs go to `fuzz/target/corpus/<t>`). Needs nightly and cargo-fuzz.
+fn fuzz(secs: u32) -> Result<(), String> {
+    let dir = edgekv_host_tests::qemu::repo_root().join("fuzz");
+    for t in FUZZ_TARGETS {
+        let scratch = dir.join("target/corpus").join(t);
+        std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+        let start = Instant::now();
+        eprintln!("\n==> fuzz {t} for {secs} s");
+        let status = Command::new("cargo")
+            .current_dir(&dir)
+            .env_remove("CARGO_TARGET_DIR")
+            .args(["+nightly", "fuzz", "run", t])
+            .arg(&scratch)
+            .arg(format!("corpus/{t}"))
+            .args(["--", &format!("-max_total_time={secs}")])
+            .status()
+            .map_err(|e| format!("fuzz {t}: cannot start cargo: {e}"))?;
+        eprintln!("<== fuzz {t}: {:.1} s", start.elapsed().as_secs_f64());
+        if !status.success() {
+            return Err(format!(
+                "fuzz {t} failed ({status}): see fuzz/artifacts/{t}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Builds the QEMU firmware and runs it, streaming its decoded log.
@@ -110,7 +152,7 @@ fn run_board(desc: &str, dir: &str, args: &[&str]) -> Result<(), String> {
 
 fn test(flags: &[&str]) -> Result<(), String> {
     for f in flags {
-        if !["--no-miri", "--no-targets"].contains(f) {
+        if !["--no-miri", "--no-targets", "--no-fuzz"].contains(f) {
             return Err(format!("unknown flag {f}"));
         }
     }
@@ -239,6 +281,9 @@ fn test(flags: &[&str]) -> Result<(), String> {
             ],
             &[("MIRIFLAGS", "-Zmiri-strict-provenance")],
         )?;
+    }
+    if !flags.contains(&"--no-fuzz") {
+        fuzz(30)?;
     }
     run("doctests", c, &["test", "--workspace", "--doc"], &[])?;
     // Last, so the output ends with the test runner's summary.
