@@ -54,9 +54,12 @@ pub(super) unsafe fn quantize_tiles<T: Lanes>(
 struct E4m3Code(__m256);
 
 impl Code8 for E4m3Code {
+    type B = u8;
+    const SIGN_OF_X: bool = true;
+
     /// `|q| = |x / s|`; `m = 2^(max(exponent(q), -6) + 20)`; `r = (|q| + m) − m` rounds to the
-    /// e4m3 grid (nearest even); the code is the bits of `r · 2^-120` shifted right by 20, with
-    /// the sign bit of `x`.
+    /// e4m3 grid (nearest even); the code's magnitude is the bits of `r · 2^-120` shifted right
+    /// by 20 (the sign is added by `map_codes`).
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn code8(&self, v: __m256) -> __m256i {
@@ -69,9 +72,7 @@ impl Code8 for E4m3Code {
             let m = _mm256_max_ps(m, _mm256_set1_ps(M_MIN));
             let r = _mm256_sub_ps(_mm256_add_ps(_mm256_castsi256_ps(a), m), m);
             let c = _mm256_castps_si256(_mm256_mul_ps(r, _mm256_set1_ps(TWO_POW_M120)));
-            let c = _mm256_srli_epi32::<20>(c);
-            let sign = _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(i32::MIN));
-            _mm256_or_si256(c, _mm256_srli_epi32::<24>(sign))
+            _mm256_srli_epi32::<20>(c)
         }
     }
 }

@@ -128,57 +128,13 @@ impl Byte for u8 {
     const UNSIGNED: bool = true;
 }
 
-/// 32 i32 lanes (four vectors in order, each lane in the range of `B`) narrowed to bytes in
-/// order.
-///
-/// # Safety
-///
-/// The CPU supports AVX2.
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn store32<B: Byte>(v: [__m256i; 4], out: &mut [B; 32]) {
-    // SAFETY: register operations, then a store of exactly the 32 bytes of `out`.
-    unsafe {
-        // The packs work per 128-bit lane: bytes come out as 4-value runs a0 b0 c0 d0 (low
-        // lane) a1 b1 c1 d1 (high lane); one dword permute restores the order.
-        let p = if B::UNSIGNED {
-            let ab = _mm256_packus_epi32(v[0], v[1]);
-            let cd = _mm256_packus_epi32(v[2], v[3]);
-            _mm256_packus_epi16(ab, cd)
-        } else {
-            let ab = _mm256_packs_epi32(v[0], v[1]);
-            let cd = _mm256_packs_epi32(v[2], v[3]);
-            _mm256_packs_epi16(ab, cd)
-        };
-        let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256(out.as_mut_ptr().cast(), p);
-    }
-}
-
-/// 8 i32 lanes (each in the range of `B`) narrowed to bytes.
-///
-/// # Safety
-///
-/// The CPU supports AVX2.
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn store8<B: Byte>(v: __m256i, out: &mut [B; 8]) {
-    // SAFETY: register operations, then a store of exactly the 8 bytes of `out`.
-    unsafe {
-        let (lo, hi) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let p = if B::UNSIGNED {
-            let w = _mm_packus_epi32(lo, hi);
-            _mm_packus_epi16(w, w)
-        } else {
-            let w = _mm_packs_epi32(lo, hi);
-            _mm_packs_epi16(w, w)
-        };
-        _mm_storel_epi64(out.as_mut_ptr().cast(), p);
-    }
-}
-
 /// A per-lane code: eight f32 values to eight i32 codes in the range of the code byte.
 pub(super) trait Code8 {
+    /// The code byte.
+    type B: Byte;
+    /// Whether the byte's top bit is the sign bit of the value, which [`Code8::code8`] leaves
+    /// out: it is taken from the values with saturating packs, 32 lanes at a time.
+    const SIGN_OF_X: bool;
     /// The codes of `v`.
     ///
     /// # Safety
@@ -187,43 +143,101 @@ pub(super) trait Code8 {
     unsafe fn code8(&self, v: __m256) -> __m256i;
 }
 
+/// i32 lanes (four vectors in order) narrowed to 32 bytes by 128-bit lane: `a0 b0 c0 d0 | a1
+/// b1 c1 d1` in runs of four (the order of AVX2's pack instructions).
+///
+/// # Safety
+///
+/// The CPU supports AVX2.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn pack32(v: [__m256i; 4], unsigned: bool) -> __m256i {
+    // SAFETY: register operations only.
+    unsafe {
+        if unsigned {
+            let ab = _mm256_packus_epi32(v[0], v[1]);
+            let cd = _mm256_packus_epi32(v[2], v[3]);
+            _mm256_packus_epi16(ab, cd)
+        } else {
+            let ab = _mm256_packs_epi32(v[0], v[1]);
+            let cd = _mm256_packs_epi32(v[2], v[3]);
+            _mm256_packs_epi16(ab, cd)
+        }
+    }
+}
+
+/// i32 lanes (one vector) narrowed to 8 bytes (the low half).
+///
+/// # Safety
+///
+/// The CPU supports AVX2.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn pack8(v: __m256i, unsigned: bool) -> __m128i {
+    // SAFETY: register operations only.
+    unsafe {
+        let (lo, hi) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        if unsigned {
+            let w = _mm_packus_epi32(lo, hi);
+            _mm_packus_epi16(w, w)
+        } else {
+            let w = _mm_packs_epi32(lo, hi);
+            _mm_packs_epi16(w, w)
+        }
+    }
+}
+
 /// Writes `op`'s codes of `x` into `out` (same length) for the longest prefix whose length is a
 /// multiple of 8, 32 values per store; returns that length (the caller codes the rest).
+///
+/// Signs ([`Code8::SIGN_OF_X`]): a signed saturating pack of f32 bits keeps the sign (−0.0 is
+/// `i32::MIN`, +0.0 is 0), so the same pack tree as the codes puts each value's sign in the
+/// top bit of its byte.
 ///
 /// # Safety
 ///
 /// The CPU supports AVX2 and F16C.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn map_codes<T: Lanes, B: Byte, O: Code8>(
-    x: &[T],
-    out: &mut [B],
-    op: &O,
-) -> usize {
+pub(super) unsafe fn map_codes<T: Lanes, O: Code8>(x: &[T], out: &mut [O::B], op: &O) -> usize {
     let n = x.len().min(out.len()) / 8 * 8;
-    let (xs, outs) = (&x[..n], &mut out[..n]);
+    let (Some(xs), Some(outs)) = (x.get(..n), out.get_mut(..n)) else {
+        return 0;
+    };
     let mut x32 = xs.chunks_exact(32);
     let mut o32 = outs.chunks_exact_mut(32);
+    let unsigned = <O::B as Byte>::UNSIGNED;
     // SAFETY: AVX2 and F16C per the caller; memory only through the fixed-size chunks.
     unsafe {
+        let top = _mm256_set1_epi8(i8::MIN);
         for (xc, oc) in (&mut x32).zip(&mut o32) {
-            let mut v = [_mm256_setzero_si256(); 4];
+            let mut v = [_mm256_setzero_ps(); 4];
             for (v, c) in v.iter_mut().zip(xc.chunks_exact(8)) {
                 if let Some(c) = c.first_chunk::<8>() {
-                    *v = op.code8(T::load8(c));
+                    *v = T::load8(c);
                 }
             }
+            let mut p = pack32(v.map(|v| op.code8(v)), unsigned);
+            if O::SIGN_OF_X {
+                let s = pack32(v.map(|v| _mm256_castps_si256(v)), false);
+                p = _mm256_or_si256(p, _mm256_and_si256(s, top));
+            }
+            // Runs of four back in order.
+            let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
             if let Some(oc) = oc.first_chunk_mut::<32>() {
-                store32(v, oc);
+                _mm256_storeu_si256(oc.as_mut_ptr().cast(), p);
             }
         }
-        for (xc, oc) in x32
-            .remainder()
-            .chunks_exact(8)
-            .zip(o32.into_remainder().chunks_exact_mut(8))
-        {
+        let rest = x32.remainder().chunks_exact(8);
+        for (xc, oc) in rest.zip(o32.into_remainder().chunks_exact_mut(8)) {
             if let (Some(xc), Some(oc)) = (xc.first_chunk::<8>(), oc.first_chunk_mut::<8>()) {
-                store8(op.code8(T::load8(xc)), oc);
+                let v = T::load8(xc);
+                let mut p = pack8(op.code8(v), unsigned);
+                if O::SIGN_OF_X {
+                    let s = pack8(_mm256_castps_si256(v), false);
+                    p = _mm_or_si128(p, _mm_and_si128(s, _mm256_castsi256_si128(top)));
+                }
+                _mm_storel_epi64(oc.as_mut_ptr().cast(), p);
             }
         }
     }

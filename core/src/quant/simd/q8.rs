@@ -69,6 +69,9 @@ pub(super) unsafe fn quantize_groups<T: Lanes>(
 struct Q8Code(__m256);
 
 impl Code8 for Q8Code {
+    type B = i8;
+    const SIGN_OF_X: bool = false;
+
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn code8(&self, v: __m256) -> __m256i {
