@@ -24,6 +24,29 @@ pub(super) unsafe fn quantize_tiles<T: Lanes>(
     codes: &mut [u8],
     scales: &mut [u8],
 ) {
+    // SAFETY: AVX2 and F16C per the caller.
+    unsafe {
+        if tile % 32 == 0 {
+            tiles::<T, true>(x, tile, codes, scales)
+        } else {
+            tiles::<T, false>(x, tile, codes, scales)
+        }
+    }
+}
+
+/// [`quantize_tiles`]; with `W32`, `tile` is a multiple of 32 (no leftovers to code).
+///
+/// # Safety
+///
+/// The CPU supports AVX2 and F16C.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn tiles<T: Lanes, const W32: bool>(
+    x: &[T],
+    tile: usize,
+    codes: &mut [u8],
+    scales: &mut [u8],
+) {
     if tile == 0 {
         return;
     }
@@ -33,13 +56,15 @@ pub(super) unsafe fn quantize_tiles<T: Lanes>(
         .zip(scales.chunks_exact_mut(4))
     {
         // SAFETY: AVX2 and F16C per the caller.
-        let amax = T::L::key_f32(unsafe { T::amax_key(xt) });
+        let amax = T::L::key_f32(unsafe { T::amax_key::<W32>(xt) });
         let s = tile_scale(amax, false);
         if amax.is_finite() && s >= f32::MIN_POSITIVE {
             // SAFETY: AVX2 and F16C per the caller.
-            let n = unsafe { map_codes(xt, ct, &E4m3Code(_mm256_set1_ps(s))) };
-            if let (Some(xr), Some(cr)) = (xt.get(n..), ct.get_mut(n..)) {
-                tile_codes::<T::L>(xr, amax, s, cr);
+            let n = unsafe { map_codes::<T, _, W32>(xt, ct, &E4m3Code(_mm256_set1_ps(s))) };
+            if !W32 {
+                if let (Some(xr), Some(cr)) = (xt.get(n..), ct.get_mut(n..)) {
+                    tile_codes::<T::L>(xr, amax, s, cr);
+                }
             }
         } else {
             tile_codes::<T::L>(xt, amax, s, ct);

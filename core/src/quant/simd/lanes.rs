@@ -22,12 +22,14 @@ pub(super) trait Lanes: Copy {
     /// The CPU supports AVX2 and F16C.
     unsafe fn load8(x: &[Self; 8]) -> __m256;
 
-    /// The key of `max|x|`, equal to the portable [`Load::amax_key`] (NaN above inf).
+    /// The key of `max|x|`, equal to the portable [`Load::amax_key`] (NaN above inf). With
+    /// `W32` the caller promises `x.len() % 32 == 0` (the leftover code is left out; were the
+    /// promise broken, the leftovers would be ignored).
     ///
     /// # Safety
     ///
     /// The CPU supports AVX2 and F16C.
-    unsafe fn amax_key(x: &[Self]) -> <Self::L as Load>::K;
+    unsafe fn amax_key<const W32: bool>(x: &[Self]) -> <Self::L as Load>::K;
 }
 
 impl Lanes for f32 {
@@ -44,7 +46,7 @@ impl Lanes for f32 {
     /// of the element with the largest key, so its key is the maximum key.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn amax_key(x: &[f32]) -> i32 {
+    unsafe fn amax_key<const W32: bool>(x: &[f32]) -> i32 {
         // SAFETY: loads read whole chunks of 8 f32; AVX2 per the caller.
         let bits = unsafe {
             let abs = _mm256_set1_epi32(0x7FFF_FFFF);
@@ -61,9 +63,13 @@ impl Lanes for f32 {
             let m = _mm_max_epi32(m, _mm_shuffle_epi32::<0b0100_1110>(m));
             let m = _mm_max_epi32(m, _mm_shuffle_epi32::<0b1011_0001>(m));
             let m = _mm_cvtsi128_si32(m) as u32;
-            xs.remainder()
-                .iter()
-                .fold(m, |m, v| m.max(v.to_bits() & 0x7FFF_FFFF))
+            if W32 {
+                m
+            } else {
+                xs.remainder()
+                    .iter()
+                    .fold(m, |m, v| m.max(v.to_bits() & 0x7FFF_FFFF))
+            }
         };
         Self::L::key(f32::from_bits(bits))
     }
@@ -84,7 +90,7 @@ impl Lanes for f16 {
     /// 2^15); that is the bits of the element with the largest key.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn amax_key(x: &[f16]) -> i16 {
+    unsafe fn amax_key<const W32: bool>(x: &[f16]) -> i16 {
         // SAFETY: loads read whole chunks of 16 or 8 f16; AVX2 per the caller.
         let bits = unsafe {
             let abs = _mm256_set1_epi16(0x7FFF);
@@ -99,16 +105,22 @@ impl Lanes for f16 {
                 _mm256_extracti128_si256::<1>(acc),
             );
             let mut rest = xs.remainder().chunks_exact(8);
-            for c in &mut rest {
-                let v = _mm_loadu_si128(c.as_ptr().cast());
-                m = _mm_max_epi16(m, _mm_and_si128(v, _mm256_castsi256_si128(abs)));
+            if !W32 {
+                for c in &mut rest {
+                    let v = _mm_loadu_si128(c.as_ptr().cast());
+                    m = _mm_max_epi16(m, _mm_and_si128(v, _mm256_castsi256_si128(abs)));
+                }
             }
             // max = !min(!m) on these non-negative 16-bit lanes (PHMINPOSUW).
             let ones = _mm_set1_epi16(-1);
-            let min = _mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m, ones))) as u16;
-            rest.remainder()
-                .iter()
-                .fold(!min, |m, v| m.max(v.to_bits() & 0x7FFF))
+            let max = !(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m, ones))) as u16);
+            if W32 {
+                max
+            } else {
+                rest.remainder()
+                    .iter()
+                    .fold(max, |m, v| m.max(v.to_bits() & 0x7FFF))
+            }
         };
         Self::L::key(f16::from_bits(bits))
     }
@@ -188,7 +200,8 @@ unsafe fn pack8(v: __m256i, unsigned: bool) -> __m128i {
 }
 
 /// Writes `op`'s codes of `x` into `out` (same length) for the longest prefix whose length is a
-/// multiple of 8, 32 values per store; returns that length (the caller codes the rest).
+/// multiple of 8 (of 32 with `W32`), 32 values per store; returns that length (the caller codes
+/// the rest).
 ///
 /// Signs ([`Code8::SIGN_OF_X`]): a signed saturating pack of f32 bits keeps the sign (−0.0 is
 /// `i32::MIN`, +0.0 is 0), so the same pack tree as the codes puts each value's sign in the
@@ -199,8 +212,13 @@ unsafe fn pack8(v: __m256i, unsigned: bool) -> __m128i {
 /// The CPU supports AVX2 and F16C.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn map_codes<T: Lanes, O: Code8>(x: &[T], out: &mut [O::B], op: &O) -> usize {
-    let n = x.len().min(out.len()) / 8 * 8;
+pub(super) unsafe fn map_codes<T: Lanes, O: Code8, const W32: bool>(
+    x: &[T],
+    out: &mut [O::B],
+    op: &O,
+) -> usize {
+    let w = if W32 { 32 } else { 8 };
+    let n = x.len().min(out.len()) / w * w;
     let (Some(xs), Some(outs)) = (x.get(..n), out.get_mut(..n)) else {
         return 0;
     };
@@ -228,16 +246,18 @@ pub(super) unsafe fn map_codes<T: Lanes, O: Code8>(x: &[T], out: &mut [O::B], op
                 _mm256_storeu_si256(oc.as_mut_ptr().cast(), p);
             }
         }
-        let rest = x32.remainder().chunks_exact(8);
-        for (xc, oc) in rest.zip(o32.into_remainder().chunks_exact_mut(8)) {
-            if let (Some(xc), Some(oc)) = (xc.first_chunk::<8>(), oc.first_chunk_mut::<8>()) {
-                let v = T::load8(xc);
-                let mut p = pack8(op.code8(v), unsigned);
-                if O::SIGN_OF_X {
-                    let s = pack8(_mm256_castps_si256(v), false);
-                    p = _mm_or_si128(p, _mm_and_si128(s, _mm256_castsi256_si128(top)));
+        if !W32 {
+            let rest = x32.remainder().chunks_exact(8);
+            for (xc, oc) in rest.zip(o32.into_remainder().chunks_exact_mut(8)) {
+                if let (Some(xc), Some(oc)) = (xc.first_chunk::<8>(), oc.first_chunk_mut::<8>()) {
+                    let v = T::load8(xc);
+                    let mut p = pack8(op.code8(v), unsigned);
+                    if O::SIGN_OF_X {
+                        let s = pack8(_mm256_castps_si256(v), false);
+                        p = _mm_or_si128(p, _mm_and_si128(s, _mm256_castsi256_si128(top)));
+                    }
+                    _mm_storel_epi64(oc.as_mut_ptr().cast(), p);
                 }
-                _mm_storel_epi64(oc.as_mut_ptr().cast(), p);
             }
         }
     }

@@ -29,6 +29,29 @@ pub(super) unsafe fn quantize_groups<T: Lanes>(
     codes: &mut [i8],
     scales: &mut [f16],
 ) {
+    // SAFETY: AVX2 and F16C per the caller.
+    unsafe {
+        if g % 32 == 0 {
+            groups::<T, true>(x, g, codes, scales)
+        } else {
+            groups::<T, false>(x, g, codes, scales)
+        }
+    }
+}
+
+/// [`quantize_groups`]; with `W32`, `g` is a multiple of 32 (no leftovers to code).
+///
+/// # Safety
+///
+/// The CPU supports AVX2 and F16C.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn groups<T: Lanes, const W32: bool>(
+    x: &[T],
+    g: usize,
+    codes: &mut [i8],
+    scales: &mut [f16],
+) {
     if g == 0 {
         return;
     }
@@ -40,7 +63,7 @@ pub(super) unsafe fn quantize_groups<T: Lanes>(
         let mut keys = [<T::L as Load>::K0; NB];
         for (k, xg) in keys.iter_mut().zip(xb.chunks_exact(g)) {
             // SAFETY: AVX2 and F16C per the caller.
-            *k = unsafe { T::amax_key(xg) };
+            *k = unsafe { T::amax_key::<W32>(xg) };
         }
         let b = block_scales::<T::L>(&keys);
         for (s, &bits) in sb.iter_mut().zip(&b.bits) {
@@ -54,9 +77,11 @@ pub(super) unsafe fn quantize_groups<T: Lanes>(
         {
             if f {
                 // SAFETY: AVX2 and F16C per the caller.
-                let n = unsafe { map_codes(xg, cg, &Q8Code(_mm256_set1_ps(id))) };
-                if let (Some(xr), Some(cr)) = (xg.get(n..), cg.get_mut(n..)) {
-                    quantize_codes_fast::<T::L>(xr, id, cr);
+                let n = unsafe { map_codes::<T, _, W32>(xg, cg, &Q8Code(_mm256_set1_ps(id))) };
+                if !W32 {
+                    if let (Some(xr), Some(cr)) = (xg.get(n..), cg.get_mut(n..)) {
+                        quantize_codes_fast::<T::L>(xr, id, cr);
+                    }
                 }
             } else {
                 quantize_codes_slow::<T::L>(xg, a, id, cg);

@@ -281,16 +281,30 @@ fn amax_keys_match() {
     }
     use super::lanes::Lanes;
     let mut r = Rng(99);
-    for n in [1usize, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 100] {
+    for n in [1usize, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 96, 100, 128] {
         for _ in 0..200 {
             let x = row_f32(&mut r, n, 1, false);
-            // SAFETY: `available()` checked above.
-            let k = unsafe { <f32 as Lanes>::amax_key(&x) };
-            assert_eq!(k, ViaElement::<f32>::amax_key(&x), "{x:?}");
             let h = row_f16(&mut r, n, 1, false);
-            // SAFETY: as above.
-            let k = unsafe { <f16 as Lanes>::amax_key(&h) };
-            assert_eq!(k, F16Bits::amax_key(&h), "{h:?}");
+            // SAFETY (all four): `available()` checked above.
+            let (kx, kh) = unsafe {
+                (
+                    <f32 as Lanes>::amax_key::<false>(&x),
+                    <f16 as Lanes>::amax_key::<false>(&h),
+                )
+            };
+            assert_eq!(kx, ViaElement::<f32>::amax_key(&x), "{x:?}");
+            assert_eq!(kh, F16Bits::amax_key(&h), "{h:?}");
+            if n % 32 == 0 {
+                // SAFETY: as above.
+                let (kx, kh) = unsafe {
+                    (
+                        <f32 as Lanes>::amax_key::<true>(&x),
+                        <f16 as Lanes>::amax_key::<true>(&h),
+                    )
+                };
+                assert_eq!(kx, ViaElement::<f32>::amax_key(&x), "{x:?}");
+                assert_eq!(kh, F16Bits::amax_key(&h), "{h:?}");
+            }
         }
     }
 }
