@@ -285,7 +285,7 @@ fn amax_keys_match() {
         for _ in 0..200 {
             let x = row_f32(&mut r, n, 1, false);
             let h = row_f16(&mut r, n, 1, false);
-            // SAFETY (all four): `available()` checked above.
+            // SAFETY: `available()` checked above.
             let (kx, kh) = unsafe {
                 (
                     <f32 as Lanes>::amax_key::<false>(&x),
