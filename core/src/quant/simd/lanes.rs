@@ -235,9 +235,18 @@ pub(super) unsafe fn map_codes<T: Lanes, O: Code8, const W32: bool>(
                     *v = T::load8(c);
                 }
             }
-            let mut p = pack32(v.map(|v| op.code8(v)), unsigned);
+            // (No closures: on older compilers they do not inherit the target features.)
+            let [v0, v1, v2, v3] = v;
+            let c = [op.code8(v0), op.code8(v1), op.code8(v2), op.code8(v3)];
+            let mut p = pack32(c, unsigned);
             if O::SIGN_OF_X {
-                let s = pack32(v.map(|v| _mm256_castps_si256(v)), false);
+                let bits = [
+                    _mm256_castps_si256(v0),
+                    _mm256_castps_si256(v1),
+                    _mm256_castps_si256(v2),
+                    _mm256_castps_si256(v3),
+                ];
+                let s = pack32(bits, false);
                 p = _mm256_or_si256(p, _mm256_and_si256(s, top));
             }
             // Runs of four back in order.
