@@ -15,12 +15,13 @@
 use half::bf16;
 
 use super::q8::{BUF, Bf16Of, F16Bits, Load, ViaElement, store_f32};
+use super::simd;
 use crate::error::{Error, Result};
 use crate::format::{Element, ElementFormat};
 
 /// 2^-120: moves an f32 holding an e4m3 value to where its bits `>> 20` are the e4m3 code (the
 /// e4m3 exponent bias is 7, f32's 127; e4m3 subnormals land exactly on f32 subnormals).
-const TWO_POW_M120: f32 = f32::from_bits((127 - 120) << 23);
+pub(super) const TWO_POW_M120: f32 = f32::from_bits((127 - 120) << 23);
 /// 2^120, the inverse of [`TWO_POW_M120`].
 const TWO_POW_120: f32 = f32::from_bits((127 + 120) << 23);
 /// The smallest normal e4m3 value, 2^-6.
@@ -61,7 +62,7 @@ fn e4m3_mag_small(q: f32) -> u32 {
 }
 
 /// `2^(-6 + 20)`: the magic of the e4m3 subnormal range (spacing 2^-9).
-const M_MIN: f32 = 16_384.0;
+pub(super) const M_MIN: f32 = 16_384.0;
 
 /// f32 → e4m3fn code (`float8_e4m3fn`): round to nearest even, saturating to ±448 (0x7E/0xFE)
 /// for every finite `|x| > 448` and ±inf, NaN → 0x7F/0xFF keeping the sign bit.
@@ -174,9 +175,22 @@ pub fn quantize_fp8_tile<T: Element>(
     } else {
         None
     };
+    let f32_row = if T::FORMAT == ElementFormat::F32 {
+        bytemuck::try_cast_slice::<T, f32>(xq).ok()
+    } else {
+        None
+    };
     match (bf16, f16_row) {
-        (false, Some(h)) => quantize_tiles::<F16Bits>(h, tile, false, codes, scales),
-        (false, None) => quantize_tiles::<ViaElement<T>>(xq, tile, false, codes, scales),
+        (false, Some(h)) => {
+            if !simd::fp8_f16(h, tile, codes, scales) {
+                quantize_tiles::<F16Bits>(h, tile, false, codes, scales);
+            }
+        }
+        (false, None) => {
+            if !f32_row.is_some_and(|f| simd::fp8_f32(f, tile, codes, scales)) {
+                quantize_tiles::<ViaElement<T>>(xq, tile, false, codes, scales);
+            }
+        }
         (true, _) if T::FORMAT == ElementFormat::Bf16 => {
             quantize_tiles::<ViaElement<T>>(xq, tile, true, codes, scales)
         }
@@ -190,7 +204,7 @@ pub fn quantize_fp8_tile<T: Element>(
 /// The tiles of one row, software-pipelined: `max|x|` of the next tile is computed while the
 /// scale division of the current one is in flight. (Not specialized on constant tile sizes:
 /// fully unrolled tiles leave the reductions to the SLP vectorizer, which does worse.)
-fn quantize_tiles<L: Load>(
+pub(super) fn quantize_tiles<L: Load>(
     x: &[L::R],
     tile: usize,
     bf16_scale: bool,
@@ -215,7 +229,7 @@ fn quantize_tiles<L: Load>(
 /// The scale of a tile from its `max|x|`: `amax / 448` (rounded to bf16 for bf16 rows); the
 /// canonical NaN for a tile with a NaN (no payload or platform NaN-sign dependence).
 #[inline(always)]
-fn tile_scale(amax: f32, bf16_scale: bool) -> f32 {
+pub(super) fn tile_scale(amax: f32, bf16_scale: bool) -> f32 {
     if amax.is_nan() {
         return f32::NAN;
     }
@@ -229,7 +243,7 @@ fn tile_scale(amax: f32, bf16_scale: bool) -> f32 {
 
 /// The codes of one tile with scale `s` (from [`tile_scale`]).
 #[inline(always)]
-fn tile_codes<L: Load>(x: &[L::R], amax: f32, s: f32, codes: &mut [u8]) {
+pub(super) fn tile_codes<L: Load>(x: &[L::R], amax: f32, s: f32, codes: &mut [u8]) {
     if amax.is_nan() {
         for (c, &r) in codes.iter_mut().zip(x) {
             *c = 0x7F | ((L::f32_any(r).to_bits() >> 24) & 0x80) as u8;

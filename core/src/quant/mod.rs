@@ -2,6 +2,9 @@
 
 mod fp8;
 mod q8;
+// The only unsafe code of the quantizers: x86-64 intrinsics behind run-time detection.
+#[allow(unsafe_code)]
+mod simd;
 
 pub use fp8::{
     dequantize_fp8_tile, e4m3_from_f32, e4m3_to_f32, fp8_tile_row_bytes, quantize_fp8_tile,

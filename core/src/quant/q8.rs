@@ -15,6 +15,7 @@ use core::marker::PhantomData;
 
 use half::{bf16, f16};
 
+use super::simd;
 use crate::error::{Error, Result};
 use crate::format::{Element, ElementFormat};
 
@@ -24,7 +25,7 @@ use crate::format::{Element, ElementFormat};
 /// zero): a half-integer `n + 0.5` gives `n + 1 - 2^-25`, which rounds up to `n + 1` in f32, while
 /// anything below it stays below `n + 1` (the classic `v + 0.5` fails on `0.49999997`). Checked on
 /// all 2^32 inputs (the ignored `exhaustive_round_q8` test).
-const ROUND_BIAS: f32 = 0.499_999_97;
+pub(super) const ROUND_BIAS: f32 = 0.499_999_97;
 
 /// `round_half_away_from_zero(v)` saturated to `i8` (NaN → 0): exactly `v.round() as i8`.
 #[inline(always)]
@@ -354,8 +355,17 @@ pub fn quantize_q8<T: Element>(
     check_q8(x.len(), group, codes.len(), scales.len())?;
     if T::FORMAT == ElementFormat::F16 {
         if let Ok(h) = bytemuck::try_cast_slice::<T, f16>(x) {
-            quantize_groups::<F16Bits>(h, group, codes, scales);
+            if !simd::q8_f16(h, group, codes, scales) {
+                quantize_groups::<F16Bits>(h, group, codes, scales);
+            }
             return Ok(());
+        }
+    }
+    if T::FORMAT == ElementFormat::F32 {
+        if let Ok(f) = bytemuck::try_cast_slice::<T, f32>(x) {
+            if simd::q8_f32(f, group, codes, scales) {
+                return Ok(());
+            }
         }
     }
     quantize_groups::<ViaElement<T>>(x, group, codes, scales);
@@ -422,11 +432,50 @@ fn check_q8(n: usize, group: usize, codes: usize, scales: usize) -> Result<()> {
 
 /// Groups per block: their `max|x|`, scales and inverse scales are computed together (vectorized
 /// across groups), then the codes group by group.
-const NB: usize = 16;
+pub(super) const NB: usize = 16;
+
+/// The scale math of a block of [`NB`] groups, from their `max|x|` keys (unused lanes hold
+/// [`Load::K0`]).
+pub(super) struct BlockScales {
+    /// `max|x|` per group (f32, exact).
+    pub amax: [f32; NB],
+    /// `1 / d`, or 0 when `d == 0`.
+    pub ids: [f32; NB],
+    /// Whether [`quantize_codes_fast`] applies (`d` zero or normal, `max|x|` finite).
+    pub fast: [bool; NB],
+    /// The stored scales' f16 bits.
+    pub bits: [u16; NB],
+}
+
+/// [`BlockScales`] of the keys, in fixed-size lanes so that the math vectorizes across groups.
+#[inline(always)]
+pub(super) fn block_scales<L: Load>(keys: &[L::K; NB]) -> BlockScales {
+    let mut b = BlockScales {
+        amax: [0f32; NB],
+        ids: [0f32; NB],
+        fast: [false; NB],
+        bits: [0u16; NB],
+    };
+    for (i, &k) in keys.iter().enumerate() {
+        let a = L::key_f32(k);
+        let d = a / 127.0;
+        b.amax[i] = a;
+        b.ids[i] = f32::from_bits(select(d == 0.0, 0, (1.0 / d).to_bits()));
+        // d normal (or 0) and finite: the vectorized codes apply.
+        b.fast[i] = (d == 0.0) | ((d >= f32::MIN_POSITIVE) & (a <= f32::MAX));
+        // A NaN scale is the canonical NaN (no payload from the input).
+        b.bits[i] = f16_bits_rne(f32::from_bits(select(
+            a.is_nan(),
+            f32::NAN.to_bits(),
+            d.to_bits(),
+        )));
+    }
+    b
+}
 
 /// The group loop, in blocks of [`NB`] groups. (Not specialized on constant group sizes: fully
 /// unrolled groups leave the `max|x|` reductions to the SLP vectorizer, which does worse.)
-fn quantize_groups<L: Load>(x: &[L::R], g: usize, codes: &mut [i8], scales: &mut [f16]) {
+pub(super) fn quantize_groups<L: Load>(x: &[L::R], g: usize, codes: &mut [i8], scales: &mut [f16]) {
     for ((xb, cb), sb) in x
         .chunks(NB * g)
         .zip(codes.chunks_mut(NB * g))
@@ -436,33 +485,15 @@ fn quantize_groups<L: Load>(x: &[L::R], g: usize, codes: &mut [i8], scales: &mut
         for (k, xg) in keys.iter_mut().zip(xb.chunks_exact(g)) {
             *k = L::amax_key(xg);
         }
-        // Fixed-size lanes from here on, so that the scale math vectorizes across groups.
-        let mut amax = [0f32; NB];
-        let mut ids = [0f32; NB];
-        let mut fast = [false; NB];
-        let mut bits = [0u16; NB];
-        for i in 0..NB {
-            let a = L::key_f32(keys[i]);
-            let d = a / 127.0;
-            amax[i] = a;
-            ids[i] = f32::from_bits(select(d == 0.0, 0, (1.0 / d).to_bits()));
-            // d normal (or 0) and finite: the vectorized codes apply.
-            fast[i] = (d == 0.0) | ((d >= f32::MIN_POSITIVE) & (a <= f32::MAX));
-            // A NaN scale is the canonical NaN (no payload from the input).
-            bits[i] = f16_bits_rne(f32::from_bits(select(
-                a.is_nan(),
-                f32::NAN.to_bits(),
-                d.to_bits(),
-            )));
-        }
-        for (s, b) in sb.iter_mut().zip(bits) {
-            *s = f16::from_bits(b);
+        let b = block_scales::<L>(&keys);
+        for (s, &bits) in sb.iter_mut().zip(&b.bits) {
+            *s = f16::from_bits(bits);
         }
         for (((xg, cg), &a), (&id, &f)) in xb
             .chunks_exact(g)
             .zip(cb.chunks_exact_mut(g))
-            .zip(&amax)
-            .zip(ids.iter().zip(&fast))
+            .zip(&b.amax)
+            .zip(b.ids.iter().zip(&b.fast))
         {
             if f {
                 quantize_codes_fast::<L>(xg, id, cg);
@@ -505,7 +536,7 @@ fn f16_bits_rne(v: f32) -> u16 {
 /// The codes of a group whose `d = max|x| / 127` is 0 or a normal f32 and `max|x|` finite:
 /// `|x·id| ≤ max|x|·id ≤ 127·(1 + 2^-22) < 127.5` for every (finite) x.
 #[inline(always)]
-fn quantize_codes_fast<L: Load>(x: &[L::R], id: f32, codes: &mut [i8]) {
+pub(super) fn quantize_codes_fast<L: Load>(x: &[L::R], id: f32, codes: &mut [i8]) {
     let idp = id * L::INV_PRESCALE;
     if idp <= f32::MAX {
         // x·id = (x·PRESCALE)·(id/PRESCALE) exactly (powers of two), so the same rounding.
@@ -519,7 +550,7 @@ fn quantize_codes_fast<L: Load>(x: &[L::R], id: f32, codes: &mut [i8]) {
 /// The codes of a group that [`quantize_codes_fast`] does not take: non-finite `max|x|`, or
 /// `d` subnormal (`max|x| < 127·2^-126`: `1/d` is imprecise or inf, codes may saturate).
 #[inline(never)]
-fn quantize_codes_slow<L: Load>(x: &[L::R], amax: f32, id: f32, codes: &mut [i8]) {
+pub(super) fn quantize_codes_slow<L: Load>(x: &[L::R], amax: f32, id: f32, codes: &mut [i8]) {
     if !amax.is_finite() {
         // inf: d = inf, id = 0, every x * 0 is 0 or NaN; NaN: d and id are NaN. Codes 0 either way.
         codes.fill(0);
