@@ -443,3 +443,25 @@ fn header_round_trips_and_rejects_inconsistency() {
     b[60] = 1; // reserved
     assert_eq!(Header::decode(&b), Err(Error::CorruptSnapshot));
 }
+
+#[test]
+fn a_header_claiming_a_huge_shape_is_corrupt_not_a_panic() {
+    // Found by fuzzing (snapshot_parse): sizes of a damaged header overflowed u64.
+    let mut b = Header::new(&config(ElementFormat::Q8_0, ElementFormat::F16), 21, 7)
+        .unwrap()
+        .encode();
+    for at in [16, 18, 20, 22] {
+        b[at..at + 2].copy_from_slice(&0xFFFFu16.to_le_bytes());
+    }
+    assert_eq!(Header::decode(&b), Err(Error::CorruptSnapshot));
+    let shape = Shape {
+        layers: u16::MAX,
+        kv_heads: u16::MAX,
+        head_dim: u16::MAX,
+    };
+    let huge = CacheConfig::new(shape).with_page_tokens(1 << 15);
+    assert!(matches!(
+        Header::new(&huge, u32::MAX, 0),
+        Err(Error::Overflow | Error::InvalidFormat | Error::ZeroSize)
+    ));
+}

@@ -88,12 +88,19 @@ impl Header {
         let geometry = config.geometry()?;
         let p = config.page_tokens as u64;
         let pages = (tokens as u64).div_ceil(p);
-        let per_page: u64 = Pool::ALL
-            .iter()
-            .map(|&pool| config.shape.layers as u64 * p * geometry.pool_row_bytes(pool) as u64)
-            .sum();
-        let payload = pages * per_page;
-        let image = HEADER_BYTES as u64 + 4 * tokens as u64 + payload + 4;
+        // Checked: a damaged header can claim any shape (u16 × u16 × u64 × ... overflows u64).
+        let mut per_page = 0u64;
+        for pool in Pool::ALL {
+            let bytes = (config.shape.layers as u64)
+                .checked_mul(p)
+                .and_then(|v| v.checked_mul(geometry.pool_row_bytes(pool) as u64))
+                .ok_or(Error::Overflow)?;
+            per_page = per_page.checked_add(bytes).ok_or(Error::Overflow)?;
+        }
+        let payload = pages.checked_mul(per_page).ok_or(Error::Overflow)?;
+        let image = (HEADER_BYTES as u64 + 4 * tokens as u64 + 4)
+            .checked_add(payload)
+            .ok_or(Error::Overflow)?;
         let fits = |v: u64| u32::try_from(v).map_err(|_| Error::Overflow);
         Ok(Header {
             fingerprint,
