@@ -63,6 +63,8 @@ pub enum Error {
     StaleHit,
     /// Query heads are not a nonzero multiple of the cache's KV heads.
     HeadMismatch,
+    /// A page format this build leaves out (its cargo feature, e.g. `fp8`, is off).
+    FormatDisabled,
 }
 
 impl fmt::Display for Error {
@@ -93,6 +95,7 @@ impl fmt::Display for Error {
             Error::PromptMismatch => "prompt tokens differ from the sequence's published pages",
             Error::StaleHit => "prefix hit is stale: look up again",
             Error::HeadMismatch => "query heads are not a nonzero multiple of the KV heads",
+            Error::FormatDisabled => "page format not compiled in (cargo feature off)",
         };
         f.write_str(msg)
     }
