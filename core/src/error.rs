@@ -84,6 +84,8 @@ pub enum Error {
     Flash,
     /// The sequence has pages released by a sliding window; a snapshot needs every page.
     WindowedSequence,
+    /// A page format this build leaves out (its cargo feature, e.g. `fp8`, is off).
+    FormatDisabled,
 }
 
 impl fmt::Display for Error {
@@ -126,6 +128,7 @@ impl fmt::Display for Error {
             }
             Error::Flash => "flash driver error",
             Error::WindowedSequence => "sequence has pages released by a sliding window",
+            Error::FormatDisabled => "page format not compiled in (cargo feature off)",
         };
         f.write_str(msg)
     }

@@ -45,6 +45,19 @@ impl ElementFormat {
     /// ggml's Q8_0: int8 in groups of 32 with f16 scales.
     pub const Q8_0: ElementFormat = ElementFormat::Int8 { group: 32 };
 
+    /// Whether this build includes the format: f32 always; the others with their cargo feature
+    /// (`f16`, `bf16`, `int8`, `fp8`, all on by default). A configuration using a format left out
+    /// fails with [`FormatDisabled`](Error::FormatDisabled), and its code is not linked.
+    pub const fn enabled(self) -> bool {
+        match self {
+            ElementFormat::F32 => true,
+            ElementFormat::F16 => cfg!(feature = "f16"),
+            ElementFormat::Bf16 => cfg!(feature = "bf16"),
+            ElementFormat::Int8 { .. } => cfg!(feature = "int8"),
+            ElementFormat::Fp8Tile { .. } => cfg!(feature = "fp8"),
+        }
+    }
+
     /// Whether writes quantize (and reads dequantize).
     pub const fn is_quantized(self) -> bool {
         matches!(
@@ -54,8 +67,12 @@ impl ElementFormat {
     }
 
     /// Bytes of one token's row in the value pool (all heads), or an error when the format does
-    /// not fit the shape ([`InvalidFormat`](Error::InvalidFormat)) or the size overflows.
+    /// not fit the shape ([`InvalidFormat`](Error::InvalidFormat)), is not in this build
+    /// ([`FormatDisabled`](Error::FormatDisabled)) or the size overflows.
     pub const fn row_bytes(self, kv_heads: usize, head_dim: usize) -> Result<usize> {
+        if !self.enabled() {
+            return Err(Error::FormatDisabled);
+        }
         let per_head = match self {
             ElementFormat::F32 => head_dim.checked_mul(4),
             ElementFormat::F16 | ElementFormat::Bf16 => head_dim.checked_mul(2),
@@ -84,6 +101,9 @@ impl ElementFormat {
 
     /// Bytes of one token's scales in the scale pool (0 for formats without one).
     pub const fn scale_row_bytes(self, kv_heads: usize, head_dim: usize) -> Result<usize> {
+        if !self.enabled() {
+            return Err(Error::FormatDisabled);
+        }
         match self {
             ElementFormat::Int8 { group } => {
                 if group == 0 || head_dim % group as usize != 0 {
@@ -171,6 +191,8 @@ pub(crate) fn encode_rows<T: Element>(
         return Ok(());
     }
     match fmt {
+        // Guards on `enabled()` (a constant) drop a left-out format's code from the build.
+        _ if !fmt.enabled() => Err(Error::FormatDisabled),
         ElementFormat::Int8 { group } => {
             let scales =
                 bytemuck::try_cast_slice_mut(scales).map_err(|_| Error::MisalignedArena)?;
@@ -203,6 +225,7 @@ pub(crate) fn decode_rows<T: Element>(
         return Ok(());
     }
     match fmt {
+        _ if !fmt.enabled() => Err(Error::FormatDisabled),
         ElementFormat::Int8 { group } => {
             let scales = bytemuck::try_cast_slice(scales).map_err(|_| Error::MisalignedArena)?;
             crate::quant::dequantize_q8(bytemuck::cast_slice(vals), scales, group as usize, dst)
@@ -226,6 +249,9 @@ pub(crate) fn decode_rows<T: Element>(
 /// `dst.len()` must be `src.len()` times the element size (callers check); quantized formats go
 /// through [`crate::quant`] instead and are ignored here.
 fn encode<T: Element>(fmt: ElementFormat, src: &[T], dst: &mut [u8]) {
+    if !fmt.enabled() {
+        return;
+    }
     if fmt == T::FORMAT && cfg!(target_endian = "little") {
         dst.copy_from_slice(bytemuck::cast_slice(src));
         return;
@@ -256,6 +282,9 @@ fn encode<T: Element>(fmt: ElementFormat, src: &[T], dst: &mut [u8]) {
 /// Decodes little-endian page bytes `src` of full-precision format `fmt` into `dst` (quantized
 /// formats are ignored, as in [`encode`]).
 fn decode<T: Element>(fmt: ElementFormat, src: &[u8], dst: &mut [T]) {
+    if !fmt.enabled() {
+        return;
+    }
     if fmt == T::FORMAT && cfg!(target_endian = "little") {
         bytemuck::cast_slice_mut(dst).copy_from_slice(src);
         return;
@@ -333,6 +362,48 @@ fn decode_f32_slice<T: Element>(fmt: ElementFormat, src: &[u8], dst: &mut [T]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A format left out by cargo features is refused at planning time, precisely; the others
+    /// plan. (`cargo test -p edgekv --lib --no-default-features --features int8` runs the
+    /// refusing side.)
+    #[test]
+    fn left_out_formats_fail_with_format_disabled() {
+        let fp8 = ElementFormat::Fp8Tile {
+            dv: 32,
+            tile: 32,
+            bf16: false,
+        };
+        let formats = [
+            (ElementFormat::F32, true),
+            (ElementFormat::F16, cfg!(feature = "f16")),
+            (ElementFormat::Bf16, cfg!(feature = "bf16")),
+            (ElementFormat::Q8_0, cfg!(feature = "int8")),
+            (fp8, cfg!(feature = "fp8")),
+        ];
+        let shape = crate::Shape {
+            layers: 1,
+            kv_heads: 2,
+            head_dim: 64,
+        };
+        for (fmt, on) in formats {
+            assert_eq!(fmt.enabled(), on, "{fmt:?}");
+            let cfg = crate::CacheConfig::new(shape).with_formats(ElementFormat::F32, fmt);
+            match cfg.geometry() {
+                Ok(_) => assert!(on, "{fmt:?} planned"),
+                Err(e) => assert!(!on && e == Error::FormatDisabled, "{fmt:?}: {e:?}"),
+            }
+            let mut vals = [0u8; 256];
+            let vals = &mut vals[..fmt.row_bytes(1, 64).unwrap_or(256)];
+            let mut scales = [0u16; 2];
+            let scales = &mut bytemuck::cast_slice_mut(&mut scales)[..if on {
+                fmt.scale_row_bytes(1, 64).unwrap()
+            } else {
+                0
+            }];
+            let rows = encode_rows(fmt, 64, &[1.0f32; 64], vals, scales);
+            assert_eq!(rows.is_ok(), on, "{fmt:?}");
+        }
+    }
 
     #[test]
     fn same_format_round_trips_bits() {

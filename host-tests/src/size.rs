@@ -20,6 +20,8 @@ struct Build {
     dir: &'static str,
     /// A missing or failing build is reported, not an error.
     optional: bool,
+    /// Extra cargo arguments (feature selection).
+    args: &'static [&'static str],
     /// Extra environment (profile overrides) and the target directory they build into.
     env: &'static [(&'static str, &'static str)],
     target_dir: Option<&'static str>,
@@ -28,11 +30,12 @@ struct Build {
     m4_goal: bool,
 }
 
-const BUILDS: [Build; 4] = [
+const BUILDS: [Build; 5] = [
     Build {
         name: "qemu-an386",
         dir: "boards/qemu-an386",
         optional: true,
+        args: &[],
         env: &[],
         target_dir: None,
         m4_goal: true,
@@ -41,6 +44,7 @@ const BUILDS: [Build; 4] = [
         name: "stm32h7",
         dir: "boards/stm32h7",
         optional: false,
+        args: &[],
         env: &[],
         target_dir: None,
         m4_goal: true,
@@ -50,14 +54,27 @@ const BUILDS: [Build; 4] = [
         name: "stm32h7 opt=s",
         dir: "boards/stm32h7",
         optional: false,
+        args: &[],
         env: &[("CARGO_PROFILE_RELEASE_OPT_LEVEL", "s")],
         target_dir: Some("target/size-opt-s"),
+        m4_goal: true,
+    },
+    // The goal's configuration: int8 pages only (+ prefix + attention), small attention code,
+    // optimized for size.
+    Build {
+        name: "stm32h7 int8 small opt=s",
+        dir: "boards/stm32h7",
+        optional: false,
+        args: &["--no-default-features", "--features", "small-code"],
+        env: &[("CARGO_PROFILE_RELEASE_OPT_LEVEL", "s")],
+        target_dir: Some("target/size-int8-small"),
         m4_goal: true,
     },
     Build {
         name: "microbit",
         dir: "boards/microbit",
         optional: false,
+        args: &[],
         env: &[],
         target_dir: None,
         m4_goal: false,
@@ -184,6 +201,7 @@ fn build(root: &Path, b: &Build) -> Result<Vec<(String, PathBuf)>, String> {
         "--release",
         "--message-format=json-render-diagnostics",
     ]);
+    cmd.args(b.args);
     if let Some(t) = b.target_dir {
         cmd.args(["--target-dir", t]);
     }

@@ -192,6 +192,9 @@ pub(crate) struct Row<'p> {
 pub(crate) fn dot<const G: usize>(fmt: ElementFormat, q: [&[f32]; G], row: Row<'_>) -> [f32; G] {
     let (v, d) = (row.vals, q[0].len());
     match fmt {
+        // `enabled()` is a constant: a left-out format's kernel is not built (the planner
+        // rejects such configurations, so this arm never runs).
+        _ if !fmt.enabled() => [0.0; G],
         ElementFormat::F32 => dot_with(&q, 0, d, v, f32_block, |i| f32_at(v, i)),
         ElementFormat::F16 => dot_with(&q, 0, d, v, f16_block, |i| f16_to_f32(u16_at(v, i))),
         ElementFormat::Bf16 => dot_with(&q, 0, d, v, bf16_block, |i| bf16_to_f32(u16_at(v, i))),
@@ -245,6 +248,7 @@ pub(crate) fn add_scaled<const G: usize>(
 ) {
     let (v, d) = (row.vals, acc[0].len());
     match fmt {
+        _ if !fmt.enabled() => {}
         ElementFormat::F32 => axpy_with(acc, 0, d, p, v, f32_block, |i| f32_at(v, i)),
         ElementFormat::F16 => axpy_with(acc, 0, d, p, v, f16_block, |i| f16_to_f32(u16_at(v, i))),
         ElementFormat::Bf16 => {

@@ -82,6 +82,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             v_head: v_row / kv_heads,
             k_shead: k_srow / kv_heads,
             v_shead: v_srow / kv_heads,
+            kv_heads,
+            group,
             head_dim: hd,
             page_tokens: p,
             scale: params.scale,
@@ -96,8 +98,6 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             out_rows.fill(0.0);
             max.fill(f32::NEG_INFINITY);
             sum.fill(0.0);
-            // Each page is visited once, for every KV head (pages are scattered in memory); each
-            // head's arithmetic and key order are those of a head computed alone.
             for page_index in 0..=(t as usize / p) {
                 let j0 = (page_index * p) as u32;
                 let j1 = (j0 + p as u32).min(t + 1);
@@ -110,35 +110,20 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                     return Err(Error::PositionOutOfRange);
                 }
                 let kv = self.page_slices(layer, page)?;
-                for kh in 0..kv_heads {
-                    let keys = Keys {
-                        kv: &kv,
-                        kh,
-                        j0,
-                        j1,
-                        kept: &kept,
-                    };
-                    // Query heads in runs of up to four share each decoded K and V row.
-                    let mut h0 = kh * group;
-                    let h_end = (kh + 1) * group;
-                    while h0 < h_end {
-                        let n = (h_end - h0).min(4);
-                        let heads = Heads {
-                            q: &q_rows[h0 * hd..(h0 + n) * hd],
-                            out: &mut out_rows[h0 * hd..(h0 + n) * hd],
-                            max: &mut max[h0..h0 + n],
-                            sum: &mut sum[h0..h0 + n],
-                            scores: &mut scores[h0 * p..(h0 + n) * p],
-                        };
-                        match n {
-                            1 => attend_page::<1, _>(&layout, &keys, heads),
-                            2 => attend_page::<2, _>(&layout, &keys, heads),
-                            3 => attend_page::<3, _>(&layout, &keys, heads),
-                            _ => attend_page::<4, _>(&layout, &keys, heads),
-                        }
-                        h0 += n;
-                    }
-                }
+                let keys = Keys {
+                    kv: &kv,
+                    j0,
+                    j1,
+                    kept: &kept,
+                };
+                let heads = Heads {
+                    q: q_rows,
+                    out: &mut *out_rows,
+                    max: &mut *max,
+                    sum: &mut *sum,
+                    scores: &mut *scores,
+                };
+                attend_page(&layout, &keys, heads);
             }
             for (h, oh) in out_rows.chunks_exact_mut(hd).enumerate() {
                 let inv = 1.0 / sum[h];
@@ -183,21 +168,69 @@ struct Layout {
     v_head: usize,
     k_shead: usize,
     v_shead: usize,
+    kv_heads: usize,
+    /// Query heads per KV head.
+    group: usize,
     head_dim: usize,
     page_tokens: usize,
     scale: f32,
 }
 
-/// The keys of one page one query row sees: KV head `kh`, positions `[j0, j1)` filtered by `kept`.
+impl Layout {
+    /// KV head `kh` of token `r` of a K (`v == false`) or V page.
+    #[inline(always)]
+    fn row<'p>(&self, kv: &PageSlices<'p>, v: bool, r: usize, kh: usize) -> Row<'p> {
+        let (vals, scales, row, srow, head, shead) = if v {
+            (
+                kv.v,
+                kv.vs,
+                self.v_row,
+                self.v_srow,
+                self.v_head,
+                self.v_shead,
+            )
+        } else {
+            (
+                kv.k,
+                kv.ks,
+                self.k_row,
+                self.k_srow,
+                self.k_head,
+                self.k_shead,
+            )
+        };
+        Row {
+            vals: &vals[r * row + kh * head..][..head],
+            scales: &scales[(r * srow + kh * shead).min(scales.len())..],
+        }
+    }
+
+    /// Calls `f(h0, n)` for the query heads of KV head `kh` in runs `h0..h0 + n` of up to
+    /// [`MAX_RUN`] heads.
+    #[inline(always)]
+    fn runs(&self, kh: usize, mut f: impl FnMut(usize, usize)) {
+        let (mut h0, end) = (kh * self.group, (kh + 1) * self.group);
+        while h0 < end {
+            let n = (end - h0).min(MAX_RUN);
+            f(h0, n);
+            h0 += n;
+        }
+    }
+}
+
+/// Query heads of one KV head that share each decoded K and V row (more heads, more code: one
+/// kernel instance per run length; `small-code` keeps only single heads, same bits).
+const MAX_RUN: usize = if cfg!(feature = "small-code") { 1 } else { 4 };
+
+/// The keys of one page one query row sees: positions `[j0, j1)` filtered by `kept`.
 struct Keys<'k, F: Fn(u32) -> bool> {
     kv: &'k PageSlices<'k>,
-    kh: usize,
     j0: u32,
     j1: u32,
     kept: &'k F,
 }
 
-/// A run of query heads of one KV group: their query rows, output accumulators, running maxima
+/// The state of one query row, all query heads: query rows, output accumulators, running maxima
 /// and sums, and one page of scores each (`head_dim` and `page_tokens` apart).
 struct Heads<'h> {
     q: &'h [f32],
@@ -207,16 +240,11 @@ struct Heads<'h> {
     scores: &'h mut [f32],
 }
 
-/// One page of keys for `G` query heads: the scores, one online-softmax rescale per head, then
-/// the weighted V rows. Every K and V row is decoded once for all `G` heads; each head's
-/// arithmetic, in order, is what it would be alone.
-#[inline(always)]
-fn attend_page<const G: usize, F: Fn(u32) -> bool>(
-    l: &Layout,
-    keys: &Keys<'_, F>,
-    heads: Heads<'_>,
-) {
-    let (hd, p, kv, kh) = (l.head_dim, l.page_tokens, keys.kv, keys.kh);
+/// One page of keys for every query head of one query row: the scores, one online-softmax
+/// rescale per head, then the weighted V rows. The page is read front to back (every KV head of
+/// a token before the next token), as hardware prefetchers like; each K and V row is decoded
+/// once per run of query heads. Each head's arithmetic, in order, is what it would be alone.
+fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
     let Heads {
         q,
         out,
@@ -224,53 +252,99 @@ fn attend_page<const G: usize, F: Fn(u32) -> bool>(
         sum,
         scores,
     } = heads;
-    let qs: [&[f32]; G] = core::array::from_fn(|h| &q[h * hd..][..hd]);
-    let mut page_max = [f32::NEG_INFINITY; G];
-    for j in keys.j0..keys.j1 {
-        if !(keys.kept)(j) {
-            continue;
-        }
-        let r = (j - keys.j0) as usize;
-        let krow = Row {
-            vals: &kv.k[r * l.k_row + kh * l.k_head..][..l.k_head],
-            scales: &kv.ks[(r * l.k_srow + kh * l.k_shead).min(kv.ks.len())..],
-        };
-        let d = dot(l.k_fmt, qs, krow);
-        for h in 0..G {
-            let s = d[h] * l.scale;
-            scores[h * p + r] = s;
-            page_max[h] = page_max[h].max(s);
+    let (hd, p) = (l.head_dim, l.page_tokens);
+    let rows = || {
+        (keys.j0..keys.j1)
+            .filter(|&j| (keys.kept)(j))
+            .map(|j| (j - keys.j0) as usize)
+    };
+    for r in rows() {
+        for kh in 0..l.kv_heads {
+            let krow = l.row(keys.kv, false, r, kh);
+            l.runs(kh, |h0, n| match n {
+                #[cfg(not(feature = "small-code"))]
+                2 => score::<2>(l, krow, q, scores, h0, r),
+                #[cfg(not(feature = "small-code"))]
+                3 => score::<3>(l, krow, q, scores, h0, r),
+                #[cfg(not(feature = "small-code"))]
+                4 => score::<4>(l, krow, q, scores, h0, r),
+                _ => score::<1>(l, krow, q, scores, h0, r),
+            });
         }
     }
-    let mut it = out.chunks_exact_mut(hd);
-    let mut oh: [&mut [f32]; G] = core::array::from_fn(|_| match it.next() {
-        Some(o) => o,
-        None => unreachable!(),
-    });
-    for h in 0..G {
-        let new_max = max[h].max(page_max[h]);
+    for (h, oh) in out.chunks_exact_mut(hd).enumerate() {
+        let page_max = rows().fold(f32::NEG_INFINITY, |m, r| m.max(scores[h * p + r]));
+        let new_max = max[h].max(page_max);
         let keep = libm::expf(max[h] - new_max);
         sum[h] *= keep;
-        for o in oh[h].iter_mut() {
+        for o in oh {
             *o *= keep;
         }
         max[h] = new_max;
     }
-    for j in keys.j0..keys.j1 {
-        if !(keys.kept)(j) {
-            continue;
+    let mut st = Accum {
+        out,
+        max,
+        sum,
+        scores,
+    };
+    for r in rows() {
+        for kh in 0..l.kv_heads {
+            let vrow = l.row(keys.kv, true, r, kh);
+            l.runs(kh, |h0, n| match n {
+                #[cfg(not(feature = "small-code"))]
+                2 => accumulate::<2>(l, vrow, &mut st, h0, r),
+                #[cfg(not(feature = "small-code"))]
+                3 => accumulate::<3>(l, vrow, &mut st, h0, r),
+                #[cfg(not(feature = "small-code"))]
+                4 => accumulate::<4>(l, vrow, &mut st, h0, r),
+                _ => accumulate::<1>(l, vrow, &mut st, h0, r),
+            });
         }
-        let r = (j - keys.j0) as usize;
-        let w: [f32; G] = core::array::from_fn(|h| libm::expf(scores[h * p + r] - max[h]));
-        for h in 0..G {
-            sum[h] += w[h];
-        }
-        let vrow = Row {
-            vals: &kv.v[r * l.v_row + kh * l.v_head..][..l.v_head],
-            scales: &kv.vs[(r * l.v_srow + kh * l.v_shead).min(kv.vs.len())..],
-        };
-        add_scaled(l.v_fmt, &mut oh, w, vrow);
     }
+}
+
+/// `scores[h][r] = scale · q[h] · krow` for heads `h0..h0 + G`.
+#[inline(always)]
+fn score<const G: usize>(
+    l: &Layout,
+    krow: Row<'_>,
+    q: &[f32],
+    scores: &mut [f32],
+    h0: usize,
+    r: usize,
+) {
+    let hd = l.head_dim;
+    let qs: [&[f32]; G] = core::array::from_fn(|i| &q[(h0 + i) * hd..][..hd]);
+    let d = dot(l.k_fmt, qs, krow);
+    for (i, d) in d.into_iter().enumerate() {
+        scores[(h0 + i) * l.page_tokens + r] = d * l.scale;
+    }
+}
+
+/// What the V pass of [`attend_page`] updates.
+struct Accum<'h> {
+    out: &'h mut [f32],
+    max: &'h [f32],
+    sum: &'h mut [f32],
+    scores: &'h [f32],
+}
+
+/// Heads `h0..h0 + G`: weight `w = exp(score − max)` of token `r`, `sum += w`, `out += w · vrow`.
+#[inline(always)]
+fn accumulate<const G: usize>(l: &Layout, vrow: Row<'_>, st: &mut Accum<'_>, h0: usize, r: usize) {
+    let (hd, p) = (l.head_dim, l.page_tokens);
+    let w: [f32; G] =
+        core::array::from_fn(|i| libm::expf(st.scores[(h0 + i) * p + r] - st.max[h0 + i]));
+    for (s, w) in st.sum[h0..h0 + G].iter_mut().zip(w) {
+        *s += w;
+    }
+    let mut it = st.out[h0 * hd..(h0 + G) * hd].chunks_exact_mut(hd);
+    let mut oh: [&mut [f32]; G] = core::array::from_fn(|_| match it.next() {
+        Some(o) => o,
+        None => unreachable!(),
+    });
+    add_scaled(l.v_fmt, &mut oh, w, vrow);
 }
 
 struct PageSlices<'d> {
