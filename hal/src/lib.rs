@@ -22,14 +22,15 @@
 //!   and CPU ranges of a sequence's pages in an edgekv cache.
 //!
 //! Every fallible operation returns a [`HalError`] instead of panicking, and
-//! the crate contains no `unsafe` code. It is `no_std` and allocation-free;
+//! the crate contains no `unsafe` code outside the C ABI (`capi`) and the Ethos-U hooks
+//! (`ethosu`) modules. It is `no_std` and allocation-free;
 //! the `std` feature only links `std`, and `defmt` derives
 //! `defmt::Format` for all public types.
 //!
 //! [edgekv]: https://example.invalid/edgekv
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod addr;
 mod address_map;
@@ -37,6 +38,13 @@ mod cache;
 mod error;
 mod pages;
 mod views;
+
+#[cfg(feature = "capi")]
+#[allow(unsafe_code)]
+pub mod capi;
+#[cfg(feature = "ethosu")]
+#[allow(unsafe_code)]
+pub mod ethosu;
 
 pub use addr::DevAddr;
 pub use address_map::{AddressMap, IdentityMap, MapEntry, OffsetMap, TableMap};
