@@ -1079,28 +1079,21 @@ mod ethosu_hooks {
         };
         let m = maint(c_count, (&raw mut C_CALLS).cast());
         hooks.maint = &m;
-        let leaked: &'static EkvEthosuHooks = Box::leak(Box::new(hooks));
-        // SAFETY: a leaked (static) struct whose pointers stay valid: `m` is leaked too.
-        let m: &'static EkvMaintenance = Box::leak(Box::new(m));
-        let leaked: &'static EkvEthosuHooks = Box::leak(Box::new(EkvEthosuHooks {
-            maint: m,
-            ..*leaked
-        }));
-        // SAFETY: valid static hooks.
-        assert_eq!(unsafe { ekv_ethosu_register(leaked) }, EKV_OK);
+        // SAFETY: `hooks` and `m` outlive the registration (unregistered below).
+        assert_eq!(unsafe { ekv_ethosu_register(&hooks) }, EKV_OK);
         ethosu_flush_dcache(core::ptr::without_provenance_mut(0x1010), 8);
         ethosu_invalidate_dcache(core::ptr::without_provenance_mut(0x1000), 64);
         // SAFETY: single-threaded access in this test.
         assert_eq!(unsafe { C_CALLS }, 2);
         assert_eq!(ethosu_address_remap(0x1010, 0), 0x9010);
         assert_eq!(ekv_ethosu_last_error(), EKV_OK);
-        let bad = Box::leak(Box::new(EkvMaintenance { line_size: 3, ..*m }));
-        let bad_hooks = Box::leak(Box::new(EkvEthosuHooks {
-            maint: bad,
-            ..*leaked
-        }));
-        // SAFETY: valid static hooks (rejected).
-        let rc = unsafe { ekv_ethosu_register(bad_hooks) };
+        let bad = EkvMaintenance { line_size: 3, ..m };
+        let bad_hooks = EkvEthosuHooks {
+            maint: &bad,
+            ..hooks
+        };
+        // SAFETY: valid hooks (rejected, so never registered).
+        let rc = unsafe { ekv_ethosu_register(&bad_hooks) };
         assert_eq!(rc, EKV_ERR_INVALID_LINE_SIZE);
         // SAFETY: NULL unregisters.
         assert_eq!(unsafe { ekv_ethosu_register(null()) }, EKV_OK);
