@@ -36,7 +36,8 @@
 //! Every fallible operation returns a [`HalError`] instead of panicking and
 //! leaves the cache unchanged. The crate is `no_std` and allocation-free
 //! (the `sim` feature uses `std`); `unsafe` appears only in the Cortex-M
-//! invalidate. `defmt` derives `defmt::Format` for the public types.
+//! invalidate, the C ABI (`capi`) and the Ethos-U hooks (`ethosu`).
+//! `defmt` derives `defmt::Format` for the public types.
 //!
 //! [edgekv]: https://example.invalid/edgekv
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
@@ -54,6 +55,13 @@ mod pages;
 #[cfg(feature = "sim")]
 mod sim;
 mod views;
+
+#[cfg(feature = "capi")]
+#[allow(unsafe_code)]
+pub mod capi;
+#[cfg(feature = "ethosu")]
+#[allow(unsafe_code)]
+pub mod ethosu;
 
 pub use addr::DevAddr;
 pub use address_map::{AddressMap, IdentityMap, MapEntry, OffsetMap, TableMap};

@@ -57,7 +57,12 @@ fn main() -> ExitCode {
 }
 
 /// The cargo-fuzz targets in `fuzz/`.
-const FUZZ_TARGETS: [&str; 3] = ["cache_ops", "snapshot_parse", "quant_roundtrip"];
+const FUZZ_TARGETS: [&str; 4] = [
+    "cache_ops",
+    "snapshot_parse",
+    "quant_roundtrip",
+    "capi_calls",
+];
 
 /// Runs every fuzz target for `secs` seconds from its committed seed corpus (`fuzz/corpus/<t>`,
 /// read only; new inputs go to `fuzz/target/corpus/<t>`). Needs nightly and cargo-fuzz.
@@ -209,6 +214,36 @@ fn test(flags: &[&str]) -> Result<(), String> {
                     &[],
                 )?;
             }
+            // The C ABI with the Ethos-U hooks, and its no_std static library.
+            run(
+                &format!("build edgekv-hal for {t} with capi,ethosu"),
+                c,
+                &[
+                    "build",
+                    "-p",
+                    "edgekv-hal",
+                    "--target",
+                    t,
+                    "--features",
+                    "capi,ethosu",
+                ],
+                &[],
+            )?;
+            run(
+                &format!("build edgekv-capi (no_std staticlib) for {t}"),
+                c,
+                &[
+                    "build",
+                    "-p",
+                    "edgekv-capi",
+                    "--no-default-features",
+                    "--features",
+                    "ethosu",
+                    "--target",
+                    t,
+                ],
+                &[],
+            )?;
             // The Cortex-M7/M55 D-cache maintenance (ARMv7E-M and ARMv8-M Mainline only).
             if t.starts_with("thumbv7em") || t.starts_with("thumbv8m.main") {
                 run(
@@ -268,7 +303,7 @@ fn test(flags: &[&str]) -> Result<(), String> {
             &[("MIRIFLAGS", "-Zmiri-strict-provenance")],
         )?;
         run(
-            "miri (hal, with the simulated cache and software NPU)",
+            "miri (hal: views, simulated cache, software NPU, C ABI, Ethos-U hooks)",
             "cargo",
             &[
                 "+nightly",
@@ -277,7 +312,7 @@ fn test(flags: &[&str]) -> Result<(), String> {
                 "-p",
                 "edgekv-hal",
                 "--features",
-                "sim",
+                "sim,capi,ethosu",
             ],
             &[("MIRIFLAGS", "-Zmiri-strict-provenance")],
         )?;

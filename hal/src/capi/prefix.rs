@@ -1,0 +1,184 @@
+//! Prefix reuse: committing prompts, looking up and attaching published prefixes, and the
+//! single-conversation path. Token ids are `uint32_t` arrays with their lengths in tokens.
+
+use edgekv::SeqId;
+
+use super::handle::{EkvCache, Handle, dispatch};
+use super::ptr::{Buf, Out, disjoint, input, opt_span};
+use super::status::{EKV_ERR_INVALID_ARGUMENT, EKV_ERR_STALE_HIT, EkvStatus, Fail, status};
+use super::types::{EkvPrefixHit, EkvSeq};
+
+/// Commits positions `[0, n)` of a sequence as prompt with these token ids (prefilled in
+/// chunk-aligned steps) and publishes its whole chunks for reuse; writes the pages newly
+/// published to `published` (may be NULL).
+///
+/// # Safety
+///
+/// `cache` is NULL or points to readable `ekv_cache_t` storage; `tokens` NULL (with `n` 0) or
+/// `n` readable `uint32_t`s; `published` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_commit_prompt(
+    cache: *mut EkvCache,
+    seq: EkvSeq,
+    tokens: *const u32,
+    n: usize,
+    published: *mut u16,
+) -> EkvStatus {
+    let r = (|| {
+        let tokens = Buf::input(tokens, n)?;
+        let published = Out::optional(published)?;
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let h = unsafe { Handle::new(cache) };
+        let count = h.with(|c, a| {
+            let [s, d, m] = a.spans();
+            disjoint(&[opt_span(&published), tokens.span(), s, d, m])?;
+            // SAFETY: readable (caller), outside the cache's memory.
+            let tokens = unsafe { tokens.get() };
+            Ok(dispatch!(c, c => c.commit_prompt(SeqId::from_raw(seq), tokens))?)
+        })?;
+        if let Some(out) = published {
+            // SAFETY: checked, writable by the caller's obligation.
+            unsafe { out.set(count) };
+        }
+        Ok(())
+    })();
+    status(r)
+}
+
+/// Looks up the longest published prefix of a prompt that may be reused (verified, chunk
+/// aligned, below the prompt's length). Changes nothing.
+///
+/// # Safety
+///
+/// `cache` as `ekv_commit_prompt`; `tokens` NULL (with `n` 0) or `n` readable `uint32_t`s;
+/// `hit` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_prefix_lookup(
+    cache: *mut EkvCache,
+    tokens: *const u32,
+    n: usize,
+    hit: *mut EkvPrefixHit,
+) -> EkvStatus {
+    let r = (|| {
+        let tokens = Buf::input(tokens, n)?;
+        let hit = Out::new(hit)?;
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let h = unsafe { Handle::new(cache) };
+        let h = h.with(|c, a| {
+            let [s, d, m] = a.spans();
+            disjoint(&[hit.span(), tokens.span(), s, d, m])?;
+            // SAFETY: readable (caller), outside the cache's memory.
+            let tokens = unsafe { tokens.get() };
+            Ok(dispatch!(c, c => c.lookup(tokens))?)
+        })?;
+        let h = EkvPrefixHit {
+            tokens: h.tokens,
+            matched: h.matched,
+            pages: h.pages,
+            reserved: 0,
+        };
+        // SAFETY: checked, writable by the caller's obligation.
+        unsafe { hit.set(h) };
+        Ok(())
+    })();
+    status(r)
+}
+
+/// Attaches a hit of `ekv_prefix_lookup` for the same prompt to an empty paged sequence: its
+/// first `hit.tokens` positions become the hit's pages (shared), committed as prompt. Writes the
+/// positions attached to `attached` (may be NULL); prefill continues from there.
+///
+/// The hit is verified again: the prompt is looked up anew and must give the same hit, else
+/// `EKV_ERR_STALE_HIT` (pages evicted meanwhile, or another prompt).
+///
+/// # Safety
+///
+/// `cache` and `tokens` as `ekv_prefix_lookup`; `hit` NULL or readable; `attached` NULL or
+/// writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_prefix_attach(
+    cache: *mut EkvCache,
+    seq: EkvSeq,
+    hit: *const EkvPrefixHit,
+    tokens: *const u32,
+    n: usize,
+    attached: *mut u32,
+) -> EkvStatus {
+    let r = (|| {
+        // SAFETY: forwarded obligation; copied out at once.
+        let want = *unsafe { input(hit) }?;
+        if want.reserved != 0 {
+            return Err(Fail(EKV_ERR_INVALID_ARGUMENT));
+        }
+        let tokens = Buf::input(tokens, n)?;
+        let attached = Out::optional(attached)?;
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let h = unsafe { Handle::new(cache) };
+        let count = h.with(|c, a| {
+            let [s, d, m] = a.spans();
+            disjoint(&[opt_span(&attached), tokens.span(), s, d, m])?;
+            // SAFETY: readable (caller), outside the cache's memory.
+            let tokens = unsafe { tokens.get() };
+            dispatch!(c, c => {
+                // The C hit carries no registration id: look up again and insist on the
+                // same hit, which `attach` then re-verifies page by page.
+                let fresh = c.lookup(tokens)?;
+                if (fresh.tokens, fresh.matched, fresh.pages)
+                    != (want.tokens, want.matched, want.pages)
+                {
+                    return Err(Fail(EKV_ERR_STALE_HIT));
+                }
+                Ok(c.attach(SeqId::from_raw(seq), &fresh, tokens)?)
+            })
+        })?;
+        if let Some(out) = attached {
+            // SAFETY: checked, writable by the caller's obligation.
+            unsafe { out.set(count) };
+        }
+        Ok(())
+    })();
+    status(r)
+}
+
+/// The single-conversation path: `held` are the token ids at the sequence's positions, `prompt`
+/// the new prompt. Keeps the longest reusable common prefix (chunk aligned, below the prompt's
+/// length, inside the committed prompt), truncates the sequence there and writes the positions
+/// kept to `kept` (may be NULL).
+///
+/// # Safety
+///
+/// `cache` as `ekv_commit_prompt`; `held` and `prompt` NULL (with length 0) or readable for
+/// their lengths; `kept` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_reuse_prefix(
+    cache: *mut EkvCache,
+    seq: EkvSeq,
+    held: *const u32,
+    n_held: usize,
+    prompt: *const u32,
+    n_prompt: usize,
+    kept: *mut u32,
+) -> EkvStatus {
+    let r = (|| {
+        let held = Buf::input(held, n_held)?;
+        let prompt = Buf::input(prompt, n_prompt)?;
+        let kept = Out::optional(kept)?;
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let h = unsafe { Handle::new(cache) };
+        let count = h.with(|c, a| {
+            let [s, d, m] = a.spans();
+            disjoint(&[opt_span(&kept), held.span(), s, d, m])?;
+            disjoint(&[opt_span(&kept), prompt.span(), s, d, m])?;
+            // SAFETY: readable (caller), outside the cache's memory (they may overlap each
+            // other: both are only read).
+            let (held, prompt) = unsafe { (held.get(), prompt.get()) };
+            Ok(dispatch!(c, c => c.reuse_prefix(SeqId::from_raw(seq), held, prompt))?)
+        })?;
+        if let Some(out) = kept {
+            // SAFETY: checked, writable by the caller's obligation.
+            unsafe { out.set(count) };
+        }
+        Ok(())
+    })();
+    status(r)
+}

@@ -1,0 +1,227 @@
+//! Sequences: create, free, fork, truncate, reserve, slide, and queries.
+
+use edgekv::SeqId;
+use edgekv::attention::Window;
+
+use super::cache::query;
+use super::handle::{EkvCache, Handle, dispatch};
+use super::ptr::{Buf, Out, disjoint, opt_span};
+use super::status::{EKV_ERR_BUFFER_TOO_SMALL, EkvStatus, Fail, status};
+use super::types::{EKV_SEQ_CONTIGUOUS, EKV_SEQ_PAGED, EkvSeq, EkvSeqInfo, parse_mode};
+
+/// Creates an empty sequence of `mode` (`EKV_SEQ_PAGED` or `EKV_SEQ_CONTIGUOUS`) and writes its
+/// handle to `out`.
+///
+/// # Safety
+///
+/// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_seq_create(
+    cache: *mut EkvCache,
+    mode: u32,
+    out: *mut EkvSeq,
+) -> EkvStatus {
+    // SAFETY: the caller's obligation (see `# Safety`).
+    let h = unsafe { Handle::new(cache) };
+    // SAFETY: `out` is NULL or writable (see `# Safety`).
+    status(unsafe {
+        query(h, out, |c| {
+            let m = parse_mode(mode)?;
+            Ok(dispatch!(c, c => c.create_sequence(m))?.to_raw())
+        })
+    })
+}
+
+/// Frees a sequence, releasing its pages (published pages stay cached for reuse).
+///
+/// # Safety
+///
+/// `cache` is NULL or points to readable `ekv_cache_t` storage.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_seq_free(cache: *mut EkvCache, seq: EkvSeq) -> EkvStatus {
+    // SAFETY: the caller's obligation (see `# Safety`).
+    let h = unsafe { Handle::new(cache) };
+    status(h.with(|c, _| Ok(dispatch!(c, c => c.free_sequence(SeqId::from_raw(seq)))?)))
+}
+
+/// Forks a sequence: the child (written to `out`) sees the same positions and data; full pages
+/// are shared, the partial tail page is copied.
+///
+/// # Safety
+///
+/// As `ekv_seq_create`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_seq_fork(
+    cache: *mut EkvCache,
+    seq: EkvSeq,
+    out: *mut EkvSeq,
+) -> EkvStatus {
+    // SAFETY: the caller's obligation (see `# Safety`).
+    let h = unsafe { Handle::new(cache) };
+    // SAFETY: `out` is NULL or writable (see `# Safety`).
+    status(unsafe {
+        query(h, out, |c| {
+            Ok(dispatch!(c, c => c.fork(SeqId::from_raw(seq)))?.to_raw())
+        })
+    })
+}
+
+/// Shortens a sequence to `len` positions.
+///
+/// # Safety
+///
+/// As `ekv_seq_free`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_seq_truncate(
+    cache: *mut EkvCache,
+    seq: EkvSeq,
+    len: u32,
+) -> EkvStatus {
+    // SAFETY: the caller's obligation (see `# Safety`).
+    let h = unsafe { Handle::new(cache) };
+    status(h.with(|c, _| Ok(dispatch!(c, c => c.truncate(SeqId::from_raw(seq), len))?)))
+}
+
+/// Reserves `n` more positions at the end of a sequence (all or nothing) and writes the first
+/// new position to `first` (may be NULL).
+///
+/// # Safety
+///
+/// `cache` as `ekv_seq_free`; `first` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_seq_reserve(
+    cache: *mut EkvCache,
+    seq: EkvSeq,
+    n: u32,
+    first: *mut u32,
+) -> EkvStatus {
+    let r = (|| {
+        let first = Out::optional(first)?;
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let h = unsafe { Handle::new(cache) };
+        let pos = h.with(|c, a| {
+            let [s, d, m] = a.spans();
+            disjoint(&[opt_span(&first), s, d, m])?;
+            Ok(dispatch!(c, c => c.reserve(SeqId::from_raw(seq), n))?)
+        })?;
+        if let Some(out) = first {
+            // SAFETY: checked, writable by the caller's obligation.
+            unsafe { out.set(pos) };
+        }
+        Ok(())
+    })();
+    status(r)
+}
+
+/// Releases the pages of a paged sequence that no query at a position ≥ `from` can see under
+/// the window (`sinks` leading positions, `window` most recent); writes the pages released to
+/// `released` (may be NULL).
+///
+/// # Safety
+///
+/// As `ekv_seq_reserve`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_seq_slide(
+    cache: *mut EkvCache,
+    seq: EkvSeq,
+    sinks: u32,
+    window: u32,
+    from: u32,
+    released: *mut u16,
+) -> EkvStatus {
+    let r = (|| {
+        let released = Out::optional(released)?;
+        let w = Window { sinks, window };
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let h = unsafe { Handle::new(cache) };
+        let n = h.with(|c, a| {
+            let [s, d, m] = a.spans();
+            disjoint(&[opt_span(&released), s, d, m])?;
+            Ok(dispatch!(c, c => c.slide(SeqId::from_raw(seq), &w, from))?)
+        })?;
+        if let Some(out) = released {
+            // SAFETY: checked, writable by the caller's obligation.
+            unsafe { out.set(n) };
+        }
+        Ok(())
+    })();
+    status(r)
+}
+
+/// Length, capacity, committed prompt, pages and mode of a sequence.
+///
+/// # Safety
+///
+/// As `ekv_seq_create`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_seq_info(
+    cache: *mut EkvCache,
+    seq: EkvSeq,
+    out: *mut EkvSeqInfo,
+) -> EkvStatus {
+    // SAFETY: the caller's obligation (see `# Safety`).
+    let h = unsafe { Handle::new(cache) };
+    // SAFETY: `out` is NULL or writable (see `# Safety`).
+    status(unsafe {
+        query(h, out, |c| {
+            let i = dispatch!(c, c => c.sequence(SeqId::from_raw(seq)))?;
+            Ok(EkvSeqInfo {
+                len: i.len,
+                capacity: i.capacity,
+                prompt: i.prompt,
+                pages: i.pages,
+                mode: match i.mode {
+                    edgekv::SeqMode::Contiguous => EKV_SEQ_CONTIGUOUS as u16,
+                    _ => EKV_SEQ_PAGED as u16,
+                },
+            })
+        })
+    })
+}
+
+/// Copies a sequence's page table (page ids in position order; 0xFFFF for pages released by a
+/// sliding window) to `pages` (`capacity` entries) and writes its length to `count`. With
+/// `capacity` too small: `EKV_ERR_BUFFER_TOO_SMALL`, `count` = entries needed, `pages`
+/// untouched.
+///
+/// # Safety
+///
+/// `cache` as `ekv_seq_free`; `pages` NULL (with `capacity` 0) or writable for `capacity`
+/// `uint16_t`s; `count` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_seq_page_table(
+    cache: *mut EkvCache,
+    seq: EkvSeq,
+    pages: *mut u16,
+    capacity: usize,
+    count: *mut usize,
+) -> EkvStatus {
+    let r = (|| {
+        let count = Out::new(count)?;
+        let out = Buf::output(pages, capacity)?;
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let h = unsafe { Handle::new(cache) };
+        let r = h.with(|c, a| {
+            let [s, d, m] = a.spans();
+            disjoint(&[out.span(), count.span(), s, d, m])?;
+            let table = dispatch!(c, c => c.page_table(SeqId::from_raw(seq)))?;
+            // SAFETY: writable by the caller's obligation, disjoint from the cache's memory
+            // and from `count`.
+            let out = unsafe { out.get_mut() };
+            if let Some(dst) = out.get_mut(..table.len()) {
+                dst.copy_from_slice(table);
+                Ok(Ok(table.len()))
+            } else {
+                Ok(Err(table.len()))
+            }
+        })?;
+        let (n, result) = match r {
+            Ok(n) => (n, Ok(())),
+            Err(n) => (n, Err(Fail(EKV_ERR_BUFFER_TOO_SMALL))),
+        };
+        // SAFETY: checked, writable by the caller's obligation.
+        unsafe { count.set(n) };
+        result
+    })();
+    status(r)
+}

@@ -1,0 +1,362 @@
+//! The C structs and enumeration constants of the ABI, and their conversions to the Rust types.
+//! Enumerations cross the boundary as plain integers (`uint32_t`) and are range-checked here, so
+//! an out-of-range value is [`EKV_ERR_INVALID_ARGUMENT`], never an invalid Rust enum.
+
+use edgekv::{CacheConfig, ElementFormat, Kv, Pool, SeqMode, Shape};
+
+use super::status::{EKV_ERR_INVALID_ARGUMENT, Fail, Res};
+
+/// A sequence handle: slot in the low 16 bits, generation in the high 16 bits. A handle kept
+/// after `ekv_seq_free` is rejected with `EKV_ERR_UNKNOWN_SEQUENCE`, even when its slot is
+/// reused (until the 16-bit generation wraps).
+pub type EkvSeq = u32;
+
+/// `ekv_format_t.kind`: IEEE binary32 pages.
+pub const EKV_FORMAT_F32: u32 = 0;
+/// `ekv_format_t.kind`: IEEE binary16 pages.
+pub const EKV_FORMAT_F16: u32 = 1;
+/// `ekv_format_t.kind`: bfloat16 pages.
+pub const EKV_FORMAT_BF16: u32 = 2;
+/// `ekv_format_t.kind`: int8 codes with one f16 scale per `group` values (ggml Q8_0 math for
+/// `group` = 32).
+pub const EKV_FORMAT_INT8: u32 = 3;
+/// `ekv_format_t.kind`: FP8 E4M3 tiles (`dv`, `tile`, `bf16`), SGLang NSA rows.
+pub const EKV_FORMAT_FP8_TILE: u32 = 4;
+
+/// Keys (`kv` arguments).
+pub const EKV_K: u32 = 0;
+/// Values (`kv` arguments).
+pub const EKV_V: u32 = 1;
+
+/// Sequence mode: pages allocated one at a time, shared on fork.
+pub const EKV_SEQ_PAGED: u32 = 0;
+/// Sequence mode: one run of consecutive pages growing geometrically (needs
+/// `EKV_ALLOC_BITMAP`).
+pub const EKV_SEQ_CONTIGUOUS: u32 = 1;
+
+/// `ekv_config_t.allocator`: LIFO free list (O(1), single pages).
+pub const EKV_ALLOC_FREE_LIST: u32 = 0;
+/// `ekv_config_t.allocator`: first-fit bitmap (contiguous runs).
+pub const EKV_ALLOC_BITMAP: u32 = 1;
+
+/// Pool selector of `ekv_segments`: K values.
+pub const EKV_POOL_K_VALUES: u32 = 0;
+/// Pool selector: K scales (empty unless int8).
+pub const EKV_POOL_K_SCALES: u32 = 1;
+/// Pool selector: V values.
+pub const EKV_POOL_V_VALUES: u32 = 2;
+/// Pool selector: V scales (empty unless int8).
+pub const EKV_POOL_V_SCALES: u32 = 3;
+
+/// A page format. Unused parameters must be zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EkvFormat {
+    /// One of `EKV_FORMAT_*`.
+    pub kind: u32,
+    /// `EKV_FORMAT_INT8`: values per scale (divides head_dim; 32 = Q8_0).
+    pub group: u16,
+    /// `EKV_FORMAT_FP8_TILE`: quantized values at the start of each head row.
+    pub dv: u16,
+    /// `EKV_FORMAT_FP8_TILE`: values per scale.
+    pub tile: u16,
+    /// `EKV_FORMAT_FP8_TILE`: 1 for a bf16 model (bf16 scales rounding and tail), else 0.
+    pub bf16: u8,
+    /// Must be 0.
+    pub reserved: u8,
+}
+
+impl EkvFormat {
+    /// The Rust format, or `EKV_ERR_INVALID_ARGUMENT` (unknown kind, nonzero unused field).
+    pub(crate) fn to_rust(self) -> Res<ElementFormat> {
+        let bad = Err(Fail(EKV_ERR_INVALID_ARGUMENT));
+        if self.reserved != 0 || self.bf16 > 1 {
+            return bad;
+        }
+        let plain = self.group == 0 && self.dv == 0 && self.tile == 0 && self.bf16 == 0;
+        match self.kind {
+            EKV_FORMAT_F32 if plain => Ok(ElementFormat::F32),
+            EKV_FORMAT_F16 if plain => Ok(ElementFormat::F16),
+            EKV_FORMAT_BF16 if plain => Ok(ElementFormat::Bf16),
+            EKV_FORMAT_INT8 if self.dv == 0 && self.tile == 0 && self.bf16 == 0 => {
+                Ok(ElementFormat::Int8 { group: self.group })
+            }
+            EKV_FORMAT_FP8_TILE if self.group == 0 => Ok(ElementFormat::Fp8Tile {
+                dv: self.dv,
+                tile: self.tile,
+                bf16: self.bf16 == 1,
+            }),
+            _ => bad,
+        }
+    }
+}
+
+/// Everything a cache is configured with (see `ekv_config_init` for the defaults).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EkvConfig {
+    /// Transformer layers.
+    pub layers: u16,
+    /// Key/value heads per layer.
+    pub kv_heads: u16,
+    /// Elements per head vector.
+    pub head_dim: u16,
+    /// Tokens per page: a power of two (default 16).
+    pub page_tokens: u16,
+    /// Storage format of key pages (default f32).
+    pub k_format: EkvFormat,
+    /// Storage format of value pages (default f32).
+    pub v_format: EkvFormat,
+    /// Data-arena alignment in bytes: a power of two ≥ 64 (default 64).
+    pub align: u32,
+    /// Longest sequence in tokens (default 8192).
+    pub max_seq_tokens: u32,
+    /// Sequence slots (default 8).
+    pub max_seqs: u16,
+    /// Prefill chunk size C, a multiple of `page_tokens`; 0 = one page (default 0).
+    pub chunk_tokens: u16,
+    /// 1 to keep a prefix index (default), 0 for none.
+    pub prefix_index: u8,
+    /// Must be 0.
+    pub reserved: [u8; 3],
+    /// `EKV_ALLOC_FREE_LIST` (default) or `EKV_ALLOC_BITMAP` (needed for contiguous sequences).
+    pub allocator: u32,
+    /// Prefix namespace: fingerprint of model, adapter and salt (default 0).
+    pub namespace: u64,
+}
+
+/// The allocator a configuration asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AllocKind {
+    /// `edgekv::FreeList`.
+    FreeList,
+    /// `edgekv::Bitmap`.
+    Bitmap,
+}
+
+impl EkvConfig {
+    /// The defaults of `CacheConfig::new` for a shape.
+    pub(crate) fn defaults(layers: u16, kv_heads: u16, head_dim: u16) -> Self {
+        let c = CacheConfig::new(Shape {
+            layers,
+            kv_heads,
+            head_dim,
+        });
+        EkvConfig {
+            layers,
+            kv_heads,
+            head_dim,
+            page_tokens: c.page_tokens,
+            k_format: EkvFormat::default(),
+            v_format: EkvFormat::default(),
+            align: c.align as u32,
+            max_seq_tokens: c.max_seq_tokens,
+            max_seqs: c.max_seqs,
+            chunk_tokens: c.chunk_tokens,
+            prefix_index: c.prefix_index as u8,
+            reserved: [0; 3],
+            allocator: EKV_ALLOC_FREE_LIST,
+            namespace: c.namespace,
+        }
+    }
+
+    /// The Rust configuration and allocator, or `EKV_ERR_INVALID_ARGUMENT`. Sizes are checked
+    /// later, by the planner.
+    pub(crate) fn to_rust(self) -> Res<(CacheConfig, AllocKind)> {
+        let bad = Fail(EKV_ERR_INVALID_ARGUMENT);
+        if self.reserved != [0; 3] || self.prefix_index > 1 {
+            return Err(bad);
+        }
+        let alloc = match self.allocator {
+            EKV_ALLOC_FREE_LIST => AllocKind::FreeList,
+            EKV_ALLOC_BITMAP => AllocKind::Bitmap,
+            _ => return Err(bad),
+        };
+        let shape = Shape {
+            layers: self.layers,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+        };
+        let config = CacheConfig::new(shape)
+            .with_page_tokens(self.page_tokens)
+            .with_formats(self.k_format.to_rust()?, self.v_format.to_rust()?)
+            .with_align(self.align as usize)
+            .with_sequences(self.max_seqs, self.max_seq_tokens)
+            .with_chunk_tokens(self.chunk_tokens)
+            .with_prefix_index(self.prefix_index == 1)
+            .with_namespace(self.namespace);
+        Ok((config, alloc))
+    }
+}
+
+/// A plan: how many pages a configuration gets and how big each arena must be.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EkvPlan {
+    /// Pages in the pool.
+    pub num_pages: u32,
+    /// Page-table slots per sequence.
+    pub table_len: u32,
+    /// Bytes the data arena must have (aligned to `data_align`).
+    pub data_bytes: usize,
+    /// Bytes the metadata arena must have (aligned to `meta_align`).
+    pub meta_bytes: usize,
+    /// Bytes of one buffer holding both (`ekv_cache_create_split`), 0 if it would overflow.
+    pub split_bytes: usize,
+    /// Data bytes of one page id (all layers, K and V, values and scales, padding).
+    pub page_bytes: usize,
+    /// Token positions the pool holds.
+    pub token_capacity: usize,
+    /// Alignment the data arena needs.
+    pub data_align: usize,
+    /// Alignment the metadata arena needs.
+    pub meta_align: usize,
+    /// 1 when a run of pages is one linear `[tokens][kv_heads][head_dim]` tensor.
+    pub natural: u8,
+    /// Zero.
+    pub reserved: [u8; 7],
+}
+
+impl EkvPlan {
+    /// The C view of a plan.
+    pub(crate) fn from_rust(p: &edgekv::Plan) -> Self {
+        EkvPlan {
+            num_pages: p.num_pages as u32,
+            table_len: p.table_len as u32,
+            data_bytes: p.data_bytes,
+            meta_bytes: p.meta.total,
+            split_bytes: p.split_bytes().unwrap_or(0),
+            page_bytes: p.geometry.page_bytes,
+            token_capacity: p.token_capacity(),
+            data_align: p.geometry.align,
+            meta_align: edgekv::META_ALIGN,
+            natural: p.geometry.natural as u8,
+            reserved: [0; 7],
+        }
+    }
+}
+
+/// What `ekv_seq_info` reports about a sequence.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EkvSeqInfo {
+    /// Reserved token positions.
+    pub len: u32,
+    /// Tokens the held pages take without allocating.
+    pub capacity: u32,
+    /// Leading positions committed as prompt.
+    pub prompt: u32,
+    /// Pages in its page table (the length `ekv_bind_region` outputs need).
+    pub pages: u16,
+    /// `EKV_SEQ_PAGED` or `EKV_SEQ_CONTIGUOUS` (as a 16-bit value).
+    pub mode: u16,
+}
+
+/// Occupancy statistics (mirrors `edgekv::Stats`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EkvStats {
+    /// Pages in the pool.
+    pub pages_total: u16,
+    /// Pages in the allocator.
+    pub pages_free: u16,
+    /// Pages referenced by at least one sequence.
+    pub pages_used: u16,
+    /// Unreferenced pages kept for prefix reuse (evictable).
+    pub pages_cached: u16,
+    /// Pages published in the prefix index.
+    pub pages_registered: u16,
+    /// Live sequences.
+    pub sequences: u16,
+    /// Zero.
+    pub reserved: u32,
+    /// Cached pages evicted since creation.
+    pub evictions: u64,
+    /// Reserved positions summed over live sequences.
+    pub tokens: u64,
+    /// Data bytes of one page id.
+    pub page_bytes: usize,
+    /// Data bytes held by used pages.
+    pub bytes_used: usize,
+    /// Data bytes per token position of a full page.
+    pub bytes_per_token: usize,
+}
+
+impl EkvStats {
+    /// The C view of the statistics.
+    pub(crate) fn from_rust(s: &edgekv::Stats) -> Self {
+        EkvStats {
+            pages_total: s.pages_total,
+            pages_free: s.pages_free,
+            pages_used: s.pages_used,
+            pages_cached: s.pages_cached,
+            pages_registered: s.pages_registered,
+            sequences: s.sequences,
+            reserved: 0,
+            evictions: s.evictions,
+            tokens: s.tokens,
+            page_bytes: s.page_bytes,
+            bytes_used: s.bytes_used,
+            bytes_per_token: s.bytes_per_token,
+        }
+    }
+}
+
+/// A prefix hit from `ekv_prefix_lookup`, to pass to `ekv_prefix_attach` with the same prompt.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EkvPrefixHit {
+    /// Tokens to reuse (prefill continues from here).
+    pub tokens: u32,
+    /// Leading tokens matched by verified pages, before chunk alignment.
+    pub matched: u32,
+    /// Pages holding the reused tokens.
+    pub pages: u16,
+    /// Zero.
+    pub reserved: u16,
+}
+
+/// How `ekv_attention` computes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EkvAttentionParams {
+    /// Query heads: a nonzero multiple of `kv_heads`.
+    pub q_heads: u16,
+    /// Zero.
+    pub reserved: u16,
+    /// Score scale (`ekv_attention_params_init` sets `1 / sqrt(head_dim)`).
+    pub scale: f32,
+    /// Sliding window: leading positions always kept (needs `window_size` > 0).
+    pub window_sinks: u32,
+    /// Sliding window: most recent positions kept, the query's own included; 0 = full causal.
+    pub window_size: u32,
+}
+
+/// The Rust selector of a `kv` argument.
+pub(crate) fn parse_kv(kv: u32) -> Res<Kv> {
+    match kv {
+        EKV_K => Ok(Kv::K),
+        EKV_V => Ok(Kv::V),
+        _ => Err(Fail(EKV_ERR_INVALID_ARGUMENT)),
+    }
+}
+
+/// The Rust mode of a `mode` argument.
+pub(crate) fn parse_mode(mode: u32) -> Res<SeqMode> {
+    match mode {
+        EKV_SEQ_PAGED => Ok(SeqMode::Paged),
+        EKV_SEQ_CONTIGUOUS => Ok(SeqMode::Contiguous),
+        _ => Err(Fail(EKV_ERR_INVALID_ARGUMENT)),
+    }
+}
+
+/// The Rust pool of a `pool` argument.
+pub(crate) fn parse_pool(pool: u32) -> Res<Pool> {
+    match pool {
+        EKV_POOL_K_VALUES => Ok(Pool::KValues),
+        EKV_POOL_K_SCALES => Ok(Pool::KScales),
+        EKV_POOL_V_VALUES => Ok(Pool::VValues),
+        EKV_POOL_V_SCALES => Ok(Pool::VScales),
+        _ => Err(Fail(EKV_ERR_INVALID_ARGUMENT)),
+    }
+}

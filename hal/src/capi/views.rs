@@ -1,0 +1,583 @@
+//! Device views over C: segment lists, read views, region bindings, gather and ingest.
+
+use core::mem::{align_of, size_of};
+
+use edgekv::{Element, KvCache, PageAllocator, Pool, SeqId};
+
+use super::handle::{AnyCache, Arenas, EkvCache, Handle, dispatch};
+use super::maint::{EkvMaintenance, Maint};
+use super::map::{EkvAddressMap, Map};
+use super::ptr::{Buf, Out, Span, disjoint, optional};
+use super::status::{EKV_ERR_BUFFER_TOO_SMALL, EkvStatus, Fail, Res, status};
+use super::types::{EkvSeq, parse_kv, parse_pool};
+use crate::{HalError, Segment};
+
+/// A run of a sequence's pages that are neighbours in the arena and on the device: one DMA
+/// descriptor. Always whole cache lines.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EkvSegment {
+    /// CPU address of the first byte.
+    pub cpu: usize,
+    /// Device address of the first byte.
+    pub dev: u64,
+    /// Bytes: `pages` × the pool stride.
+    pub len: usize,
+    /// Index in the sequence's page table of the first page.
+    pub first_page: u32,
+    /// Pages in the run.
+    pub pages: u32,
+}
+
+impl From<Segment> for EkvSegment {
+    fn from(s: Segment) -> Self {
+        EkvSegment {
+            cpu: s.cpu,
+            dev: s.dev.0,
+            len: s.len,
+            first_page: s.first_page,
+            pages: s.pages,
+        }
+    }
+}
+
+/// What `ekv_bind_region` bound: the cache's data arena as one device base region.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EkvRegion {
+    /// Device address of the arena's first byte: the NPU base-pointer value.
+    pub base: u64,
+    /// CPU address of the arena's first byte.
+    pub cpu: usize,
+    /// Bytes of the region.
+    pub len: usize,
+    /// Offsets written to each output array (the sequence's pages); on
+    /// `EKV_ERR_BUFFER_TOO_SMALL`, the entries needed.
+    pub pages: usize,
+}
+
+// The Rust segments are built inside the caller's `ekv_segment_t` array, then converted in place
+// (last first), so no list length is bounded by a stack buffer. Element `i` of the converted
+// array never overlaps a Rust segment `j < i` still to be converted because a Rust segment is no
+// larger than a C one.
+const _: () = assert!(size_of::<Segment>() <= size_of::<EkvSegment>());
+const _: () = assert!(align_of::<Segment>() <= align_of::<EkvSegment>());
+
+/// Runs `f` on `n` default [`Segment`]s laid out at the start of `buf`, then converts them in
+/// place to [`EkvSegment`]s (whatever `f` returned).
+///
+/// # Safety
+///
+/// `buf` is an output buffer of at least `n` elements, writable and not otherwise referenced.
+unsafe fn in_c_buffer<R>(
+    buf: &Buf<EkvSegment>,
+    n: usize,
+    f: impl FnOnce(&mut [Segment]) -> R,
+) -> R {
+    let n = n.min(buf.len());
+    if n == 0 {
+        return f(&mut []);
+    }
+    let base = buf.ptr().cast::<Segment>();
+    for i in 0..n {
+        // SAFETY: `i < n ≤ len`: inside the buffer, as `i * size_of::<Segment>() ≤
+        // i * size_of::<EkvSegment>()`; aligned (buffer aligned for EkvSegment, whose alignment
+        // is at least Segment's, and Segment's size is a multiple of its alignment).
+        unsafe { base.add(i).write(Segment::default()) };
+    }
+    // SAFETY: `n` initialized, aligned Segments in memory the caller gave us exclusively.
+    let r = f(unsafe { core::slice::from_raw_parts_mut(base, n) });
+    for i in (0..n).rev() {
+        // SAFETY: Segment `i` (bytes `[i·R, (i+1)·R)`, R = its size) is initialized, written
+        // above or by `f`. Only C elements `> i` were written so far, and those start at
+        // `(i+1)·C ≥ (i+1)·R` (C ≥ R, asserted): Segment `i` is intact.
+        let s = unsafe { base.add(i).read() };
+        // SAFETY: inside the buffer, aligned for EkvSegment; its bytes `[i·C, (i+1)·C)` cover
+        // only Segments `≥ i`, all read already.
+        unsafe { buf.ptr().add(i).write(EkvSegment::from(s)) };
+    }
+    r
+}
+
+/// Segments `pool` of `(seq, layer)` needs (without writing any).
+fn needed<'a, A: PageAllocator<'a>>(
+    c: &KvCache<'a, A>,
+    map: &Map,
+    seq: SeqId,
+    layer: u16,
+    pool: Pool,
+) -> Res<usize> {
+    match crate::segments(c, map, seq, layer, pool, &mut []) {
+        Ok(n) => Ok(n),
+        Err(HalError::BufferTooSmall { needed }) => Ok(needed as usize),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The memory of a live cache as spans, plus extra ones, checked pairwise disjoint.
+fn check_disjoint(a: &Arenas, extra: &[Span]) -> Res<()> {
+    let [s, d, m] = a.spans();
+    let mut all = [Span::EMPTY; 8];
+    all[0] = s;
+    all[1] = d;
+    all[2] = m;
+    for (dst, src) in all[3..].iter_mut().zip(extra) {
+        *dst = *src;
+    }
+    disjoint(&all[..3 + extra.len().min(5)])
+}
+
+/// Checks and copies a C address map and maintenance struct.
+///
+/// # Safety
+///
+/// `map`, `maint` NULL or readable structs (and a table map's entries readable).
+unsafe fn device_args(
+    map: *const EkvAddressMap,
+    maint: *const EkvMaintenance,
+) -> Res<(Map, Maint)> {
+    // SAFETY: forwarded obligations; the struct and its entries are copied.
+    let map = unsafe { Map::new(optional(map)?) }?;
+    // SAFETY: forwarded obligation; copied.
+    let maint = Maint::new(unsafe { optional(maint) }?)?;
+    Ok((map, maint))
+}
+
+/// Runs `f` with the cache, map and maintenance; a failed callback turns the error into
+/// `EKV_ERR_MAINTENANCE`.
+fn with_device<R>(
+    h: Handle,
+    (map, mut maint): (Map, Maint),
+    f: impl FnOnce(&mut AnyCache, &Arenas, &Map, &mut Maint) -> Res<R>,
+) -> Res<R> {
+    h.with(|c, a| f(c, a, &map, &mut maint))
+        .map_err(|e| maint.error(e))
+}
+
+/// Writes the segments of `seq`'s pages in `pool` (`EKV_POOL_*`) of `layer` to `out`
+/// (`capacity` entries) and their number to `count`. No cache maintenance. With `capacity`
+/// too small: `EKV_ERR_BUFFER_TOO_SMALL`, `count` = entries needed, `out` untouched. `map` NULL
+/// is the identity.
+///
+/// # Safety
+///
+/// `cache` NULL or readable `ekv_cache_t` storage; `map` NULL or readable; `out` NULL (with
+/// `capacity` 0) or writable for `capacity` entries; `count` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_segments(
+    cache: *mut EkvCache,
+    map: *const EkvAddressMap,
+    seq: EkvSeq,
+    layer: u16,
+    pool: u32,
+    out: *mut EkvSegment,
+    capacity: usize,
+    count: *mut usize,
+) -> EkvStatus {
+    let r = (|| {
+        let pool = parse_pool(pool)?;
+        let out = Buf::output(out, capacity)?;
+        let count = Out::new(count)?;
+        let seq = SeqId::from_raw(seq);
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let h = unsafe { Handle::new(cache) };
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let dev = unsafe { device_args(map, core::ptr::null()) }?;
+        let (n, r) = with_device(h, dev, |c, a, map, _| {
+            check_disjoint(a, &[out.span(), count.span()])?;
+            dispatch!(c, c => {
+                let n = needed(c, map, seq, layer, pool)?;
+                if n > out.len() {
+                    return Ok((n, Err(Fail(EKV_ERR_BUFFER_TOO_SMALL))));
+                }
+                // SAFETY: writable, exclusive (disjoint from the cache and `count`).
+                let r = unsafe {
+                    in_c_buffer(&out, n, |segs| crate::segments(c, map, seq, layer, pool, segs))
+                };
+                Ok((n, r.map(|_| ()).map_err(Fail::from)))
+            })
+        })?;
+        // SAFETY: checked, writable by the caller's obligation.
+        unsafe { count.set(n) };
+        r
+    })();
+    status(r)
+}
+
+/// The pages of `(seq, layer, kv)` ready for a device to read: their value segments to
+/// `values`, scale segments (int8 formats) to `scales`, counts to `n_values` / `n_scales`, then
+/// every segment is cleaned through `maint` (NULL: no cache). With a capacity too small:
+/// `EKV_ERR_BUFFER_TOO_SMALL` and both counts hold the entries needed; no maintenance ran.
+///
+/// # Safety
+///
+/// As `ekv_segments`, for both arrays and counts; `maint` NULL or a readable struct whose
+/// callbacks are safe to call with its `ctx` and line-aligned ranges of the data arena.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_read_view(
+    cache: *mut EkvCache,
+    map: *const EkvAddressMap,
+    maint: *const EkvMaintenance,
+    seq: EkvSeq,
+    layer: u16,
+    kv: u32,
+    values: *mut EkvSegment,
+    values_capacity: usize,
+    scales: *mut EkvSegment,
+    scales_capacity: usize,
+    n_values: *mut usize,
+    n_scales: *mut usize,
+) -> EkvStatus {
+    let r = (|| {
+        let kv = parse_kv(kv)?;
+        let values = Buf::output(values, values_capacity)?;
+        let scales = Buf::output(scales, scales_capacity)?;
+        let (n_values, n_scales) = (Out::new(n_values)?, Out::new(n_scales)?);
+        let seq = SeqId::from_raw(seq);
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let h = unsafe { Handle::new(cache) };
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let dev = unsafe { device_args(map, maint) }?;
+        let (nv, ns, r) = with_device(h, dev, |c, a, map, maint| {
+            let spans = [
+                values.span(),
+                scales.span(),
+                n_values.span(),
+                n_scales.span(),
+            ];
+            check_disjoint(a, &spans)?;
+            dispatch!(c, c => {
+                let nv = needed(c, map, seq, layer, Pool::values(kv))?;
+                let ns = needed(c, map, seq, layer, Pool::scales(kv))?;
+                if nv > values.len() || ns > scales.len() {
+                    return Ok((nv, ns, Err(Fail(EKV_ERR_BUFFER_TOO_SMALL))));
+                }
+                // SAFETY: both writable, exclusive (disjoint from each other, the cache and
+                // the counts).
+                let r = unsafe {
+                    in_c_buffer(&values, nv, |v| {
+                        in_c_buffer(&scales, ns, |s| {
+                            crate::read_view(c, map, maint, seq, layer, kv, v, s)
+                        })
+                    })
+                };
+                Ok((nv, ns, r.map(|_| ()).map_err(|e| maint.error(e.into()))))
+            })
+        })?;
+        // SAFETY: checked, writable by the caller's obligation.
+        unsafe {
+            n_values.set(nv);
+            n_scales.set(ns);
+        }
+        r
+    })();
+    status(r)
+}
+
+/// Binds the data arena as one device base region (Ethos-U style): writes to `values` the byte
+/// offset from the region base of each page of `seq`'s `(layer, kv)` values, and to `scales` of
+/// its scales (int8 formats only; otherwise `scales` is untouched and may be NULL), 0xFFFFFFFF
+/// for pages released by a window; cleans the bound pages; writes the region to `out`. Each
+/// array needs the sequence's page count (`ekv_seq_info().pages`) entries; with fewer:
+/// `EKV_ERR_BUFFER_TOO_SMALL` and `out->pages` = entries needed.
+///
+/// # Safety
+///
+/// `cache`, `map`, `maint` as `ekv_read_view`; `values` / `scales` NULL (with capacity 0) or
+/// writable for their capacities; `out` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_bind_region(
+    cache: *mut EkvCache,
+    map: *const EkvAddressMap,
+    maint: *const EkvMaintenance,
+    seq: EkvSeq,
+    layer: u16,
+    kv: u32,
+    values: *mut u32,
+    values_capacity: usize,
+    scales: *mut u32,
+    scales_capacity: usize,
+    out: *mut EkvRegion,
+) -> EkvStatus {
+    let r = (|| {
+        let kv = parse_kv(kv)?;
+        let values = Buf::output(values, values_capacity)?;
+        let scales = Buf::output(scales, scales_capacity)?;
+        let out = Out::new(out)?;
+        let seq = SeqId::from_raw(seq);
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let h = unsafe { Handle::new(cache) };
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let dev = unsafe { device_args(map, maint) }?;
+        let (region, r) = with_device(h, dev, |c, a, map, maint| {
+            check_disjoint(a, &[values.span(), scales.span(), out.span()])?;
+            // SAFETY: writable (caller), pairwise disjoint and outside the cache.
+            let (v, s) = unsafe { (values.get_mut(), scales.get_mut()) };
+            let r = dispatch!(c, c => crate::bind_region(c, map, maint, seq, layer, kv, v, s));
+            Ok(match r {
+                Ok(b) => (
+                    EkvRegion {
+                        base: b.base.0,
+                        cpu: b.cpu,
+                        len: b.len,
+                        pages: b.pages,
+                    },
+                    Ok(()),
+                ),
+                Err(HalError::BufferTooSmall { needed }) => (
+                    EkvRegion {
+                        pages: needed as usize,
+                        ..EkvRegion::default()
+                    },
+                    Err(Fail(EKV_ERR_BUFFER_TOO_SMALL)),
+                ),
+                Err(e) => return Err(maint.error(e.into())),
+            })
+        })?;
+        // SAFETY: checked, writable by the caller's obligation.
+        unsafe { out.set(region) };
+        r
+    })();
+    status(r)
+}
+
+/// Gathers positions `[start, start + n)` of `(seq, layer, kv)` into a head-major staging
+/// tensor, then cleans it.
+///
+/// # Safety
+///
+/// See `ekv_gather_f32`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gather<T: super::rows::CElem>(
+    cache: *mut EkvCache,
+    maint: *const EkvMaintenance,
+    seq: EkvSeq,
+    layer: u16,
+    kv: u32,
+    start: u32,
+    staging: *mut T,
+    staging_elems: usize,
+    row: *mut T,
+    row_elems: usize,
+    rows: *mut u32,
+) -> EkvStatus
+where
+    T::E: Element,
+{
+    let r = (|| {
+        let kv = parse_kv(kv)?;
+        let staging = Buf::output(staging, staging_elems)?;
+        let row = Buf::output(row, row_elems)?;
+        let rows = Out::optional(rows)?;
+        let seq = SeqId::from_raw(seq);
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let h = unsafe { Handle::new(cache) };
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let dev = unsafe { device_args(core::ptr::null(), maint) }?;
+        let n = with_device(h, dev, |c, a, _, maint| {
+            let rs = super::ptr::opt_span(&rows);
+            check_disjoint(a, &[staging.span(), row.span(), rs])?;
+            // SAFETY: writable (caller), pairwise disjoint and outside the cache.
+            let (st, rw) = unsafe { (T::view_mut(staging.get_mut()), T::view_mut(row.get_mut())) };
+            let r = dispatch!(c, c => crate::gather(c, maint, seq, layer, kv, start, st, rw));
+            r.map_err(|e| maint.error(e.into()))
+        })?;
+        if let Some(out) = rows {
+            // SAFETY: checked, writable by the caller's obligation.
+            unsafe { out.set(n) };
+        }
+        Ok(())
+    })();
+    status(r)
+}
+
+/// Takes rows a device wrote into `staging` (token-major): invalidates it, then writes the rows
+/// to positions `[start, start + n)`, quantizing to the page format.
+///
+/// # Safety
+///
+/// See `ekv_ingest_f32`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn ingest<T: super::rows::CElem>(
+    cache: *mut EkvCache,
+    maint: *const EkvMaintenance,
+    seq: EkvSeq,
+    layer: u16,
+    kv: u32,
+    start: u32,
+    staging: *mut T,
+    staging_elems: usize,
+    rows: *mut u32,
+) -> EkvStatus {
+    let r = (|| {
+        let kv = parse_kv(kv)?;
+        let staging = Buf::output(staging, staging_elems)?;
+        let rows = Out::optional(rows)?;
+        let seq = SeqId::from_raw(seq);
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let h = unsafe { Handle::new(cache) };
+        // SAFETY: the caller's obligation (see `# Safety`).
+        let dev = unsafe { device_args(core::ptr::null(), maint) }?;
+        let n = with_device(h, dev, |c, a, _, maint| {
+            check_disjoint(a, &[staging.span(), super::ptr::opt_span(&rows)])?;
+            // SAFETY: writable (caller), outside the cache.
+            let st = T::view_mut(unsafe { staging.get_mut() });
+            let r = dispatch!(c, c => crate::ingest(c, maint, seq, layer, kv, start, st));
+            r.map_err(|e| maint.error(e.into()))
+        })?;
+        if let Some(out) = rows {
+            // SAFETY: checked, writable by the caller's obligation.
+            unsafe { out.set(n) };
+        }
+        Ok(())
+    })();
+    status(r)
+}
+
+/// Copies positions `[start, start + n)` of `(seq, layer, kv)` into `staging`, head-major
+/// `[kv_heads][n][head_dim]` f32 (`n = staging_elems / (kv_heads × head_dim)`, whole cache
+/// lines), using `row` (`kv_heads × head_dim` floats) as scratch, then cleans `staging`
+/// through `maint` (NULL: no cache). Writes `n` to `rows` (may be NULL).
+///
+/// # Safety
+///
+/// `cache`, `maint` as `ekv_read_view`; `staging` and `row` NULL (with 0) or writable for their
+/// lengths; `rows` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_gather_f32(
+    cache: *mut EkvCache,
+    maint: *const EkvMaintenance,
+    seq: EkvSeq,
+    layer: u16,
+    kv: u32,
+    start: u32,
+    staging: *mut f32,
+    staging_elems: usize,
+    row: *mut f32,
+    row_elems: usize,
+    rows: *mut u32,
+) -> EkvStatus {
+    // SAFETY: forwarded obligations.
+    unsafe {
+        gather(
+            cache,
+            maint,
+            seq,
+            layer,
+            kv,
+            start,
+            staging,
+            staging_elems,
+            row,
+            row_elems,
+            rows,
+        )
+    }
+}
+
+/// As `ekv_gather_f32`, into f16 bit patterns.
+///
+/// # Safety
+///
+/// As `ekv_gather_f32`, for `uint16_t`s.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_gather_f16(
+    cache: *mut EkvCache,
+    maint: *const EkvMaintenance,
+    seq: EkvSeq,
+    layer: u16,
+    kv: u32,
+    start: u32,
+    staging: *mut u16,
+    staging_elems: usize,
+    row: *mut u16,
+    row_elems: usize,
+    rows: *mut u32,
+) -> EkvStatus {
+    // SAFETY: forwarded obligations.
+    unsafe {
+        gather(
+            cache,
+            maint,
+            seq,
+            layer,
+            kv,
+            start,
+            staging,
+            staging_elems,
+            row,
+            row_elems,
+            rows,
+        )
+    }
+}
+
+/// Takes f32 K or V rows a device wrote into `staging` (token-major `[n][kv_heads][head_dim]`,
+/// whole cache lines): invalidates `staging` through `maint` (NULL: no cache), then writes the
+/// rows to positions `[start, start + n)` of `(seq, layer, kv)` (reserved), quantizing to the
+/// page format. Writes `n` to `rows` (may be NULL).
+///
+/// # Safety
+///
+/// `cache`, `maint` as `ekv_read_view`; `staging` NULL (with 0) or writable for
+/// `staging_elems` floats; `rows` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_ingest_f32(
+    cache: *mut EkvCache,
+    maint: *const EkvMaintenance,
+    seq: EkvSeq,
+    layer: u16,
+    kv: u32,
+    start: u32,
+    staging: *mut f32,
+    staging_elems: usize,
+    rows: *mut u32,
+) -> EkvStatus {
+    // SAFETY: forwarded obligations.
+    unsafe {
+        ingest(
+            cache,
+            maint,
+            seq,
+            layer,
+            kv,
+            start,
+            staging,
+            staging_elems,
+            rows,
+        )
+    }
+}
+
+/// As `ekv_ingest_f32`, from f16 bit patterns.
+///
+/// # Safety
+///
+/// As `ekv_ingest_f32`, for `uint16_t`s.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_ingest_f16(
+    cache: *mut EkvCache,
+    maint: *const EkvMaintenance,
+    seq: EkvSeq,
+    layer: u16,
+    kv: u32,
+    start: u32,
+    staging: *mut u16,
+    staging_elems: usize,
+    rows: *mut u32,
+) -> EkvStatus {
+    // SAFETY: forwarded obligations.
+    unsafe {
+        ingest(
+            cache,
+            maint,
+            seq,
+            layer,
+            kv,
+            start,
+            staging,
+            staging_elems,
+            rows,
+        )
+    }
+}

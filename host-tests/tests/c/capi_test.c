@@ -1,0 +1,454 @@
+/* The edgekv C ABI exercised from C: sizing, creation, sequences, rows, attention against a
+ * direct computation in C, prefix reuse, segment lists, region binding, stats, Ethos-U hooks,
+ * and every error path (NULL, bad and stale handles, wrong sizes, misalignment, overlap).
+ * Built and run by host-tests/tests/capi.rs; prints "N passed, N failed" and exits nonzero on
+ * any failure. */
+#include <math.h>
+#include <stdalign.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "edgekv.h"
+
+static int passed, failed;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (cond) {                                                                  \
+            passed++;                                                                \
+        } else {                                                                     \
+            failed++;                                                                \
+            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                   \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_RC(expr, want)                                                         \
+    do {                                                                             \
+        ekv_status_t rc_ = (expr);                                                   \
+        if (rc_ == (want)) {                                                         \
+            passed++;                                                                \
+        } else {                                                                     \
+            failed++;                                                                \
+            printf("FAIL %s:%d: %s = %d (%s), want %d (%s)\n", __FILE__, __LINE__,   \
+                   #expr, (int)rc_, ekv_strerror(rc_), (int)(want),                  \
+                   ekv_strerror(want));                                              \
+        }                                                                            \
+    } while (0)
+
+enum { LAYERS = 2, KV_HEADS = 2, HEAD_DIM = 8, Q_HEADS = 4, PAGE = 4, ROW = KV_HEADS * HEAD_DIM };
+
+static ekv_cache_t cache; /* static storage: zeroed, as the ABI asks */
+static alignas(64) unsigned char data_arena[64 * 1024];
+static alignas(64) unsigned char meta_arena[16 * 1024];
+
+static float value(int t, int h, int d, float base) { return base + 0.01f * (float)(t * 37 + h * 11 + d * 3 % 17) - 0.3f * (float)((t + d) % 3); }
+
+static void make_rows(float *out, int n, int start, float base) {
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < KV_HEADS; h++)
+            for (int d = 0; d < HEAD_DIM; d++)
+                out[(t * KV_HEADS + h) * HEAD_DIM + d] = value(start + t, h, d, base);
+}
+
+/* Causal attention of query position t over keys [0, t], computed directly. */
+static void reference_attention(const float *k, const float *v, const float *q, int t, float scale, float *out) {
+    for (int qh = 0; qh < Q_HEADS; qh++) {
+        int kh = qh / (Q_HEADS / KV_HEADS);
+        float scores[64], mx = -INFINITY, sum = 0.0f;
+        for (int j = 0; j <= t; j++) {
+            float s = 0.0f;
+            for (int d = 0; d < HEAD_DIM; d++) s += q[qh * HEAD_DIM + d] * k[(j * KV_HEADS + kh) * HEAD_DIM + d];
+            scores[j] = s * scale;
+            if (scores[j] > mx) mx = scores[j];
+        }
+        for (int j = 0; j <= t; j++) { scores[j] = expf(scores[j] - mx); sum += scores[j]; }
+        for (int d = 0; d < HEAD_DIM; d++) {
+            float acc = 0.0f;
+            for (int j = 0; j <= t; j++) acc += scores[j] * v[(j * KV_HEADS + kh) * HEAD_DIM + d];
+            out[qh * HEAD_DIM + d] = acc / sum;
+        }
+    }
+}
+
+static int cleans, invalidates;
+static int count_clean(void *ctx, void *addr, size_t len) {
+    (void)ctx;
+    if ((uintptr_t)addr % 32 != 0 || len % 32 != 0) return -1;
+    cleans++;
+    return 0;
+}
+static int count_invalidate(void *ctx, void *addr, size_t len) {
+    (void)ctx; (void)addr; (void)len;
+    invalidates++;
+    return 0;
+}
+static int fail_cb(void *ctx, void *addr, size_t len) { (void)ctx; (void)addr; (void)len; return 5; }
+
+static void test_sizes_and_config(ekv_config_t *cfg, ekv_plan_t *plan) {
+    CHECK(sizeof(ekv_cache_t) >= ekv_cache_storage_size());
+    CHECK(ekv_cache_storage_align() == _Alignof(ekv_cache_t));
+    CHECK_RC(ekv_config_init(cfg, LAYERS, KV_HEADS, HEAD_DIM), EKV_OK);
+    CHECK(cfg->page_tokens == 16 && cfg->align == 64 && cfg->prefix_index == 1);
+    cfg->page_tokens = PAGE;
+    cfg->max_seqs = 4;
+    cfg->max_seq_tokens = 64;
+    CHECK_RC(ekv_plan(cfg, sizeof data_arena, plan), EKV_OK);
+    CHECK(plan->num_pages > 8 && plan->data_bytes <= sizeof data_arena);
+    CHECK(plan->meta_bytes <= sizeof meta_arena);
+    CHECK(plan->page_bytes == (size_t)LAYERS * 2 * PAGE * ROW * 4); /* f32: 512 bytes per pool page */
+    ekv_plan_t p2;
+    CHECK_RC(ekv_plan_pages(cfg, 10, &p2), EKV_OK);
+    CHECK(p2.num_pages == 10 && p2.data_bytes == 10 * plan->page_bytes);
+    CHECK_RC(ekv_plan_for(cfg, 10, 2, &p2), EKV_OK);
+    CHECK(p2.num_pages == 6);
+    /* Bad configurations. */
+    ekv_config_t bad = *cfg;
+    bad.page_tokens = 3;
+    CHECK_RC(ekv_plan(&bad, sizeof data_arena, &p2), EKV_ERR_PAGE_TOKENS_NOT_POWER_OF_TWO);
+    bad = *cfg;
+    bad.k_format.kind = 42;
+    CHECK_RC(ekv_plan(&bad, sizeof data_arena, &p2), EKV_ERR_INVALID_ARGUMENT);
+    bad = *cfg;
+    bad.v_format = (ekv_format_t){.kind = EKV_FORMAT_INT8, .group = 3};
+    CHECK_RC(ekv_plan(&bad, sizeof data_arena, &p2), EKV_ERR_INVALID_FORMAT);
+    bad = *cfg;
+    bad.layers = 0;
+    CHECK_RC(ekv_plan(&bad, sizeof data_arena, &p2), EKV_ERR_ZERO_SIZE);
+    CHECK_RC(ekv_plan(cfg, 100, &p2), EKV_ERR_ARENA_TOO_SMALL);
+    CHECK_RC(ekv_plan(NULL, 100, &p2), EKV_ERR_NULL);
+    CHECK_RC(ekv_plan(cfg, 100, NULL), EKV_ERR_NULL);
+}
+
+static void test_bad_handles_and_create(const ekv_config_t *cfg) {
+    ekv_stats_t st;
+    ekv_seq_t s;
+    CHECK_RC(ekv_cache_stats(&cache, &st), EKV_ERR_BAD_HANDLE); /* zeroed storage */
+    CHECK_RC(ekv_cache_stats(NULL, &st), EKV_ERR_NULL);
+    CHECK_RC(ekv_seq_create(NULL, EKV_SEQ_PAGED, &s), EKV_ERR_NULL);
+    CHECK_RC(ekv_cache_destroy(&cache), EKV_ERR_BAD_HANDLE);
+    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena, sizeof data_arena, data_arena, sizeof meta_arena), EKV_ERR_OVERLAP);
+    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena + 8, 1024, meta_arena, sizeof meta_arena), EKV_ERR_MISALIGNED_ARENA);
+    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena, sizeof data_arena, meta_arena, 16), EKV_ERR_ARENA_TOO_SMALL);
+    CHECK_RC(ekv_cache_create(&cache, NULL, data_arena, sizeof data_arena, meta_arena, sizeof meta_arena), EKV_ERR_NULL);
+    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena, sizeof data_arena, meta_arena, sizeof meta_arena), EKV_OK);
+    CHECK_RC(ekv_cache_check(&cache), EKV_OK);
+    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena, sizeof data_arena, meta_arena, sizeof meta_arena), EKV_ERR_BUSY);
+    /* A copy of live storage is not a cache. */
+    static ekv_cache_t copy;
+    memcpy(&copy, &cache, sizeof cache);
+    CHECK_RC(ekv_cache_stats(&copy, &st), EKV_ERR_BAD_HANDLE);
+    /* Misaligned storage. */
+    CHECK_RC(ekv_cache_check((ekv_cache_t *)(void *)((char *)&copy + 4)), EKV_ERR_MISALIGNED_POINTER);
+}
+
+static void test_sequences_rows_attention(void) {
+    ekv_seq_t s, child, stale;
+    uint32_t first = 99;
+    enum { N = 7 };
+    static float k[N * ROW], v[N * ROW], back[N * ROW];
+    make_rows(k, N, 0, 0.2f);
+    make_rows(v, N, 0, -1.0f);
+
+    CHECK_RC(ekv_seq_create(&cache, EKV_SEQ_PAGED, &stale), EKV_OK);
+    CHECK_RC(ekv_seq_free(&cache, stale), EKV_OK);
+    CHECK_RC(ekv_seq_create(&cache, EKV_SEQ_PAGED, &s), EKV_OK);
+    CHECK((s & 0xffff) == (stale & 0xffff) && s != stale); /* slot reused, new generation */
+    CHECK_RC(ekv_seq_reserve(&cache, stale, 1, NULL), EKV_ERR_UNKNOWN_SEQUENCE);
+    CHECK_RC(ekv_seq_create(&cache, 5, &child), EKV_ERR_INVALID_ARGUMENT);
+    CHECK_RC(ekv_seq_create(&cache, EKV_SEQ_CONTIGUOUS, &child), EKV_ERR_CONTIGUOUS_UNSUPPORTED);
+    CHECK_RC(ekv_seq_reserve(&cache, s, N, &first), EKV_OK);
+    CHECK(first == 0);
+    CHECK_RC(ekv_seq_reserve(&cache, s, 1000, NULL), EKV_ERR_SEQUENCE_FULL);
+
+    for (uint16_t l = 0; l < LAYERS; l++) CHECK_RC(ekv_write_kv_f32(&cache, s, l, 0, k, v, N * ROW), EKV_OK);
+    CHECK_RC(ekv_read_f32(&cache, s, 1, EKV_V, 0, back, N * ROW), EKV_OK);
+    CHECK(memcmp(back, v, sizeof v) == 0);
+    /* f16 in and out. */
+    uint16_t h[ROW], h2[ROW];
+    for (int i = 0; i < ROW; i++) h[i] = (uint16_t)(0x3c00 + i); /* 1.0 + i ulp */
+    CHECK_RC(ekv_write_f16(&cache, s, 0, EKV_K, 6, h, ROW), EKV_OK);
+    CHECK_RC(ekv_read_f16(&cache, s, 0, EKV_K, 6, h2, ROW), EKV_OK);
+    CHECK(memcmp(h, h2, sizeof h) == 0);
+    CHECK_RC(ekv_write_f32(&cache, s, 0, EKV_K, 6, k + 6 * ROW, ROW), EKV_OK);
+
+    /* Bad row calls. */
+    CHECK_RC(ekv_write_f32(&cache, s, 0, EKV_K, 0, k, ROW - 1), EKV_ERR_LENGTH_MISMATCH);
+    CHECK_RC(ekv_write_f32(&cache, s, 0, EKV_K, 6, k, 2 * ROW), EKV_ERR_POSITION_OUT_OF_RANGE);
+    CHECK_RC(ekv_write_f32(&cache, s, LAYERS, EKV_K, 0, k, ROW), EKV_ERR_LAYER_OUT_OF_RANGE);
+    CHECK_RC(ekv_write_f32(&cache, s, 0, 7, 0, k, ROW), EKV_ERR_INVALID_ARGUMENT);
+    CHECK_RC(ekv_write_f32(&cache, s, 0, EKV_K, 0, NULL, ROW), EKV_ERR_NULL);
+    CHECK_RC(ekv_write_f32(&cache, s, 0, EKV_K, 0, (const float *)(const void *)((const char *)k + 2), ROW), EKV_ERR_MISALIGNED_POINTER);
+    CHECK_RC(ekv_write_f32(&cache, s, 0, EKV_K, 0, (const float *)(const void *)data_arena, ROW), EKV_ERR_OVERLAP);
+    CHECK_RC(ekv_read_f32(&cache, s, 0, EKV_K, 0, (float *)(void *)&cache, ROW), EKV_ERR_OVERLAP);
+    CHECK_RC(ekv_write_f32(&cache, stale, 0, EKV_K, 0, k, ROW), EKV_ERR_UNKNOWN_SEQUENCE);
+
+    /* Attention: queries at positions 5 and 6 (a prefill chunk of two rows), GQA 4 over 2. */
+    ekv_attention_params_t params;
+    CHECK_RC(ekv_attention_params_init(&params, Q_HEADS, HEAD_DIM), EKV_OK);
+    CHECK(fabsf(params.scale - 1.0f / sqrtf((float)HEAD_DIM)) < 1e-7f);
+    float q[2 * Q_HEADS * HEAD_DIM], out[2 * Q_HEADS * HEAD_DIM], want[Q_HEADS * HEAD_DIM];
+    for (int i = 0; i < 2 * Q_HEADS * HEAD_DIM; i++) q[i] = 0.05f * (float)((i * 7) % 13) - 0.3f;
+    size_t scratch_len = ekv_attention_scratch_len(Q_HEADS, PAGE);
+    CHECK(scratch_len == Q_HEADS * (PAGE + 2));
+    float scratch[64];
+    CHECK_RC(ekv_attention(&cache, s, 1, 5, q, 2 * Q_HEADS * HEAD_DIM, out, 2 * Q_HEADS * HEAD_DIM, &params, scratch, scratch_len), EKV_OK);
+    float max_err = 0.0f;
+    for (int r = 0; r < 2; r++) {
+        reference_attention(k, v, q + r * Q_HEADS * HEAD_DIM, 5 + r, params.scale, want);
+        for (int i = 0; i < Q_HEADS * HEAD_DIM; i++) {
+            float e = fabsf(out[r * Q_HEADS * HEAD_DIM + i] - want[i]);
+            if (e > max_err) max_err = e;
+        }
+    }
+    printf("attention max |error| vs C reference: %g\n", (double)max_err);
+    CHECK(max_err < 1e-5f);
+    /* Sliding window: sinks 1, window 2 at position 6 sees keys 0, 5, 6. */
+    ekv_attention_params_t win = params;
+    win.window_sinks = 1;
+    win.window_size = 2;
+    CHECK_RC(ekv_attention(&cache, s, 1, 6, q, Q_HEADS * HEAD_DIM, out, Q_HEADS * HEAD_DIM, &win, scratch, scratch_len), EKV_OK);
+    /* Attention errors. */
+    CHECK_RC(ekv_attention(&cache, s, 1, 5, q, Q_HEADS * HEAD_DIM, out, Q_HEADS * HEAD_DIM, &params, scratch, scratch_len - 1), EKV_ERR_LENGTH_MISMATCH);
+    CHECK_RC(ekv_attention(&cache, s, 1, 5, q, Q_HEADS * HEAD_DIM, q + 4, Q_HEADS * HEAD_DIM, &params, scratch, scratch_len), EKV_ERR_OVERLAP);
+    CHECK_RC(ekv_attention(&cache, s, 1, 6, q, 2 * Q_HEADS * HEAD_DIM, out, 2 * Q_HEADS * HEAD_DIM, &params, scratch, scratch_len), EKV_ERR_POSITION_OUT_OF_RANGE);
+    CHECK_RC(ekv_attention(&cache, s, 1, 5, q, Q_HEADS * HEAD_DIM, out, Q_HEADS * HEAD_DIM, NULL, scratch, scratch_len), EKV_ERR_NULL);
+    win.q_heads = 3;
+    CHECK_RC(ekv_attention(&cache, s, 1, 5, q, 3 * HEAD_DIM, out, 3 * HEAD_DIM, &win, scratch, scratch_len), EKV_ERR_HEAD_MISMATCH);
+
+    /* Fork shares full pages; truncate; info; page table. */
+    ekv_seq_info_t info;
+    CHECK_RC(ekv_seq_fork(&cache, s, &child), EKV_OK);
+    CHECK_RC(ekv_seq_info(&cache, child, &info), EKV_OK);
+    CHECK(info.len == N && info.pages == 2 && info.mode == EKV_SEQ_PAGED);
+    CHECK_RC(ekv_seq_truncate(&cache, child, 9), EKV_ERR_TRUNCATE_BEYOND_LENGTH);
+    CHECK_RC(ekv_seq_truncate(&cache, child, 4), EKV_OK);
+    uint16_t table[8];
+    size_t n_table = 0;
+    CHECK_RC(ekv_seq_page_table(&cache, s, table, 1, &n_table), EKV_ERR_BUFFER_TOO_SMALL);
+    CHECK(n_table == 2);
+    CHECK_RC(ekv_seq_page_table(&cache, s, table, 8, &n_table), EKV_OK);
+    uint16_t child_table[8];
+    CHECK_RC(ekv_seq_page_table(&cache, child, child_table, 8, &n_table), EKV_OK);
+    CHECK(n_table == 1 && child_table[0] == table[0]); /* shared full page */
+    ekv_stats_t st;
+    CHECK_RC(ekv_cache_stats(&cache, &st), EKV_OK);
+    CHECK(st.sequences == 2 && st.tokens == N + 4 && st.pages_used == 2); /* the tail copy went with the truncate */
+    CHECK_RC(ekv_seq_free(&cache, child), EKV_OK);
+    CHECK_RC(ekv_seq_free(&cache, s), EKV_OK);
+    CHECK_RC(ekv_seq_free(&cache, s), EKV_ERR_UNKNOWN_SEQUENCE);
+}
+
+static void test_prefix(void) {
+    enum { LEN = 10 };
+    uint32_t prompt[LEN + 2];
+    for (int i = 0; i < LEN + 2; i++) prompt[i] = 1000u + (uint32_t)i;
+    static float rows[LEN * ROW];
+    make_rows(rows, LEN, 0, 0.5f);
+    ekv_seq_t a, b;
+    uint16_t published = 0;
+    CHECK_RC(ekv_seq_create(&cache, EKV_SEQ_PAGED, &a), EKV_OK);
+    CHECK_RC(ekv_seq_reserve(&cache, a, LEN, NULL), EKV_OK);
+    for (uint16_t l = 0; l < LAYERS; l++) CHECK_RC(ekv_write_kv_f32(&cache, a, l, 0, rows, rows, LEN * ROW), EKV_OK);
+    CHECK_RC(ekv_commit_prompt(&cache, a, prompt, LEN, &published), EKV_OK);
+    CHECK(published == 2);
+    CHECK_RC(ekv_commit_prompt(&cache, a, prompt, LEN + 2, NULL), EKV_ERR_PROMPT_MISMATCH);
+
+    ekv_prefix_hit_t hit;
+    CHECK_RC(ekv_prefix_lookup(&cache, prompt, LEN + 2, &hit), EKV_OK);
+    CHECK(hit.tokens == 8 && hit.pages == 2 && hit.matched == 8);
+    CHECK_RC(ekv_prefix_lookup(&cache, NULL, 3, &hit), EKV_ERR_NULL);
+    CHECK_RC(ekv_seq_create(&cache, EKV_SEQ_PAGED, &b), EKV_OK);
+    ekv_prefix_hit_t wrong = hit;
+    wrong.tokens = 4;
+    wrong.pages = 1;
+    uint32_t attached = 0;
+    CHECK_RC(ekv_prefix_attach(&cache, b, &wrong, prompt, LEN + 2, &attached), EKV_ERR_STALE_HIT);
+    CHECK_RC(ekv_prefix_attach(&cache, b, &hit, prompt, LEN + 2, &attached), EKV_OK);
+    CHECK(attached == 8);
+    float got[ROW];
+    CHECK_RC(ekv_read_f32(&cache, b, 1, EKV_K, 7, got, ROW), EKV_OK);
+    CHECK(memcmp(got, rows + 7 * ROW, sizeof got) == 0);
+    CHECK_RC(ekv_prefix_attach(&cache, b, &hit, prompt, LEN + 2, &attached), EKV_ERR_SEQUENCE_NOT_EMPTY);
+    uint32_t kept = 0;
+    uint32_t other[LEN];
+    memcpy(other, prompt, sizeof other);
+    other[5] = 7;
+    CHECK_RC(ekv_reuse_prefix(&cache, a, prompt, LEN, other, LEN, &kept), EKV_OK);
+    CHECK(kept == 4);
+    ekv_stats_t st;
+    CHECK_RC(ekv_cache_stats(&cache, &st), EKV_OK);
+    CHECK(st.pages_registered == 2);
+    CHECK_RC(ekv_set_namespace(&cache, 77), EKV_OK);
+    CHECK_RC(ekv_prefix_lookup(&cache, prompt, LEN + 2, &hit), EKV_OK);
+    CHECK(hit.tokens == 0);
+    CHECK_RC(ekv_seq_free(&cache, a), EKV_OK);
+    CHECK_RC(ekv_seq_free(&cache, b), EKV_OK);
+}
+
+static void test_device_views(void) {
+    ekv_seq_t s;
+    CHECK_RC(ekv_seq_create(&cache, EKV_SEQ_PAGED, &s), EKV_OK);
+    CHECK_RC(ekv_seq_reserve(&cache, s, 3 * PAGE, NULL), EKV_OK);
+    ekv_segment_t segs[4];
+    size_t n = 0, nv = 0, ns = 0;
+    CHECK_RC(ekv_segments(&cache, NULL, s, 0, EKV_POOL_K_VALUES, segs, 4, &n), EKV_OK);
+    CHECK(n >= 1);
+    size_t pages = 0;
+    for (size_t i = 0; i < n; i++) pages += segs[i].pages;
+    CHECK(pages == 3);
+    CHECK(segs[0].dev == (uint64_t)segs[0].cpu);
+    CHECK(segs[0].cpu >= (size_t)(uintptr_t)data_arena && segs[0].cpu < (size_t)(uintptr_t)data_arena + sizeof data_arena);
+    CHECK_RC(ekv_segments(&cache, NULL, s, 0, EKV_POOL_K_VALUES, segs, 0, &n), EKV_ERR_BUFFER_TOO_SMALL);
+    CHECK_RC(ekv_segments(&cache, NULL, s, 0, 9, segs, 4, &n), EKV_ERR_INVALID_ARGUMENT);
+
+    /* A device alias of the data arena. */
+    ekv_address_map_t alias = {.kind = EKV_MAP_OFFSET,
+                               .window = {.cpu_base = (size_t)(uintptr_t)data_arena, .len = sizeof data_arena, .dev_base = 0x80000000u}};
+    CHECK_RC(ekv_segments(&cache, &alias, s, 1, EKV_POOL_V_VALUES, segs, 4, &n), EKV_OK);
+    CHECK(segs[0].dev == 0x80000000u + (segs[0].cpu - (size_t)(uintptr_t)data_arena));
+    ekv_map_entry_t entries[2] = {{.cpu_base = (size_t)(uintptr_t)data_arena, .len = 1024, .dev_base = 0x1000},
+                                  {.cpu_base = (size_t)(uintptr_t)data_arena + 512, .len = 1024, .dev_base = 0x9000}};
+    ekv_address_map_t overlapping = {.kind = EKV_MAP_TABLE, .entries = entries, .n_entries = 2};
+    CHECK_RC(ekv_segments(&cache, &overlapping, s, 0, 0, segs, 4, &n), EKV_ERR_WINDOW_OVERLAP);
+    ekv_address_map_t tiny = {.kind = EKV_MAP_OFFSET, .window = {.cpu_base = 16, .len = 16, .dev_base = 0}};
+    CHECK_RC(ekv_segments(&cache, &tiny, s, 0, 0, segs, 4, &n), EKV_ERR_UNMAPPED);
+
+    /* Read view with counting maintenance: every segment cleaned. */
+    ekv_maintenance_t m = {.ctx = NULL, .line_size = 32, .clean = count_clean, .invalidate = count_invalidate, .clean_invalidate = count_invalidate};
+    cleans = 0;
+    CHECK_RC(ekv_read_view(&cache, &alias, &m, s, 0, EKV_K, segs, 4, NULL, 0, &nv, &ns), EKV_OK);
+    CHECK(nv >= 1 && ns == 0 && cleans == (int)nv);
+    ekv_maintenance_t failing = m;
+    failing.clean = fail_cb;
+    CHECK_RC(ekv_read_view(&cache, NULL, &failing, s, 0, EKV_K, segs, 4, NULL, 0, &nv, &ns), EKV_ERR_MAINTENANCE);
+    ekv_maintenance_t no_fn = m;
+    no_fn.invalidate = NULL;
+    CHECK_RC(ekv_read_view(&cache, NULL, &no_fn, s, 0, EKV_K, segs, 4, NULL, 0, &nv, &ns), EKV_ERR_NULL);
+    ekv_maintenance_t odd_line = m;
+    odd_line.line_size = 24;
+    CHECK_RC(ekv_read_view(&cache, NULL, &odd_line, s, 0, EKV_K, segs, 4, NULL, 0, &nv, &ns), EKV_ERR_INVALID_LINE_SIZE);
+    CHECK_RC(ekv_read_view(&cache, NULL, NULL, s, 0, 3, segs, 4, NULL, 0, &nv, &ns), EKV_ERR_INVALID_ARGUMENT);
+
+    /* Region binding: offsets from the arena base. */
+    uint32_t offsets[3];
+    ekv_region_t region;
+    cleans = 0;
+    CHECK_RC(ekv_bind_region(&cache, &alias, &m, s, 1, EKV_V, offsets, 3, NULL, 0, &region), EKV_OK);
+    CHECK(region.base == 0x80000000u && region.cpu == (size_t)(uintptr_t)data_arena && region.pages == 3);
+    CHECK(cleans == 3);
+    for (int i = 0; i < 3; i++) CHECK(offsets[i] % 64 == 0 && offsets[i] < region.len);
+    CHECK_RC(ekv_bind_region(&cache, &alias, &m, s, 1, EKV_V, offsets, 2, NULL, 0, &region), EKV_ERR_BUFFER_TOO_SMALL);
+    CHECK(region.pages == 3);
+
+    /* Gather and ingest through line-aligned staging (2 rows = 128 bytes). */
+    static alignas(32) float staging[2 * ROW];
+    float row[ROW];
+    static float src[2 * ROW];
+    make_rows(src, 2, 0, 4.0f);
+    CHECK_RC(ekv_write_f32(&cache, s, 0, EKV_K, 0, src, 2 * ROW), EKV_OK);
+    uint32_t got = 0;
+    CHECK_RC(ekv_gather_f32(&cache, &m, s, 0, EKV_K, 0, staging, 2 * ROW, row, ROW, &got), EKV_OK);
+    CHECK(got == 2 && staging[0] == src[0] && staging[HEAD_DIM] == src[ROW]); /* head-major */
+    invalidates = 0;
+    for (int i = 0; i < 2 * ROW; i++) staging[i] = (float)i;
+    CHECK_RC(ekv_ingest_f32(&cache, &m, s, 1, EKV_V, 4, staging, 2 * ROW, &got), EKV_OK);
+    CHECK(got == 2 && invalidates == 1);
+    float back[2 * ROW];
+    CHECK_RC(ekv_read_f32(&cache, s, 1, EKV_V, 4, back, 2 * ROW), EKV_OK);
+    CHECK(back[5] == 5.0f && back[2 * ROW - 1] == (float)(2 * ROW - 1));
+    CHECK_RC(ekv_gather_f32(&cache, &m, s, 0, EKV_K, 0, staging, ROW + 1, row, ROW, &got), EKV_ERR_SHAPE_MISMATCH);
+    CHECK_RC(ekv_seq_free(&cache, s), EKV_OK);
+}
+
+static void test_int8_split_cache(void) {
+    static ekv_cache_t q8;
+    static alignas(64) unsigned char buf[32 * 1024];
+    ekv_config_t cfg;
+    CHECK_RC(ekv_config_init(&cfg, 1, KV_HEADS, HEAD_DIM), EKV_OK);
+    cfg.page_tokens = PAGE;
+    cfg.k_format = (ekv_format_t){.kind = EKV_FORMAT_INT8, .group = HEAD_DIM};
+    cfg.v_format = (ekv_format_t){.kind = EKV_FORMAT_F16};
+    cfg.allocator = EKV_ALLOC_BITMAP;
+    ekv_plan_t plan;
+    CHECK_RC(ekv_plan_split(&cfg, sizeof buf, &plan), EKV_OK);
+    CHECK(plan.split_bytes <= sizeof buf);
+    CHECK_RC(ekv_cache_create_split(&q8, &cfg, buf, sizeof buf), EKV_OK);
+    ekv_seq_t s;
+    CHECK_RC(ekv_seq_create(&q8, EKV_SEQ_CONTIGUOUS, &s), EKV_OK);
+    CHECK_RC(ekv_seq_reserve(&q8, s, 6, NULL), EKV_OK);
+    static float rows[6 * ROW], back[6 * ROW];
+    make_rows(rows, 6, 0, 1.0f);
+    CHECK_RC(ekv_write_kv_f32(&q8, s, 0, 0, rows, rows, 6 * ROW), EKV_OK);
+    CHECK_RC(ekv_read_f32(&q8, s, 0, EKV_K, 0, back, 6 * ROW), EKV_OK);
+    float max_err = 0.0f;
+    for (int i = 0; i < 6 * ROW; i++) {
+        float e = fabsf(back[i] - rows[i]);
+        if (e > max_err) max_err = e;
+    }
+    CHECK(max_err < 0.02f); /* int8 with one scale per head */
+    ekv_segment_t v[4], sc[4];
+    size_t nv, ns;
+    CHECK_RC(ekv_read_view(&q8, NULL, NULL, s, 0, EKV_K, v, 4, sc, 4, &nv, &ns), EKV_OK);
+    CHECK(nv == 1 && ns == 1 && v[0].pages == 2);
+    CHECK_RC(ekv_read_view(&q8, NULL, NULL, s, 0, EKV_K, v, 4, sc, 0, &nv, &ns), EKV_ERR_BUFFER_TOO_SMALL);
+    CHECK(ns == 1);
+    CHECK_RC(ekv_cache_destroy(&q8), EKV_OK);
+}
+
+#if defined(EDGEKV_ETHOSU)
+static int flushes;
+static int count_any(void *ctx, void *addr, size_t len) { (void)ctx; (void)addr; (void)len; flushes++; return 0; }
+static void whole(void *ctx) { *(int *)ctx += 100; }
+
+static void test_ethosu(void) {
+    static const ekv_maintenance_t m = {.line_size = 32, .clean = count_any, .invalidate = count_any, .clean_invalidate = count_any};
+    static int whole_calls;
+    static ekv_ethosu_hooks_t hooks;
+    hooks.maint = &m;
+    hooks.clean_all = whole;
+    hooks.clean_invalidate_all = whole;
+    hooks.ctx = &whole_calls;
+    hooks.regions[1] = (ekv_address_map_t){.kind = EKV_MAP_OFFSET, .window = {.cpu_base = 0x20000000u, .len = 0x10000, .dev_base = 0x30000000u}};
+    ekv_ethosu_last_error();
+    CHECK(ethosu_address_remap(0x20000040u, 1) == 0x20000040u); /* not registered yet: unchanged */
+    CHECK_RC(ekv_ethosu_last_error(), EKV_ERR_NOT_REGISTERED);
+    CHECK_RC(ekv_ethosu_register(&hooks), EKV_OK);
+    CHECK(ethosu_address_remap(0x20000040u, 1) == 0x30000040u);
+    CHECK(ethosu_address_remap(0x20000040u, 0) == 0x20000040u);
+    flushes = 0;
+    ethosu_flush_dcache((uint32_t *)(void *)data_arena, 100);         /* expanded to 4 lines: 1 call */
+    ethosu_invalidate_dcache((uint32_t *)(void *)(data_arena + 4), 100); /* edges + middle: 3 calls */
+    CHECK(flushes == 4);
+    ethosu_flush_dcache(NULL, 0);
+    ethosu_invalidate_dcache(NULL, 0);
+    CHECK(whole_calls == 200);
+    CHECK_RC(ekv_ethosu_last_error(), EKV_OK);
+    static ekv_ethosu_hooks_t bad;
+    bad = hooks;
+    bad.regions[3] = (ekv_address_map_t){.kind = EKV_MAP_OFFSET, .window = {.cpu_base = 0, .len = 0}};
+    CHECK_RC(ekv_ethosu_register(&bad), EKV_ERR_EMPTY_WINDOW);
+    CHECK_RC(ekv_ethosu_register(NULL), EKV_OK);
+}
+#endif
+
+int main(void) {
+    ekv_config_t cfg;
+    ekv_plan_t plan;
+    test_sizes_and_config(&cfg, &plan);
+    test_bad_handles_and_create(&cfg);
+    test_sequences_rows_attention();
+    test_prefix();
+    test_device_views();
+    test_int8_split_cache();
+#if defined(EDGEKV_ETHOSU)
+    test_ethosu();
+#endif
+    CHECK(strcmp(ekv_strerror(EKV_ERR_STALE_HIT), "prefix hit is stale: look up again") == 0);
+    CHECK(strcmp(ekv_strerror(-12345), "not an edgekv status code") == 0);
+    CHECK_RC(ekv_cache_destroy(&cache), EKV_OK);
+    CHECK_RC(ekv_cache_destroy(&cache), EKV_ERR_BAD_HANDLE);
+    ekv_seq_t s;
+    CHECK_RC(ekv_seq_create(&cache, EKV_SEQ_PAGED, &s), EKV_ERR_BAD_HANDLE);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
