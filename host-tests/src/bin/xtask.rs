@@ -73,12 +73,15 @@ fn fuzz(secs: u32) -> Result<(), String> {
         std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
         let start = Instant::now();
         eprintln!("\n==> fuzz {t} for {secs} s");
-        let status = Command::new("cargo")
-            .current_dir(&dir)
+        let mut cmd = Command::new("cargo");
+        cmd.current_dir(&dir)
             .env_remove("CARGO_TARGET_DIR")
             .args(["+nightly", "fuzz", "run", t])
-            .arg(&scratch)
-            .arg(format!("corpus/{t}"))
+            .arg(&scratch);
+        if dir.join("corpus").join(t).is_dir() {
+            cmd.arg(format!("corpus/{t}"));
+        }
+        let status = cmd
             .args(["--", &format!("-max_total_time={secs}")])
             .status()
             .map_err(|e| format!("fuzz {t}: cannot start cargo: {e}"))?;
