@@ -4,7 +4,6 @@
 use std::mem::MaybeUninit;
 use std::{env, fs, path::PathBuf};
 
-use edgekv::snapshot::RamFlash;
 use edgekv_parity::{Arenas, DATA_BYTES, META_BYTES, WORK_F32, snapshot};
 
 fn main() {
@@ -21,12 +20,7 @@ fn main() {
         meta: &mut meta,
         work: &mut work,
     };
-    let mut mem = vec![0u8; 256 * 1024];
-    let mut flash = RamFlash::<16, 4096>::new(&mut mem);
-    let header = snapshot::write_image(&mut arenas, &mut flash).expect("system prompt image");
-    fs::write(
-        out.join("system_prompt.ekvs"),
-        &mem[..header.image as usize],
-    )
-    .expect("image");
+    let mut mem = vec![0u8; snapshot::IMAGE_MAX];
+    let image = snapshot::write_image_into(&mut arenas, &mut mem).expect("system prompt image");
+    fs::write(out.join("system_prompt.ekvs"), image).expect("image");
 }

@@ -6,7 +6,6 @@
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
-use edgekv::snapshot::RamFlash;
 use edgekv_host_tests::qemu;
 use edgekv_parity::{Arenas, CASES, Case, DATA_BYTES, META_BYTES, WORK_F32, snapshot};
 
@@ -51,11 +50,9 @@ fn firmware_digests_equal_the_hosts() {
     }
     // The host restores the same image (rebuilt here by the same code) to the same bits, which
     // equal decoding after a cold prefill.
-    let mut mem = vec![0u8; 256 * 1024];
-    let mut flash = RamFlash::<16, 4096>::new(&mut mem);
-    let header = snapshot::write_image(&mut arenas, &mut flash).expect("image");
-    let host = snapshot::decode_after_image(&mem[..header.image as usize], &mut arenas)
-        .expect("host restore");
+    let mut mem = vec![0u8; snapshot::IMAGE_MAX];
+    let image = snapshot::write_image_into(&mut arenas, &mut mem).expect("image");
+    let host = snapshot::decode_after_image(image, &mut arenas).expect("host restore");
     assert_eq!(
         restored, host.crc32,
         "restored snapshot: board {restored:08x}, host {:08x}",

@@ -567,6 +567,9 @@ fn restored_snapshot_decodes_like_a_cold_prefill() {
     let header = write_image(&mut arenas, &mut flash).unwrap();
     assert_eq!((header.tokens, header.pages), (48, 3));
     let image = &mem[..header.image as usize];
+    let mut buf = vec![0u8; edgekv_parity::snapshot::IMAGE_MAX];
+    let into = edgekv_parity::snapshot::write_image_into(&mut arenas, &mut buf).unwrap();
+    assert_eq!(into, image, "write_image_into writes the same image");
     let restored = decode_after_image(image, &mut arenas).unwrap();
     assert_eq!(restored.name(), "snapshot_restored");
     assert_eq!(

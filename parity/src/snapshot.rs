@@ -3,7 +3,7 @@
 //! equal the host's bit for bit — and equal decoding after a cold prefill
 //! ([`Case::SnapshotCold`]).
 
-use edgekv::snapshot::{Header, SliceFlash};
+use edgekv::snapshot::{Header, RamFlash, SliceFlash};
 use embedded_storage::nor_flash::NorFlash;
 
 use super::{Arenas, Case, Digest, Error, Mode, Src, run_with, tokens};
@@ -32,6 +32,19 @@ pub fn write_image<Fl: NorFlash>(arenas: &mut Arenas<'_>, flash: &mut Fl) -> Res
     })?;
     header.ok_or(Error::Unexpected("no header"))
 }
+
+/// [`write_image`] into `buf` used as a RAM flash (16-byte writes, 4 KiB sectors): returns the
+/// image bytes (`IMAGE_MAX` bytes of `buf` suffice).
+///
+/// Errors: as [`write_image`] ([`edgekv::Error::FlashBounds`] when `buf` is too short).
+pub fn write_image_into<'b>(arenas: &mut Arenas<'_>, buf: &'b mut [u8]) -> Result<&'b [u8], Error> {
+    let mut flash = RamFlash::<16, 4096>::new(buf);
+    let len = write_image(arenas, &mut flash)?.image as usize;
+    Ok(&buf[..len])
+}
+
+/// Bytes of flash [`write_image_into`] needs: the image rounded up to whole 4 KiB sectors.
+pub const IMAGE_MAX: usize = 60 * 1024;
 
 /// Restores `image` (from [`write_image`]) into a fresh cache, checks its tokens, decodes the 8
 /// tokens after the system prompt and returns the digest of their attention outputs (named
