@@ -7,7 +7,13 @@
 //! One layer per iteration: the caches are built with `layers: 1` (the 30 layers of the model
 //! only multiply the memory). Throughput is tokens of context per second.
 //!
-//! Goal (issue 5): int8 pages ≥ 1.0× the dense f32 baseline's speed.
+//! edgekv runs its page loop built for AVX2/F16C when the CPU has them (chosen at run time, same
+//! bits as the portable build). So that the peer gets the same instruction set, the dense
+//! baseline is measured twice: built for the default target (SSE2 on x86-64), and the very same
+//! code built with AVX2 and F16C enabled (`dense_f32_avx2`, on CPUs that have them). Both call
+//! `libm::expf` per score, as plain code would.
+//!
+//! Goal (issue 5): int8 pages ≥ 1.0× the dense f32 baseline's speed (compare with the AVX2 peer).
 
 use std::hint::black_box;
 
@@ -83,6 +89,7 @@ fn dot8(a: &[f32], b: &[f32]) -> f32 {
 /// ([tokens][kv_heads][hd], f32, contiguous): per KV head, every K row is loaded once for the
 /// group's query heads, then a two-pass softmax (max, `exp`, sum) over all scores, then the
 /// weighted V sum, each V row again loaded once for the group. `scores` holds `group · tokens`.
+#[inline(always)]
 fn dense_attention(
     exp: fn(f32) -> f32,
     q: &[f32],
@@ -128,6 +135,37 @@ fn dense_attention(
                 *o *= inv[h];
             }
         }
+    }
+}
+
+/// [`dense_attention`] built with AVX2 and F16C.
+///
+/// # Safety
+///
+/// The CPU supports AVX2 and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn dense_attention_avx2(
+    exp: fn(f32) -> f32,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    dense_attention(exp, q, k, v, scale, scores, out)
+}
+
+/// Whether this CPU runs [`dense_attention_avx2`].
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 
@@ -195,6 +233,27 @@ fn bench_attention(c: &mut Criterion) {
                         &mut dense_scores,
                         &mut dense_out,
                     );
+                    black_box(&dense_out);
+                })
+            });
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            g.bench_with_input(BenchmarkId::new("dense_f32_avx2", ctx), &ctx, |b, _| {
+                b.iter(|| {
+                    // SAFETY: `has_avx2` checked AVX2 and F16C.
+                    unsafe {
+                        dense_attention_avx2(
+                            libm::expf,
+                            black_box(&q),
+                            black_box(&k),
+                            black_box(&v),
+                            params.scale,
+                            &mut dense_scores,
+                            &mut dense_out,
+                        )
+                    };
                     black_box(&dense_out);
                 })
             });

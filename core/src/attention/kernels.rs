@@ -1,12 +1,19 @@
 //! Dot products and scaled accumulations straight from page bytes, one function pair per format,
-//! with dequantization fused in (int8: `scale · Σ q·code` per group; fp8: per tile).
+//! with dequantization fused in: a K row's int8 codes or E4M3 tiles are multiplied by their
+//! scale as they are decoded (so a K dot product over a quantized row has the bits of the same dot
+//! product over the dequantized f32 row), a V row's scale is folded into each head's weight once
+//! per group or tile.
 //!
 //! Every sum runs in eight fixed lanes combined in a fixed order, so compilers can vectorize it
 //! without reassociating floats: the bits are the same on every target and at every width.
 //!
-//! The kernels serve `G` query heads of one KV group at once: each block of eight elements of a
-//! page row is decoded once and used by every head, and the `G` independent lane sets overlap in
-//! the pipeline. Each head's arithmetic is exactly what it would be alone.
+//! The kernels serve `G` query heads of one KV group at once (`G` rows of `head_dim` side by
+//! side): each block of eight elements of a page row is decoded once and used by every head, and
+//! the `G` independent lane sets overlap in the pipeline. Each head's arithmetic is exactly what
+//! it would be alone.
+//!
+//! Everything here is `#[inline(always)]` (but the f16 block decoder) so that the attention page
+//! loop, built once portably and once for AVX2, takes these kernels along into each build.
 
 use core::hint::black_box;
 
@@ -25,52 +32,72 @@ fn reduce(a: [f32; LANES]) -> f32 {
 // Elements past the last whole block (a `head_dim`, group or tail not a multiple of eight) go one
 // at a time into lanes 0.., exactly as a block would.
 
-/// `[Σ q[h][off + i] · x[i]; G]` over `i < n`, each head in its own eight lanes; `block` decodes
-/// eight elements from `B` bytes, `one` decodes element `i` (past the last whole block).
-#[inline(always)]
-fn dot_with<const G: usize, const B: usize>(
-    q: &[&[f32]; G],
-    off: usize,
-    n: usize,
-    bytes: &[u8],
-    block: impl Fn(&[u8; B]) -> [f32; LANES],
-    one: impl Fn(usize) -> f32,
-) -> [f32; G] {
-    let blocks = n / LANES;
-    let full = blocks * LANES;
-    let mut acc = [[0f32; LANES]; G];
-    let xf = &bytes[..blocks * B];
-    for k in 0..blocks {
-        let x = block(xf[k * B..k * B + B].try_into().expect("a block"));
-        let at = off + k * LANES;
-        for h in 0..G {
-            let qb: &[f32; LANES] = q[h][at..at + LANES].try_into().expect("a block");
-            for l in 0..LANES {
-                acc[h][l] += qb[l] * x[l];
+/// Running dot products of `G` query heads with one page row, eight lanes per head.
+struct Lanes<const G: usize>([[f32; LANES]; G]);
+
+impl<const G: usize> Lanes<G> {
+    #[inline(always)]
+    fn new() -> Self {
+        Lanes([[0.0; LANES]; G])
+    }
+
+    /// Adds `q[h·d + off + i] · x[i]` over `i < n` to head `h`'s lanes (`q` holds `G` rows of
+    /// `d`); `block` decodes eight elements from `B` bytes, `one` decodes element `i` (past the
+    /// last whole block).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn add<const B: usize>(
+        &mut self,
+        q: &[f32],
+        d: usize,
+        off: usize,
+        n: usize,
+        bytes: &[u8],
+        block: impl Fn(&[u8; B]) -> [f32; LANES],
+        one: impl Fn(usize) -> f32,
+    ) {
+        let blocks = n / LANES;
+        let full = blocks * LANES;
+        let xf = &bytes[..blocks * B];
+        for k in 0..blocks {
+            let x = block(xf[k * B..k * B + B].try_into().expect("a block"));
+            let at = off + k * LANES;
+            for h in 0..G {
+                let qb: &[f32; LANES] = q[h * d + at..][..LANES].try_into().expect("a block");
+                for l in 0..LANES {
+                    self.0[h][l] += qb[l] * x[l];
+                }
+            }
+        }
+        for i in full..n {
+            let x = one(i);
+            for h in 0..G {
+                self.0[h][i - full] += q[h * d + off + i] * x;
             }
         }
     }
-    for i in full..n {
-        let x = one(i);
+
+    /// Each head's lanes summed in a fixed tree.
+    #[inline(always)]
+    fn sums(self) -> [f32; G] {
+        // The barrier keeps LLVM's SLP vectorizer from permuting the lanes inside the loop to
+        // suit the reduction tree (it would shuffle every block); it changes no value.
+        let acc = black_box(self.0);
+        let mut out = [0f32; G];
         for h in 0..G {
-            acc[h][i - full] += q[h][off + i] * x;
+            out[h] = reduce(acc[h]);
         }
+        out
     }
-    // The barrier keeps LLVM's SLP vectorizer from permuting the lanes inside the loop to suit
-    // the reduction tree (it would shuffle every block); it changes no value.
-    let acc = black_box(acc);
-    let mut out = [0f32; G];
-    for h in 0..G {
-        out[h] = reduce(acc[h]);
-    }
-    out
 }
 
-/// `acc[h][off + i] += p[h] · x[i]` over `i < n` for every head, blocks and single elements
-/// decoded as in [`dot_with`].
+/// `acc[h·d + off + i] += p[h] · x[i]` over `i < n` for every head (`acc` holds `G` rows of
+/// `d`), blocks and single elements decoded as in [`Lanes::add`].
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn axpy_with<const G: usize, const B: usize>(
-    acc: &mut [&mut [f32]; G],
+    acc: &mut [f32],
+    d: usize,
     off: usize,
     n: usize,
     p: [f32; G],
@@ -85,7 +112,9 @@ fn axpy_with<const G: usize, const B: usize>(
         let x = block(xf[k * B..k * B + B].try_into().expect("a block"));
         let at = off + k * LANES;
         for h in 0..G {
-            let ab: &mut [f32; LANES] = (&mut acc[h][at..at + LANES]).try_into().expect("a block");
+            let ab: &mut [f32; LANES] = (&mut acc[h * d + at..][..LANES])
+                .try_into()
+                .expect("a block");
             for l in 0..LANES {
                 ab[l] += p[h] * x[l];
             }
@@ -94,7 +123,7 @@ fn axpy_with<const G: usize, const B: usize>(
     for i in full..n {
         let x = one(i);
         for h in 0..G {
-            acc[h][off + i] += p[h] * x;
+            acc[h * d + off + i] += p[h] * x;
         }
     }
 }
@@ -111,31 +140,96 @@ fn u16_at(b: &[u8], i: usize) -> u16 {
 
 #[inline(always)]
 fn f32_block(b: &[u8; 4 * LANES]) -> [f32; LANES] {
-    core::array::from_fn(|l| {
-        f32::from_le_bytes([b[4 * l], b[4 * l + 1], b[4 * l + 2], b[4 * l + 3]])
-    })
+    let mut x = [0f32; LANES];
+    for l in 0..LANES {
+        x[l] = f32::from_le_bytes([b[4 * l], b[4 * l + 1], b[4 * l + 2], b[4 * l + 3]]);
+    }
+    x
 }
 
 /// Out of line: inlined into the large attention loops, LLVM leaves this scalar (one branchy
 /// conversion per element); alone it vectorizes.
 #[inline(never)]
 fn f16_block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
-    core::array::from_fn(|l| f16_to_f32(u16::from_le_bytes([b[2 * l], b[2 * l + 1]])))
+    let mut x = [0f32; LANES];
+    for l in 0..LANES {
+        x[l] = f16_to_f32(u16::from_le_bytes([b[2 * l], b[2 * l + 1]]));
+    }
+    x
 }
 
 #[inline(always)]
 fn bf16_block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
-    core::array::from_fn(|l| bf16_to_f32(u16::from_le_bytes([b[2 * l], b[2 * l + 1]])))
+    let mut x = [0f32; LANES];
+    for l in 0..LANES {
+        x[l] = bf16_to_f32(u16::from_le_bytes([b[2 * l], b[2 * l + 1]]));
+    }
+    x
 }
 
+/// How f16 values (f16 pages, int8 scales) become f32. Every implementation gives the bits of
+/// `half::f16::to_f32` (NaNs made quiet): the portable integer code below, or a hardware
+/// conversion in a build that has one (F16C in the AVX2 build of the page loop).
+pub(crate) trait F16Decode {
+    /// One value.
+    fn one(h: u16) -> f32;
+    /// Eight little-endian values.
+    fn block(b: &[u8; 2 * LANES]) -> [f32; LANES];
+}
+
+/// [`F16Decode`] with integer operations, on every target.
+pub(crate) struct PortableF16;
+
+impl F16Decode for PortableF16 {
+    #[inline(always)]
+    fn one(h: u16) -> f32 {
+        f16_to_f32(h)
+    }
+
+    #[inline(always)]
+    fn block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
+        f16_block(b)
+    }
+}
+
+/// Eight int8 codes times their scale.
+#[inline(always)]
+fn i8_block_scaled(b: &[u8; LANES], s: f32) -> [f32; LANES] {
+    let mut x = [0f32; LANES];
+    for l in 0..LANES {
+        x[l] = b[l] as i8 as f32 * s;
+    }
+    x
+}
+
+/// Eight int8 codes.
 #[inline(always)]
 fn i8_block(b: &[u8; LANES]) -> [f32; LANES] {
-    core::array::from_fn(|l| b[l] as i8 as f32)
+    let mut x = [0f32; LANES];
+    for l in 0..LANES {
+        x[l] = b[l] as i8 as f32;
+    }
+    x
 }
 
+/// Eight E4M3 codes times their scale.
+#[inline(always)]
+fn e4m3_block_scaled(b: &[u8; LANES], s: f32) -> [f32; LANES] {
+    let mut x = [0f32; LANES];
+    for l in 0..LANES {
+        x[l] = E4M3[b[l] as usize] * s;
+    }
+    x
+}
+
+/// Eight E4M3 codes.
 #[inline(always)]
 fn e4m3_block(b: &[u8; LANES]) -> [f32; LANES] {
-    core::array::from_fn(|l| E4M3[b[l] as usize])
+    let mut x = [0f32; LANES];
+    for l in 0..LANES {
+        x[l] = E4M3[b[l] as usize];
+    }
+    x
 }
 
 /// IEEE binary16 to f32, bit-identical to `half::f16::to_f32` (NaNs made quiet) but branch-free
@@ -186,107 +280,141 @@ pub(crate) struct Row<'p> {
     pub scales: &'p [u8],
 }
 
-/// `[q[h] · row; G]` for a head row of `fmt` (every `q[h].len()` = head_dim; lengths checked by
-/// the caller).
-#[inline]
-pub(crate) fn dot<const G: usize>(fmt: ElementFormat, q: [&[f32]; G], row: Row<'_>) -> [f32; G] {
-    let (v, d) = (row.vals, q[0].len());
+/// `[q[h] · row; G]` for a head row of `fmt`, `q` holding `G` query rows of `head_dim` side
+/// by side (lengths checked by the caller).
+#[inline(always)]
+pub(crate) fn dot<D: F16Decode, const G: usize>(
+    fmt: ElementFormat,
+    q: &[f32],
+    row: Row<'_>,
+) -> [f32; G] {
+    let (v, d) = (row.vals, q.len() / G);
+    let mut lanes = Lanes::<G>::new();
     match fmt {
         // `enabled()` is a constant: a left-out format's kernel is not built (the planner
         // rejects such configurations, so this arm never runs).
-        _ if !fmt.enabled() => [0.0; G],
-        ElementFormat::F32 => dot_with(&q, 0, d, v, f32_block, |i| f32_at(v, i)),
-        ElementFormat::F16 => dot_with(&q, 0, d, v, f16_block, |i| f16_to_f32(u16_at(v, i))),
-        ElementFormat::Bf16 => dot_with(&q, 0, d, v, bf16_block, |i| bf16_to_f32(u16_at(v, i))),
-        ElementFormat::Int8 { group } => {
-            let g = group as usize;
-            let mut sum = [0f32; G];
-            for (k, codes) in v[..d].chunks_exact(g).enumerate() {
-                let s = f16_to_f32(u16_at(row.scales, k));
-                let x = dot_with(&q, k * g, g, codes, i8_block, |i| codes[i] as i8 as f32);
-                for h in 0..G {
-                    sum[h] += s * x[h];
-                }
-            }
-            sum
-        }
+        _ if !fmt.enabled() => {}
+        ElementFormat::F32 => lanes.add(q, d, 0, d, v, f32_block, |i| f32_at(v, i)),
+        ElementFormat::F16 => lanes.add(q, d, 0, d, v, D::block, |i| D::one(u16_at(v, i))),
+        ElementFormat::Bf16 => lanes.add(q, d, 0, d, v, bf16_block, |i| bf16_to_f32(u16_at(v, i))),
+        // Q8_0's group of 32 gets its own copy with the group size known: four unrolled blocks.
+        ElementFormat::Int8 { group: 32 } => int8_dot::<D, G>(&mut lanes, q, d, row, 32),
+        ElementFormat::Int8 { group } => int8_dot::<D, G>(&mut lanes, q, d, row, group as usize),
         ElementFormat::Fp8Tile { dv, tile, bf16: b } => {
             let (dv, t) = (dv as usize, tile as usize);
             let (codes, rest) = v.split_at(dv);
-            let mut sum = [0f32; G];
-            for (k, ct) in codes.chunks_exact(t).enumerate() {
+            let (mut off, mut k) = (0, 0);
+            while off + t <= dv {
+                let ct = &codes[off..off + t];
                 let s = f32_at(rest, k);
-                let x = dot_with(&q, k * t, t, ct, e4m3_block, |i| E4M3[ct[i] as usize]);
-                for h in 0..G {
-                    sum[h] += s * x[h];
-                }
+                let block = |b: &[u8; LANES]| e4m3_block_scaled(b, s);
+                lanes.add(q, d, off, t, ct, block, |i| E4M3[ct[i] as usize] * s);
+                off += t;
+                k += 1;
             }
-            let tail = &rest[4 * (dv / t)..];
-            let x = if b {
-                dot_with(&q, dv, d - dv, tail, bf16_block, |i| {
+            let tail = &rest[4 * k..];
+            if b {
+                lanes.add(q, d, dv, d - dv, tail, bf16_block, |i| {
                     bf16_to_f32(u16_at(tail, i))
-                })
+                });
             } else {
-                dot_with(&q, dv, d - dv, tail, f32_block, |i| f32_at(tail, i))
-            };
-            for h in 0..G {
-                sum[h] += x[h];
+                lanes.add(q, d, dv, d - dv, tail, f32_block, |i| f32_at(tail, i));
             }
-            sum
+        }
+    }
+    lanes.sums()
+}
+
+/// `acc[h·d + i] += p[h] · row[i]` for a head row of `fmt`, `acc` holding `G` output rows of
+/// `head_dim` side by side (the online-softmax accumulation; the caller rescales `acc` once per
+/// page).
+#[inline(always)]
+pub(crate) fn add_scaled<D: F16Decode, const G: usize>(
+    fmt: ElementFormat,
+    acc: &mut [f32],
+    p: [f32; G],
+    row: Row<'_>,
+) {
+    let (v, d) = (row.vals, acc.len() / G);
+    match fmt {
+        _ if !fmt.enabled() => {}
+        ElementFormat::F32 => axpy_with(acc, d, 0, d, p, v, f32_block, |i| f32_at(v, i)),
+        ElementFormat::F16 => axpy_with(acc, d, 0, d, p, v, D::block, |i| D::one(u16_at(v, i))),
+        ElementFormat::Bf16 => axpy_with(acc, d, 0, d, p, v, bf16_block, |i| {
+            bf16_to_f32(u16_at(v, i))
+        }),
+        ElementFormat::Int8 { group: 32 } => int8_axpy::<D, G>(acc, d, p, row, 32),
+        ElementFormat::Int8 { group } => int8_axpy::<D, G>(acc, d, p, row, group as usize),
+        ElementFormat::Fp8Tile { dv, tile, bf16: b } => {
+            let (dv, t) = (dv as usize, tile as usize);
+            let (codes, rest) = v.split_at(dv);
+            let (mut off, mut k) = (0, 0);
+            while off + t <= dv {
+                let ct = &codes[off..off + t];
+                let s = f32_at(rest, k);
+                let mut ps = p;
+                for x in &mut ps {
+                    *x *= s;
+                }
+                axpy_with(acc, d, off, t, ps, ct, e4m3_block, |i| E4M3[ct[i] as usize]);
+                off += t;
+                k += 1;
+            }
+            let tail = &rest[4 * k..];
+            if b {
+                axpy_with(acc, d, dv, d - dv, p, tail, bf16_block, |i| {
+                    bf16_to_f32(u16_at(tail, i))
+                });
+            } else {
+                axpy_with(acc, d, dv, d - dv, p, tail, f32_block, |i| f32_at(tail, i));
+            }
         }
     }
 }
 
-/// `acc[h][i] += p[h] · row[i]` for a head row of `fmt` (the online-softmax accumulation; the
-/// caller rescales `acc` once per page). Every `acc[h].len()` = head_dim.
-#[inline]
-pub(crate) fn add_scaled<const G: usize>(
-    fmt: ElementFormat,
-    acc: &mut [&mut [f32]; G],
+/// The int8 arm of [`dot`]: each group's codes times its scale, into `lanes`.
+#[inline(always)]
+fn int8_dot<D: F16Decode, const G: usize>(
+    lanes: &mut Lanes<G>,
+    q: &[f32],
+    d: usize,
+    row: Row<'_>,
+    g: usize,
+) {
+    // Groups counted by stepping, not `d / g`: no integer division per row.
+    let (mut off, mut k) = (0, 0);
+    while off + g <= d {
+        let codes = &row.vals[off..off + g];
+        let s = D::one(u16_at(row.scales, k));
+        let block = |b: &[u8; LANES]| i8_block_scaled(b, s);
+        lanes.add(q, d, off, g, codes, block, |i| codes[i] as i8 as f32 * s);
+        off += g;
+        k += 1;
+    }
+}
+
+/// The int8 arm of [`add_scaled`]: each group's scale folded into the weights.
+#[inline(always)]
+fn int8_axpy<D: F16Decode, const G: usize>(
+    acc: &mut [f32],
+    d: usize,
     p: [f32; G],
     row: Row<'_>,
+    g: usize,
 ) {
-    let (v, d) = (row.vals, acc[0].len());
-    match fmt {
-        _ if !fmt.enabled() => {}
-        ElementFormat::F32 => axpy_with(acc, 0, d, p, v, f32_block, |i| f32_at(v, i)),
-        ElementFormat::F16 => axpy_with(acc, 0, d, p, v, f16_block, |i| f16_to_f32(u16_at(v, i))),
-        ElementFormat::Bf16 => {
-            axpy_with(acc, 0, d, p, v, bf16_block, |i| bf16_to_f32(u16_at(v, i)))
+    let (mut off, mut k) = (0, 0);
+    while off + g <= d {
+        let codes = &row.vals[off..off + g];
+        let s = D::one(u16_at(row.scales, k));
+        let mut ps = p;
+        for x in &mut ps {
+            *x *= s;
         }
-        ElementFormat::Int8 { group } => {
-            let g = group as usize;
-            for (k, codes) in v[..d].chunks_exact(g).enumerate() {
-                let s = f16_to_f32(u16_at(row.scales, k));
-                let mut ps = p;
-                for x in &mut ps {
-                    *x *= s;
-                }
-                axpy_with(acc, k * g, g, ps, codes, i8_block, |i| {
-                    codes[i] as i8 as f32
-                });
-            }
-        }
-        ElementFormat::Fp8Tile { dv, tile, bf16: b } => {
-            let (dv, t) = (dv as usize, tile as usize);
-            let (codes, rest) = v.split_at(dv);
-            for (k, ct) in codes.chunks_exact(t).enumerate() {
-                let s = f32_at(rest, k);
-                let mut ps = p;
-                for x in &mut ps {
-                    *x *= s;
-                }
-                axpy_with(acc, k * t, t, ps, ct, e4m3_block, |i| E4M3[ct[i] as usize]);
-            }
-            let tail = &rest[4 * (dv / t)..];
-            if b {
-                axpy_with(acc, dv, d - dv, p, tail, bf16_block, |i| {
-                    bf16_to_f32(u16_at(tail, i))
-                });
-            } else {
-                axpy_with(acc, dv, d - dv, p, tail, f32_block, |i| f32_at(tail, i));
-            }
-        }
+        axpy_with(acc, d, off, g, ps, codes, i8_block, |i| {
+            codes[i] as i8 as f32
+        });
+        off += g;
+        k += 1;
     }
 }
 
@@ -363,13 +491,13 @@ mod tests {
                 scales: &scales,
             };
             let want: f64 = q.iter().zip(&deq).map(|(a, b)| *a as f64 * *b as f64).sum();
-            let got = dot(fmt, [&q[..]], row)[0] as f64;
+            let got = dot::<PortableF16, 1>(fmt, &q, row)[0] as f64;
             assert!(
                 (got - want).abs() < 1e-4 * (1.0 + want.abs()),
                 "{fmt:?}: {got} vs {want}"
             );
             let mut acc: Vec<f32> = (0..d).map(|i| i as f32).collect();
-            add_scaled(fmt, &mut [&mut acc[..]], [2.0], row);
+            add_scaled::<PortableF16, _>(fmt, &mut acc, [2.0], row);
             for i in 0..d {
                 let want = i as f32 + 2.0 * deq[i];
                 assert!(
@@ -435,20 +563,16 @@ mod tests {
                     scales: bytemuck::cast_slice(&scale_words),
                 };
                 let qs: [&[f32]; 3] = [&q[..d], &q[d..2 * d], &q[2 * d..]];
-                let together = dot(fmt, qs, row);
+                let together = dot::<PortableF16, 3>(fmt, &q, row);
                 let mut acc3: Vec<f32> = (0..3 * d).map(|i| i as f32 * 0.1).collect();
                 let mut alone_acc = acc3.clone();
                 let p = [0.3, 1.7, -0.9];
-                {
-                    let (a, rest) = acc3.split_at_mut(d);
-                    let (b, c) = rest.split_at_mut(d);
-                    add_scaled(fmt, &mut [a, b, c], p, row);
-                }
+                add_scaled::<PortableF16, _>(fmt, &mut acc3, p, row);
                 for h in 0..3 {
-                    let alone = dot(fmt, [qs[h]], row)[0];
+                    let alone = dot::<PortableF16, 1>(fmt, qs[h], row)[0];
                     assert_eq!(together[h].to_bits(), alone.to_bits(), "{fmt:?} dot {h}");
                     let a = &mut alone_acc[h * d..(h + 1) * d];
-                    add_scaled(fmt, &mut [a], [p[h]], row);
+                    add_scaled::<PortableF16, _>(fmt, a, [p[h]], row);
                 }
                 let same = acc3
                     .iter()

@@ -7,6 +7,7 @@
 //! lanes, and `exp` comes from `libm`, so chunked and unchunked prefill give identical bits, on
 //! the host and on a Cortex-M alike.
 
+pub(crate) mod exp;
 pub(crate) mod kernels;
 
 use crate::shape::Shape;

@@ -1,8 +1,14 @@
 //! Attention of query rows over a sequence's pages.
 
+// The AVX2 build of the page loop: the only unsafe code of attention (a `target_feature` call).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[allow(unsafe_code)]
+mod wide;
+
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator};
-use crate::attention::kernels::{Row, add_scaled, dot};
+use crate::attention::exp::exp_shifted;
+use crate::attention::kernels::{F16Decode, PortableF16, Row, add_scaled, dot};
 use crate::attention::{AttentionParams, scratch_len};
 use crate::error::{Error, Result};
 use crate::format::ElementFormat;
@@ -123,7 +129,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                     sum: &mut *sum,
                     scores: &mut *scores,
                 };
-                attend_page(&layout, &keys, heads);
+                #[cfg(all(target_arch = "x86_64", not(miri)))]
+                wide::attend_page_best(&layout, &keys, heads);
+                #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+                attend_page::<PortableF16, _>(&layout, &keys, heads);
             }
             for (h, oh) in out_rows.chunks_exact_mut(hd).enumerate() {
                 let inv = 1.0 / sum[h];
@@ -204,18 +213,6 @@ impl Layout {
             scales: &scales[(r * srow + kh * shead).min(scales.len())..],
         }
     }
-
-    /// Calls `f(h0, n)` for the query heads of KV head `kh` in runs `h0..h0 + n` of up to
-    /// [`MAX_RUN`] heads.
-    #[inline(always)]
-    fn runs(&self, kh: usize, mut f: impl FnMut(usize, usize)) {
-        let (mut h0, end) = (kh * self.group, (kh + 1) * self.group);
-        while h0 < end {
-            let n = (end - h0).min(MAX_RUN);
-            f(h0, n);
-            h0 += n;
-        }
-    }
 }
 
 /// Query heads of one KV head that share each decoded K and V row (more heads, more code: one
@@ -244,7 +241,8 @@ struct Heads<'h> {
 /// rescale per head, then the weighted V rows. The page is read front to back (every KV head of
 /// a token before the next token), as hardware prefetchers like; each K and V row is decoded
 /// once per run of query heads. Each head's arithmetic, in order, is what it would be alone.
-fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
+#[inline(always)]
+fn attend_page<D: F16Decode, F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
     let Heads {
         q,
         out,
@@ -261,52 +259,71 @@ fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<
     for r in rows() {
         for kh in 0..l.kv_heads {
             let krow = l.row(keys.kv, false, r, kh);
-            l.runs(kh, |h0, n| match n {
-                #[cfg(not(feature = "small-code"))]
-                2 => score::<2>(l, krow, q, scores, h0, r),
-                #[cfg(not(feature = "small-code"))]
-                3 => score::<3>(l, krow, q, scores, h0, r),
-                #[cfg(not(feature = "small-code"))]
-                4 => score::<4>(l, krow, q, scores, h0, r),
-                _ => score::<1>(l, krow, q, scores, h0, r),
-            });
+            let (mut h0, end) = (kh * l.group, (kh + 1) * l.group);
+            while h0 < end {
+                let n = (end - h0).min(MAX_RUN);
+                match n {
+                    #[cfg(not(feature = "small-code"))]
+                    2 => score::<D, 2>(l, krow, q, scores, h0, r),
+                    #[cfg(not(feature = "small-code"))]
+                    3 => score::<D, 3>(l, krow, q, scores, h0, r),
+                    #[cfg(not(feature = "small-code"))]
+                    4 => score::<D, 4>(l, krow, q, scores, h0, r),
+                    _ => score::<D, 1>(l, krow, q, scores, h0, r),
+                }
+                h0 += n;
+            }
         }
     }
+    let n = (keys.j1 - keys.j0) as usize;
     for (h, oh) in out.chunks_exact_mut(hd).enumerate() {
         let page_max = rows().fold(f32::NEG_INFINITY, |m, r| m.max(scores[h * p + r]));
         let new_max = max[h].max(page_max);
-        let keep = libm::expf(max[h] - new_max);
-        sum[h] *= keep;
-        for o in oh {
-            *o *= keep;
+        // An unchanged finite maximum rescales by exp(0) = 1: skipping it changes no bit.
+        if new_max != max[h] || !new_max.is_finite() {
+            let keep = libm::expf(max[h] - new_max);
+            sum[h] *= keep;
+            for o in oh {
+                *o *= keep;
+            }
+            max[h] = new_max;
         }
-        max[h] = new_max;
+        // Scores become weights exp(score − max), all of the page's rows at once (rows the
+        // window drops too: they are never read).
+        let weights = &mut scores[h * p..h * p + n];
+        exp_shifted(weights, new_max);
+        for r in rows() {
+            sum[h] += weights[r];
+        }
     }
     let mut st = Accum {
         out,
-        max,
-        sum,
-        scores,
+        weights: scores,
     };
     for r in rows() {
         for kh in 0..l.kv_heads {
             let vrow = l.row(keys.kv, true, r, kh);
-            l.runs(kh, |h0, n| match n {
-                #[cfg(not(feature = "small-code"))]
-                2 => accumulate::<2>(l, vrow, &mut st, h0, r),
-                #[cfg(not(feature = "small-code"))]
-                3 => accumulate::<3>(l, vrow, &mut st, h0, r),
-                #[cfg(not(feature = "small-code"))]
-                4 => accumulate::<4>(l, vrow, &mut st, h0, r),
-                _ => accumulate::<1>(l, vrow, &mut st, h0, r),
-            });
+            let (mut h0, end) = (kh * l.group, (kh + 1) * l.group);
+            while h0 < end {
+                let n = (end - h0).min(MAX_RUN);
+                match n {
+                    #[cfg(not(feature = "small-code"))]
+                    2 => accumulate::<D, 2>(l, vrow, &mut st, h0, r),
+                    #[cfg(not(feature = "small-code"))]
+                    3 => accumulate::<D, 3>(l, vrow, &mut st, h0, r),
+                    #[cfg(not(feature = "small-code"))]
+                    4 => accumulate::<D, 4>(l, vrow, &mut st, h0, r),
+                    _ => accumulate::<D, 1>(l, vrow, &mut st, h0, r),
+                }
+                h0 += n;
+            }
         }
     }
 }
 
 /// `scores[h][r] = scale · q[h] · krow` for heads `h0..h0 + G`.
 #[inline(always)]
-fn score<const G: usize>(
+fn score<D: F16Decode, const G: usize>(
     l: &Layout,
     krow: Row<'_>,
     q: &[f32],
@@ -315,36 +332,33 @@ fn score<const G: usize>(
     r: usize,
 ) {
     let hd = l.head_dim;
-    let qs: [&[f32]; G] = core::array::from_fn(|i| &q[(h0 + i) * hd..][..hd]);
-    let d = dot(l.k_fmt, qs, krow);
-    for (i, d) in d.into_iter().enumerate() {
-        scores[(h0 + i) * l.page_tokens + r] = d * l.scale;
+    let d = dot::<D, G>(l.k_fmt, &q[h0 * hd..(h0 + G) * hd], krow);
+    for i in 0..G {
+        scores[(h0 + i) * l.page_tokens + r] = d[i] * l.scale;
     }
 }
 
-/// What the V pass of [`attend_page`] updates.
+/// What the V pass of [`attend_page`] updates: the outputs, from each head's page of weights.
 struct Accum<'h> {
     out: &'h mut [f32],
-    max: &'h [f32],
-    sum: &'h mut [f32],
-    scores: &'h [f32],
+    weights: &'h [f32],
 }
 
-/// Heads `h0..h0 + G`: weight `w = exp(score − max)` of token `r`, `sum += w`, `out += w · vrow`.
+/// Heads `h0..h0 + G`: `out += w · vrow` with the weight `w` of token `r`.
 #[inline(always)]
-fn accumulate<const G: usize>(l: &Layout, vrow: Row<'_>, st: &mut Accum<'_>, h0: usize, r: usize) {
+fn accumulate<D: F16Decode, const G: usize>(
+    l: &Layout,
+    vrow: Row<'_>,
+    st: &mut Accum<'_>,
+    h0: usize,
+    r: usize,
+) {
     let (hd, p) = (l.head_dim, l.page_tokens);
-    let w: [f32; G] =
-        core::array::from_fn(|i| libm::expf(st.scores[(h0 + i) * p + r] - st.max[h0 + i]));
-    for (s, w) in st.sum[h0..h0 + G].iter_mut().zip(w) {
-        *s += w;
+    let mut w = [0f32; G];
+    for (i, w) in w.iter_mut().enumerate() {
+        *w = st.weights[(h0 + i) * p + r];
     }
-    let mut it = st.out[h0 * hd..(h0 + G) * hd].chunks_exact_mut(hd);
-    let mut oh: [&mut [f32]; G] = core::array::from_fn(|_| match it.next() {
-        Some(o) => o,
-        None => unreachable!(),
-    });
-    add_scaled(l.v_fmt, &mut oh, w, vrow);
+    add_scaled::<D, G>(l.v_fmt, &mut st.out[h0 * hd..(h0 + G) * hd], w, vrow);
 }
 
 struct PageSlices<'d> {

@@ -10,3 +10,10 @@ pub use fp8::{
     dequantize_fp8_tile, e4m3_from_f32, e4m3_to_f32, fp8_tile_row_bytes, quantize_fp8_tile,
 };
 pub use q8::{dequantize_q8, quantize_q8};
+
+/// Whether this CPU runs the crate's AVX2/F16C code paths (x86-64, detected once at run time;
+/// `false` everywhere else and under Miri).
+#[inline]
+pub(crate) fn simd_available() -> bool {
+    simd::available()
+}

@@ -30,7 +30,7 @@ use half::f16;
 
 /// Whether the SIMD kernels run here (this CPU, this build).
 #[inline]
-pub(super) fn available() -> bool {
+pub(crate) fn available() -> bool {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         detect::avx2_f16c()

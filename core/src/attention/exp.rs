@@ -1,0 +1,218 @@
+//! `exp` over a slice, eight lanes at a time, bit-identical to `libm::expf`.
+//!
+//! `libm::expf` (FreeBSD's `e_expf`) is a handful of `f32` operations behind branches on the
+//! argument's magnitude; one call per attention weight cost a fifth of decode time. Here the
+//! branches become selects over eight lanes, so the compiler vectorizes the sequence on any
+//! target. Every lane performs the very operations `libm` performs for its argument, in the same
+//! order and without fused multiply-adds, so each result has the same bits. Arguments whose
+//! magnitude reaches 87.3 (where `libm` handles overflow, subnormal results and underflow), NaN
+//! and infinities go to `libm::expf` itself.
+//!
+//! `libm` is used rather than reimplemented for the scalar path; the vector form is written here
+//! because no no_std crate offers a batched `expf` with `libm`'s exact bits.
+
+const LANES: usize = 8;
+
+/// `ln 2` split in a high part (exact when multiplied by small integers) and a low part.
+const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+/// `1 / ln 2`.
+const INV_LN2: f32 = f32::from_bits(0x3fb8_aa3b);
+/// The rational approximation's coefficients on the reduced range `|r| ≤ ln 2 / 2`.
+const P1: f32 = f32::from_bits(0x3e2a_aa8f);
+const P2: f32 = f32::from_bits(0xbb35_5215);
+
+/// `|x|` bit patterns: from here on (|x| ≥ 87.33655, infinities, NaN) `libm` decides.
+const EDGE: u32 = 0x42ae_ac50;
+/// Above `ln 2 / 2`: reduce by `k · ln 2`.
+const HALF_LN2: u32 = 0x3eb1_7218;
+/// Above `1.5 ln 2`: `k` from rounding `x / ln 2`; at or below, `k = ±1`.
+const THREE_HALVES_LN2: u32 = 0x3f85_1592;
+/// At or below `2^-14`: `exp(x)` rounds to `1 + x`.
+const TINY: u32 = 0x3900_0000;
+
+/// `xs[i] = exp(xs[i] − shift)` for every element, each bit-identical to
+/// `libm::expf(xs[i] - shift)`.
+#[inline(always)]
+pub(crate) fn exp_shifted(xs: &mut [f32], shift: f32) {
+    let mut blocks = xs.chunks_exact_mut(LANES);
+    for b in &mut blocks {
+        let b: &mut [f32; LANES] = b.try_into().expect("a block");
+        let mut x = [0f32; LANES];
+        for l in 0..LANES {
+            x[l] = b[l] - shift;
+        }
+        *b = exp8(x);
+    }
+    let tail = blocks.into_remainder();
+    if !tail.is_empty() {
+        let mut x = [0f32; LANES];
+        for (x, t) in x.iter_mut().zip(tail.iter()) {
+            *x = *t - shift;
+        }
+        let e = exp8(x);
+        tail.copy_from_slice(&e[..tail.len()]);
+    }
+}
+
+/// Eight `libm::expf`s.
+#[inline(always)]
+fn exp8(x: [f32; LANES]) -> [f32; LANES] {
+    let mut out = [0f32; LANES];
+    let mut edge = false;
+    for l in 0..LANES {
+        out[l] = lane(x[l]);
+        edge |= x[l].to_bits() & 0x7fff_ffff >= EDGE;
+    }
+    if edge {
+        for l in 0..LANES {
+            if x[l].to_bits() & 0x7fff_ffff >= EDGE {
+                out[l] = libm::expf(x[l]);
+            }
+        }
+    }
+    out
+}
+
+/// `libm::expf(x)` for `|x| < 87.33655`, branch-free (any value otherwise).
+#[inline(always)]
+fn lane(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let hx = bits & 0x7fff_ffff;
+    let negative = (bits >> 31) as i32;
+    let half = if negative != 0 { -0.5 } else { 0.5 };
+    // `as` saturates, so out-of-range lanes (overwritten by the caller) are harmless.
+    let rounded = (INV_LN2 * x + half) as i32;
+    let one = 1 - negative - negative;
+    let k = select_i32(
+        hx > THREE_HALVES_LN2,
+        rounded,
+        select_i32(hx > HALF_LN2, one, 0),
+    );
+    // k = 0 reproduces libm's unreduced branch exactly: x − 0·LN2_HI = x, lo = 0, r = x.
+    let kf = k as f32;
+    let hi = x - kf * LN2_HI;
+    let lo = kf * LN2_LO;
+    let r = hi - lo;
+    let rr = r * r;
+    let c = r - rr * (P1 + rr * P2);
+    let y = 1.0 + (r * c / (2.0 - c) - lo + hi);
+    // libm's scalbnf(y, k) is this one multiplication for k ≥ −126 (here −126 ≤ k ≤ 126), and
+    // k = 0 gives y · 1 = y.
+    let scaled = y * f32::from_bits((k.wrapping_add(127) as u32) << 23);
+    if hx <= TINY { 1.0 + x } else { scaled }
+}
+
+/// `if c { a } else { b }` on integers, kept branch-free.
+#[inline(always)]
+fn select_i32(c: bool, a: i32, b: i32) -> i32 {
+    let m = -(c as i32);
+    (a & m) | (b & !m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(x: f32) {
+        let mut v = [x];
+        exp_shifted(&mut v, 0.0);
+        let want = libm::expf(x);
+        assert!(
+            v[0].to_bits() == want.to_bits() || (v[0].is_nan() && want.is_nan()),
+            "exp({x:e}) = {:e}, libm {want:e}",
+            v[0]
+        );
+    }
+
+    /// Every branch boundary of libm's `expf` and its neighbours, specials included.
+    #[test]
+    fn boundaries_and_specials() {
+        let edges = [
+            0u32,
+            TINY,
+            HALF_LN2,
+            THREE_HALVES_LN2,
+            EDGE,
+            0x42b1_7218,
+            0x42cf_f1b5,
+            0x7f80_0000,
+        ];
+        for e in edges {
+            for d in 0..=8u32 {
+                for sign in [0, 0x8000_0000] {
+                    check(f32::from_bits((e.saturating_sub(4) + d) | sign));
+                }
+            }
+        }
+        for x in [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MAX,
+            f32::MIN,
+            0.0,
+            -0.0,
+        ] {
+            check(x);
+        }
+    }
+
+    /// A stride through all bit patterns (every exponent, both signs), plus the range attention
+    /// uses densely: [−90, 0].
+    #[test]
+    fn matches_libm_on_a_sweep() {
+        let stride = if cfg!(miri) { 0x0100_0f01 } else { 0x0000_1f03 };
+        let mut xs = std::vec::Vec::new();
+        let mut b = 0u32;
+        while let Some(n) = b.checked_add(stride) {
+            xs.push(f32::from_bits(b));
+            b = n;
+        }
+        let steps = if cfg!(miri) { 1_000 } else { 400_000 };
+        xs.extend((0..=steps).map(|i| -90.0 * i as f32 / steps as f32));
+        let mut got = xs.clone();
+        exp_shifted(&mut got, 0.0);
+        for (x, g) in xs.iter().zip(&got) {
+            let want = libm::expf(*x);
+            assert!(
+                g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                "exp({x:e}) = {g:e}, libm {want:e}"
+            );
+        }
+    }
+
+    /// The shift is applied first, then exp; tails shorter than a block work.
+    #[test]
+    fn shift_and_tail() {
+        for n in 0..20 {
+            let xs: std::vec::Vec<f32> = (0..n).map(|i| i as f32 * 0.37 - 3.0).collect();
+            let mut got = xs.clone();
+            exp_shifted(&mut got, 1.25);
+            for (x, g) in xs.iter().zip(&got) {
+                assert_eq!(g.to_bits(), libm::expf(x - 1.25).to_bits());
+            }
+        }
+    }
+
+    /// All 2^32 arguments (`cargo test --release -p edgekv exp_every_f32 -- --ignored`).
+    #[test]
+    #[ignore = "exhaustive: 2^32 values, run in release"]
+    fn exp_every_f32() {
+        let mut buf = std::vec![0f32; 1 << 16];
+        for hi in 0..=u16::MAX as u32 {
+            for (i, x) in buf.iter_mut().enumerate() {
+                *x = f32::from_bits(hi << 16 | i as u32);
+            }
+            exp_shifted(&mut buf, 0.0);
+            for (i, g) in buf.iter().enumerate() {
+                let x = f32::from_bits(hi << 16 | i as u32);
+                let want = libm::expf(x);
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "exp({x:e}) = {g:e}, libm {want:e}"
+                );
+            }
+        }
+    }
+}

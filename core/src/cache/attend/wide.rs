@@ -1,0 +1,231 @@
+//! The attention page loop compiled a second time for AVX2 and F16C, chosen at run time.
+//!
+//! The same source as the portable path (`attend_page` and every kernel it calls are
+//! `#[inline(always)]`), so the compiler only gets wider registers: eight-lane blocks become one
+//! 256-bit operation instead of two 128-bit ones, int8 codes widen with one `vpmovsxbd`. It never
+//! reorders or fuses floating-point operations (Rust does neither without explicit intrinsics),
+//! so the results have the portable path's bits. The one explicit difference is f16 decoding
+//! (f16 pages, int8 scales) with F16C's exact `vcvtph2ps`, equal to the portable decoder on all
+//! 65,536 codes (tested). Tests compare whole attention results of both builds.
+
+// Register-only intrinsics are safe to call in `target_feature` code since Rust 1.87; the
+// workspace supports 1.85, where they are unsafe fns: keep the blocks, allow them unused.
+#![allow(unused_unsafe)]
+
+use core::arch::x86_64::{
+    __m128i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm256_cvtph_ps,
+    _mm256_storeu_ps,
+};
+
+use super::{Heads, Keys, Layout, PortableF16, attend_page};
+use crate::attention::kernels::F16Decode;
+
+/// [`attend_page`], the AVX2/F16C build when this CPU has both.
+#[inline(always)]
+pub(super) fn attend_page_best<F: Fn(u32) -> bool>(
+    l: &Layout,
+    keys: &Keys<'_, F>,
+    heads: Heads<'_>,
+) {
+    if crate::quant::simd_available() && !portable_only() {
+        // SAFETY: the CPU supports AVX2 and F16C (checked just above).
+        unsafe { attend_page_avx2(l, keys, heads) }
+    } else {
+        attend_page::<PortableF16, F>(l, keys, heads)
+    }
+}
+
+/// Whether a test asked for the portable build only.
+#[inline(always)]
+fn portable_only() -> bool {
+    #[cfg(test)]
+    {
+        tests::portable_only()
+    }
+    #[cfg(not(test))]
+    {
+        false
+    }
+}
+
+/// [`attend_page`] built with AVX2 and F16C enabled.
+///
+/// # Safety
+///
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn attend_page_avx2<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
+    attend_page::<F16c, F>(l, keys, heads)
+}
+
+/// [`F16Decode`] with F16C. Private to this module and used only inside
+/// [`attend_page_avx2`], so its methods only run where F16C is present.
+struct F16c;
+
+impl F16Decode for F16c {
+    #[inline(always)]
+    fn one(h: u16) -> f32 {
+        // SAFETY: only reached from `attend_page_avx2`, which requires F16C; register-only.
+        unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32))) }
+    }
+
+    #[inline(always)]
+    fn block(b: &[u8; 16]) -> [f32; 8] {
+        let mut out = [0f32; 8];
+        // SAFETY: only reached from `attend_page_avx2`, which requires AVX and F16C; the load
+        // reads exactly the 16 bytes of `b` (unaligned load), the store writes exactly the 32
+        // bytes of `out`.
+        unsafe {
+            let h = _mm_loadu_si128(b.as_ptr().cast::<__m128i>());
+            _mm256_storeu_ps(out.as_mut_ptr(), _mm256_cvtph_ps(h));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use core::sync::atomic::{AtomicBool, Ordering};
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::alloc::FreeList;
+    use crate::attention::{AttentionParams, scratch_len};
+    use crate::cache::tests::{arenas, cache};
+    use crate::format::ElementFormat;
+    use crate::planner::CacheConfig;
+    use crate::sequence::SeqMode;
+    use crate::shape::Shape;
+
+    /// Set by the test below: route every page through the portable build. Other tests running
+    /// meanwhile then take the portable path too, which gives them the same bits.
+    static PORTABLE_ONLY: AtomicBool = AtomicBool::new(false);
+
+    pub(super) fn portable_only() -> bool {
+        PORTABLE_ONLY.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn f16c_decodes_every_code_like_the_portable_decoder() {
+        if !crate::quant::simd_available() {
+            return;
+        }
+        for c in 0..=u16::MAX {
+            let bytes: [u8; 16] = core::array::from_fn(|i| c.to_le_bytes()[i % 2]);
+            // SAFETY: F16C is present (checked above).
+            let (one, block) = unsafe { (f16c_one(c), f16c_block(&bytes)) };
+            let want = PortableF16::one(c).to_bits();
+            assert_eq!(one.to_bits(), want, "{c:#06x}");
+            assert!(block.iter().all(|x| x.to_bits() == want), "{c:#06x}");
+        }
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn f16c_one(c: u16) -> f32 {
+        F16c::one(c)
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn f16c_block(b: &[u8; 16]) -> [f32; 8] {
+        F16c::block(b)
+    }
+
+    /// Decode and prefill attention of both builds, every format (head_dim 64 and 36, so whole
+    /// blocks and leftovers), full and windowed: the same bits.
+    #[test]
+    fn avx2_build_gives_the_portable_bits() {
+        if !crate::quant::simd_available() {
+            return;
+        }
+        let cases: [(u16, &[ElementFormat]); 2] = [
+            (
+                64,
+                &[
+                    ElementFormat::F32,
+                    ElementFormat::F16,
+                    ElementFormat::Bf16,
+                    ElementFormat::Q8_0,
+                    ElementFormat::Int8 { group: 64 },
+                    ElementFormat::Fp8Tile {
+                        dv: 64,
+                        tile: 64,
+                        bf16: false,
+                    },
+                    ElementFormat::Fp8Tile {
+                        dv: 48,
+                        tile: 16,
+                        bf16: true,
+                    },
+                ],
+            ),
+            (
+                36,
+                &[
+                    ElementFormat::F32,
+                    ElementFormat::F16,
+                    ElementFormat::Int8 { group: 12 },
+                    ElementFormat::Fp8Tile {
+                        dv: 20,
+                        tile: 4,
+                        bf16: false,
+                    },
+                ],
+            ),
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        };
+        let tokens = 150u32;
+        for (hd, fmts) in cases {
+            let shape = Shape {
+                layers: 1,
+                kv_heads: 3,
+                head_dim: hd,
+            };
+            let row = 3 * hd as usize;
+            let k: Vec<f32> = (0..tokens as usize * row).map(|_| next() * 3.0).collect();
+            let v: Vec<f32> = (0..tokens as usize * row).map(|_| next()).collect();
+            let q: Vec<f32> = (0..8 * 3 * row).map(|_| next()).collect();
+            for &fmt in fmts {
+                for (k_fmt, v_fmt) in [(fmt, fmt), (ElementFormat::F16, fmt)] {
+                    let cfg = CacheConfig::new(shape)
+                        .with_page_tokens(16)
+                        .with_formats(k_fmt, v_fmt)
+                        .with_sequences(1, tokens);
+                    let mut a = arenas(&cfg, 10);
+                    let mut c = cache::<FreeList<'_>>(&mut a, cfg, 10);
+                    let s = c.create_sequence(SeqMode::Paged).unwrap();
+                    c.reserve(s, tokens).unwrap();
+                    c.write_kv(s, 0, 0, &k, &v).unwrap();
+                    for params in [
+                        AttentionParams::new(shape, 9),
+                        AttentionParams::new(shape, 6).with_window(4, 40),
+                    ] {
+                        let n = params.q_heads as usize * hd as usize;
+                        let q = &q[..8 * n];
+                        let mut scratch = std::vec![0f32; scratch_len(params.q_heads, 16)];
+                        let run = |portable: bool, scratch: &mut [f32]| {
+                            PORTABLE_ONLY.store(portable, Ordering::Relaxed);
+                            let mut out = std::vec![0f32; q.len()];
+                            c.attention(s, 0, tokens - 8, q, &mut out, &params, scratch)
+                                .unwrap();
+                            out
+                        };
+                        let wide = run(false, &mut scratch);
+                        let portable = run(true, &mut scratch);
+                        PORTABLE_ONLY.store(false, Ordering::Relaxed);
+                        let same = wide
+                            .iter()
+                            .zip(&portable)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "{k_fmt:?}/{v_fmt:?} hd {hd} {params:?}");
+                    }
+                }
+            }
+        }
+    }
+}
