@@ -15,6 +15,9 @@
 //!
 //! Goal (issue 5): int8 pages ≥ 1.0× the dense f32 baseline's speed (compare with the AVX2 peer).
 
+// The one unsafe call: the AVX2 build of the dense peer, behind run-time detection.
+#![allow(unsafe_code)]
+
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};

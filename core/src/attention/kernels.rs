@@ -16,6 +16,7 @@
 //! loop, built once portably and once for AVX2, takes these kernels along into each build.
 
 use core::hint::black_box;
+use core::marker::PhantomData;
 
 use crate::format::ElementFormat;
 
@@ -42,8 +43,8 @@ impl<const G: usize> Lanes<G> {
     }
 
     /// Adds `q[h·d + off + i] · x[i]` over `i < n` to head `h`'s lanes (`q` holds `G` rows of
-    /// `d`); `block` decodes eight elements from `B` bytes, `one` decodes element `i` (past the
-    /// last whole block).
+    /// `d`); `dec` decodes blocks of eight elements from `B` bytes, and single elements past the
+    /// last whole block.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn add<const B: usize>(
@@ -53,14 +54,13 @@ impl<const G: usize> Lanes<G> {
         off: usize,
         n: usize,
         bytes: &[u8],
-        block: impl Fn(&[u8; B]) -> [f32; LANES],
-        one: impl Fn(usize) -> f32,
+        dec: impl Decode<B>,
     ) {
         let blocks = n / LANES;
         let full = blocks * LANES;
         let xf = &bytes[..blocks * B];
         for k in 0..blocks {
-            let x = block(xf[k * B..k * B + B].try_into().expect("a block"));
+            let x = dec.block(xf[k * B..k * B + B].try_into().expect("a block"));
             let at = off + k * LANES;
             for h in 0..G {
                 let qb: &[f32; LANES] = q[h * d + at..][..LANES].try_into().expect("a block");
@@ -70,7 +70,7 @@ impl<const G: usize> Lanes<G> {
             }
         }
         for i in full..n {
-            let x = one(i);
+            let x = dec.one(bytes, i);
             for h in 0..G {
                 self.0[h][i - full] += q[h * d + off + i] * x;
             }
@@ -102,14 +102,13 @@ fn axpy_with<const G: usize, const B: usize>(
     n: usize,
     p: [f32; G],
     bytes: &[u8],
-    block: impl Fn(&[u8; B]) -> [f32; LANES],
-    one: impl Fn(usize) -> f32,
+    dec: impl Decode<B>,
 ) {
     let blocks = n / LANES;
     let full = blocks * LANES;
     let xf = &bytes[..blocks * B];
     for k in 0..blocks {
-        let x = block(xf[k * B..k * B + B].try_into().expect("a block"));
+        let x = dec.block(xf[k * B..k * B + B].try_into().expect("a block"));
         let at = off + k * LANES;
         for h in 0..G {
             let ab: &mut [f32; LANES] = (&mut acc[h * d + at..][..LANES])
@@ -121,7 +120,7 @@ fn axpy_with<const G: usize, const B: usize>(
         }
     }
     for i in full..n {
-        let x = one(i);
+        let x = dec.one(bytes, i);
         for h in 0..G {
             acc[h * d + off + i] += p[h] * x;
         }
@@ -138,15 +137,6 @@ fn u16_at(b: &[u8], i: usize) -> u16 {
     u16::from_le_bytes([b[2 * i], b[2 * i + 1]])
 }
 
-#[inline(always)]
-fn f32_block(b: &[u8; 4 * LANES]) -> [f32; LANES] {
-    let mut x = [0f32; LANES];
-    for l in 0..LANES {
-        x[l] = f32::from_le_bytes([b[4 * l], b[4 * l + 1], b[4 * l + 2], b[4 * l + 3]]);
-    }
-    x
-}
-
 /// Out of line: inlined into the large attention loops, LLVM leaves this scalar (one branchy
 /// conversion per element); alone it vectorizes.
 #[inline(never)]
@@ -154,15 +144,6 @@ fn f16_block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
     let mut x = [0f32; LANES];
     for l in 0..LANES {
         x[l] = f16_to_f32(u16::from_le_bytes([b[2 * l], b[2 * l + 1]]));
-    }
-    x
-}
-
-#[inline(always)]
-fn bf16_block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
-    let mut x = [0f32; LANES];
-    for l in 0..LANES {
-        x[l] = bf16_to_f32(u16::from_le_bytes([b[2 * l], b[2 * l + 1]]));
     }
     x
 }
@@ -192,44 +173,175 @@ impl F16Decode for PortableF16 {
     }
 }
 
-/// Eight int8 codes times their scale.
-#[inline(always)]
-fn i8_block_scaled(b: &[u8; LANES], s: f32) -> [f32; LANES] {
-    let mut x = [0f32; LANES];
-    for l in 0..LANES {
-        x[l] = b[l] as i8 as f32 * s;
-    }
-    x
+/// How a kernel reads one kind of page element: blocks of eight from `B` bytes, and single
+/// elements (`i`-th of `bytes`) past the last whole block. A trait rather than closures: its
+/// methods can be forced inline into both builds of the page loop.
+trait Decode<const B: usize>: Copy {
+    /// Eight elements.
+    fn block(self, b: &[u8; B]) -> [f32; LANES];
+    /// Element `i` of `bytes`.
+    fn one(self, bytes: &[u8], i: usize) -> f32;
 }
 
-/// Eight int8 codes.
-#[inline(always)]
-fn i8_block(b: &[u8; LANES]) -> [f32; LANES] {
-    let mut x = [0f32; LANES];
-    for l in 0..LANES {
-        x[l] = b[l] as i8 as f32;
+/// Little-endian f32 elements.
+#[derive(Clone, Copy)]
+struct F32s;
+
+impl Decode<{ 4 * LANES }> for F32s {
+    #[inline(always)]
+    fn block(self, b: &[u8; 4 * LANES]) -> [f32; LANES] {
+        let mut x = [0f32; LANES];
+        for l in 0..LANES {
+            x[l] = f32::from_le_bytes([b[4 * l], b[4 * l + 1], b[4 * l + 2], b[4 * l + 3]]);
+        }
+        x
     }
-    x
+
+    #[inline(always)]
+    fn one(self, bytes: &[u8], i: usize) -> f32 {
+        f32_at(bytes, i)
+    }
 }
 
-/// Eight E4M3 codes times their scale.
-#[inline(always)]
-fn e4m3_block_scaled(b: &[u8; LANES], s: f32) -> [f32; LANES] {
-    let mut x = [0f32; LANES];
-    for l in 0..LANES {
-        x[l] = E4M3[b[l] as usize] * s;
+/// Little-endian f16 elements, decoded by `D`.
+struct F16s<D>(PhantomData<D>);
+
+impl<D> Clone for F16s<D> {
+    fn clone(&self) -> Self {
+        *self
     }
-    x
 }
 
-/// Eight E4M3 codes.
-#[inline(always)]
-fn e4m3_block(b: &[u8; LANES]) -> [f32; LANES] {
-    let mut x = [0f32; LANES];
-    for l in 0..LANES {
-        x[l] = E4M3[b[l] as usize];
+impl<D> Copy for F16s<D> {}
+
+impl<D: F16Decode> Decode<{ 2 * LANES }> for F16s<D> {
+    #[inline(always)]
+    fn block(self, b: &[u8; 2 * LANES]) -> [f32; LANES] {
+        D::block(b)
     }
-    x
+
+    #[inline(always)]
+    fn one(self, bytes: &[u8], i: usize) -> f32 {
+        D::one(u16_at(bytes, i))
+    }
+}
+
+/// Little-endian bf16 elements.
+#[derive(Clone, Copy)]
+struct Bf16s;
+
+impl Decode<{ 2 * LANES }> for Bf16s {
+    #[inline(always)]
+    fn block(self, b: &[u8; 2 * LANES]) -> [f32; LANES] {
+        let mut x = [0f32; LANES];
+        for l in 0..LANES {
+            x[l] = bf16_to_f32(u16::from_le_bytes([b[2 * l], b[2 * l + 1]]));
+        }
+        x
+    }
+
+    #[inline(always)]
+    fn one(self, bytes: &[u8], i: usize) -> f32 {
+        bf16_to_f32(u16_at(bytes, i))
+    }
+}
+
+/// int8 codes, each times the group's scale (K rows; V rows fold the scale into the weights
+/// and use [`I8s`]).
+#[derive(Clone, Copy)]
+struct I8Scaled(f32);
+
+impl Decode<LANES> for I8Scaled {
+    #[inline(always)]
+    fn block(self, b: &[u8; LANES]) -> [f32; LANES] {
+        let mut x = [0f32; LANES];
+        for l in 0..LANES {
+            x[l] = b[l] as i8 as f32 * self.0;
+        }
+        x
+    }
+
+    #[inline(always)]
+    fn one(self, bytes: &[u8], i: usize) -> f32 {
+        bytes[i] as i8 as f32 * self.0
+    }
+}
+
+/// int8 codes.
+#[derive(Clone, Copy)]
+struct I8s;
+
+impl Decode<LANES> for I8s {
+    #[inline(always)]
+    fn block(self, b: &[u8; LANES]) -> [f32; LANES] {
+        let mut x = [0f32; LANES];
+        for l in 0..LANES {
+            x[l] = b[l] as i8 as f32;
+        }
+        x
+    }
+
+    #[inline(always)]
+    fn one(self, bytes: &[u8], i: usize) -> f32 {
+        bytes[i] as i8 as f32
+    }
+}
+
+/// E4M3 codes, each times the tile's scale.
+#[derive(Clone, Copy)]
+struct E4m3Scaled(f32);
+
+impl Decode<LANES> for E4m3Scaled {
+    #[inline(always)]
+    fn block(self, b: &[u8; LANES]) -> [f32; LANES] {
+        let mut x = [0f32; LANES];
+        for l in 0..LANES {
+            x[l] = e4m3_to_f32(b[l]) * self.0;
+        }
+        x
+    }
+
+    #[inline(always)]
+    fn one(self, bytes: &[u8], i: usize) -> f32 {
+        e4m3_to_f32(bytes[i]) * self.0
+    }
+}
+
+/// E4M3 codes.
+#[derive(Clone, Copy)]
+struct E4m3s;
+
+impl Decode<LANES> for E4m3s {
+    #[inline(always)]
+    fn block(self, b: &[u8; LANES]) -> [f32; LANES] {
+        let mut x = [0f32; LANES];
+        for l in 0..LANES {
+            x[l] = e4m3_to_f32(b[l]);
+        }
+        x
+    }
+
+    #[inline(always)]
+    fn one(self, bytes: &[u8], i: usize) -> f32 {
+        e4m3_to_f32(bytes[i])
+    }
+}
+
+/// An E4M3 code as f32, equal to `quant::e4m3_to_f32`, with integer operations and one exact
+/// conversion (so blocks of eight vectorize; a table lookup per element does not): normal codes
+/// rebias the exponent (7 → 127), subnormal codes are `m · 2^-9` (exact), `0x7F` magnitudes are
+/// NaN. No subnormal f32 is formed, so flush-to-zero modes change nothing.
+#[inline(always)]
+fn e4m3_to_f32(c: u8) -> f32 {
+    let c = c as u32;
+    let (e, m) = ((c >> 3) & 0xF, c & 0x7);
+    let normal = ((e + 120) << 23) | (m << 20);
+    let sub = (m as i32 as f32 * f32::from_bits((127 - 9) << 23)).to_bits();
+    let is_sub = ((e == 0) as u32).wrapping_neg();
+    let is_nan = (((c & 0x7F) == 0x7F) as u32).wrapping_neg();
+    let mag = (sub & is_sub) | (normal & !is_sub);
+    let mag = (f32::NAN.to_bits() & is_nan) | (mag & !is_nan);
+    f32::from_bits(mag | (c & 0x80) << 24)
 }
 
 /// IEEE binary16 to f32, bit-identical to `half::f16::to_f32` (NaNs made quiet) but branch-free
@@ -259,20 +371,6 @@ fn bf16_to_f32(b: u16) -> f32 {
     f32::from_bits(((b as u32) << 16) | nan << 22)
 }
 
-/// E4M3 codes decoded once, at compile time (shift the 7 magnitude bits into an f32's exponent
-/// and mantissa, rescale by 2^120; 0x7F is NaN).
-static E4M3: [f32; 256] = {
-    let mut t = [0f32; 256];
-    let mut c = 0;
-    while c < 256 {
-        let mag = f32::from_bits(((c & 0x7F) as u32) << 20) * f32::from_bits((127 + 120) << 23);
-        let mag = if c & 0x7F == 0x7F { f32::NAN } else { mag };
-        t[c] = f32::from_bits(mag.to_bits() | (((c & 0x80) as u32) << 24));
-        c += 1;
-    }
-    t
-};
-
 /// One head row of one token in a page: its value bytes and (int8) its scale bytes.
 #[derive(Clone, Copy)]
 pub(crate) struct Row<'p> {
@@ -294,9 +392,9 @@ pub(crate) fn dot<D: F16Decode, const G: usize>(
         // `enabled()` is a constant: a left-out format's kernel is not built (the planner
         // rejects such configurations, so this arm never runs).
         _ if !fmt.enabled() => {}
-        ElementFormat::F32 => lanes.add(q, d, 0, d, v, f32_block, |i| f32_at(v, i)),
-        ElementFormat::F16 => lanes.add(q, d, 0, d, v, D::block, |i| D::one(u16_at(v, i))),
-        ElementFormat::Bf16 => lanes.add(q, d, 0, d, v, bf16_block, |i| bf16_to_f32(u16_at(v, i))),
+        ElementFormat::F32 => lanes.add(q, d, 0, d, v, F32s),
+        ElementFormat::F16 => lanes.add(q, d, 0, d, v, F16s::<D>(PhantomData)),
+        ElementFormat::Bf16 => lanes.add(q, d, 0, d, v, Bf16s),
         // Q8_0's group of 32 gets its own copy with the group size known: four unrolled blocks.
         ElementFormat::Int8 { group: 32 } => int8_dot::<D, G>(&mut lanes, q, d, row, 32),
         ElementFormat::Int8 { group } => int8_dot::<D, G>(&mut lanes, q, d, row, group as usize),
@@ -307,18 +405,15 @@ pub(crate) fn dot<D: F16Decode, const G: usize>(
             while off + t <= dv {
                 let ct = &codes[off..off + t];
                 let s = f32_at(rest, k);
-                let block = |b: &[u8; LANES]| e4m3_block_scaled(b, s);
-                lanes.add(q, d, off, t, ct, block, |i| E4M3[ct[i] as usize] * s);
+                lanes.add(q, d, off, t, ct, E4m3Scaled(s));
                 off += t;
                 k += 1;
             }
             let tail = &rest[4 * k..];
             if b {
-                lanes.add(q, d, dv, d - dv, tail, bf16_block, |i| {
-                    bf16_to_f32(u16_at(tail, i))
-                });
+                lanes.add(q, d, dv, d - dv, tail, Bf16s);
             } else {
-                lanes.add(q, d, dv, d - dv, tail, f32_block, |i| f32_at(tail, i));
+                lanes.add(q, d, dv, d - dv, tail, F32s);
             }
         }
     }
@@ -338,11 +433,9 @@ pub(crate) fn add_scaled<D: F16Decode, const G: usize>(
     let (v, d) = (row.vals, acc.len() / G);
     match fmt {
         _ if !fmt.enabled() => {}
-        ElementFormat::F32 => axpy_with(acc, d, 0, d, p, v, f32_block, |i| f32_at(v, i)),
-        ElementFormat::F16 => axpy_with(acc, d, 0, d, p, v, D::block, |i| D::one(u16_at(v, i))),
-        ElementFormat::Bf16 => axpy_with(acc, d, 0, d, p, v, bf16_block, |i| {
-            bf16_to_f32(u16_at(v, i))
-        }),
+        ElementFormat::F32 => axpy_with(acc, d, 0, d, p, v, F32s),
+        ElementFormat::F16 => axpy_with(acc, d, 0, d, p, v, F16s::<D>(PhantomData)),
+        ElementFormat::Bf16 => axpy_with(acc, d, 0, d, p, v, Bf16s),
         ElementFormat::Int8 { group: 32 } => int8_axpy::<D, G>(acc, d, p, row, 32),
         ElementFormat::Int8 { group } => int8_axpy::<D, G>(acc, d, p, row, group as usize),
         ElementFormat::Fp8Tile { dv, tile, bf16: b } => {
@@ -356,17 +449,15 @@ pub(crate) fn add_scaled<D: F16Decode, const G: usize>(
                 for x in &mut ps {
                     *x *= s;
                 }
-                axpy_with(acc, d, off, t, ps, ct, e4m3_block, |i| E4M3[ct[i] as usize]);
+                axpy_with(acc, d, off, t, ps, ct, E4m3s);
                 off += t;
                 k += 1;
             }
             let tail = &rest[4 * k..];
             if b {
-                axpy_with(acc, d, dv, d - dv, p, tail, bf16_block, |i| {
-                    bf16_to_f32(u16_at(tail, i))
-                });
+                axpy_with(acc, d, dv, d - dv, p, tail, Bf16s);
             } else {
-                axpy_with(acc, d, dv, d - dv, p, tail, f32_block, |i| f32_at(tail, i));
+                axpy_with(acc, d, dv, d - dv, p, tail, F32s);
             }
         }
     }
@@ -386,8 +477,7 @@ fn int8_dot<D: F16Decode, const G: usize>(
     while off + g <= d {
         let codes = &row.vals[off..off + g];
         let s = D::one(u16_at(row.scales, k));
-        let block = |b: &[u8; LANES]| i8_block_scaled(b, s);
-        lanes.add(q, d, off, g, codes, block, |i| codes[i] as i8 as f32 * s);
+        lanes.add(q, d, off, g, codes, I8Scaled(s));
         off += g;
         k += 1;
     }
@@ -410,9 +500,7 @@ fn int8_axpy<D: F16Decode, const G: usize>(
         for x in &mut ps {
             *x *= s;
         }
-        axpy_with(acc, d, off, g, ps, codes, i8_block, |i| {
-            codes[i] as i8 as f32
-        });
+        axpy_with(acc, d, off, g, ps, codes, I8s);
         off += g;
         k += 1;
     }
@@ -425,10 +513,10 @@ mod tests {
     use std::vec::Vec;
 
     #[test]
-    fn e4m3_table_matches_the_quantizer() {
+    fn e4m3_decoder_matches_the_quantizer() {
         for c in 0..=255u8 {
             let want = crate::quant::e4m3_to_f32(c);
-            assert_eq!(E4M3[c as usize].to_bits(), want.to_bits(), "code {c:#x}");
+            assert_eq!(e4m3_to_f32(c).to_bits(), want.to_bits(), "code {c:#x}");
         }
     }
 
