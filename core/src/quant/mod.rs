@@ -13,6 +13,7 @@ pub use q8::{dequantize_q8, quantize_q8};
 
 /// Whether this CPU runs the crate's AVX2/F16C code paths (x86-64, detected once at run time;
 /// `false` everywhere else and under Miri).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline]
 pub(crate) fn simd_available() -> bool {
     simd::available()
