@@ -21,8 +21,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// keys and values in `layer`: query position `t` attends to keys `[0, t]` (or the window's
     /// subset). `q` and `out` are `[n][q_heads][head_dim]` f32; `scratch` holds at least
     /// [`scratch_len`](crate::attention::scratch_len) f32s. Softmax runs online, one rescale per
-    /// page, in f32 with `libm::expf`; int8 and fp8 pages are dequantized inside the dot products.
-    /// Every query row is computed alone, in a fixed key order: chunking never changes results.
+    /// page, in f32 with `libm::expf`'s exact bits (evaluated eight weights at a time); int8 and
+    /// fp8 pages are dequantized inside the dot products. Every query row is computed alone, in a
+    /// fixed key order: chunking never changes results. On x86-64 CPUs with AVX2 and F16C the
+    /// page loop runs a build for those instructions (chosen at run time; the same bits).
     ///
     /// Errors: [`UnknownSequence`](Error::UnknownSequence),
     /// [`LayerOutOfRange`](Error::LayerOutOfRange), [`HeadMismatch`](Error::HeadMismatch) (q_heads
