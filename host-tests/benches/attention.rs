@@ -20,7 +20,7 @@
 
 use std::hint::black_box;
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use edgekv::attention::{AttentionParams, scratch_len};
 use edgekv::{CacheConfig, ElementFormat, FreeList, HeapArena, KvCache, SeqId, SeqMode, Shape};
 
@@ -290,5 +290,115 @@ fn bench_attention(c: &mut Criterion) {
     g.finish();
 }
 
+/// Alternating rounds (`EDGEKV_AB=1 cargo bench --bench attention`): on a shared machine the
+/// load drifts over the minutes a criterion group takes, so this measures dense (both builds),
+/// int8 and f32 pages round-robin, `ROUNDS` times at each context, and reports each one's median
+/// and best round and the int8 / dense speed ratios of the medians.
+fn alternating() {
+    const ROUNDS: usize = 31;
+    let params = AttentionParams::new(SHAPE, Q_HEADS);
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS)];
+    for ctx in CONTEXTS {
+        let (k, v) = (rows(1, ctx), rows(2, ctx));
+        let q: Vec<f32> = rows(3, GROUP).into_iter().map(|x| x * 0.5).collect();
+        let last = ctx as u32 - 1;
+        let mut out = vec![0f32; Q_ROW];
+        let mut scores = vec![0f32; GROUP * ctx];
+        // Iterations per round: about 3 ms of dense work.
+        let iters = (3_000_000 / (ctx * 80)).max(1);
+        with_cache(ElementFormat::Q8_0, &k, &v, |int8, s8| {
+            with_cache(ElementFormat::F32, &k, &v, |f32s, s32| {
+                let mut times: [Vec<f64>; 4] = Default::default();
+                for _ in 0..ROUNDS {
+                    for (i, t) in times.iter_mut().enumerate() {
+                        let start = std::time::Instant::now();
+                        for _ in 0..iters {
+                            match i {
+                                0 => dense_attention(
+                                    libm::expf,
+                                    black_box(&q),
+                                    &k,
+                                    &v,
+                                    params.scale,
+                                    &mut scores,
+                                    &mut out,
+                                ),
+                                #[cfg(target_arch = "x86_64")]
+                                1 if has_avx2() => {
+                                    // SAFETY: `has_avx2` checked AVX2 and F16C.
+                                    unsafe {
+                                        dense_attention_avx2(
+                                            libm::expf,
+                                            black_box(&q),
+                                            &k,
+                                            &v,
+                                            params.scale,
+                                            &mut scores,
+                                            &mut out,
+                                        )
+                                    }
+                                }
+                                1 => {}
+                                2 => int8
+                                    .attention(
+                                        s8,
+                                        0,
+                                        last,
+                                        black_box(&q),
+                                        &mut out,
+                                        &params,
+                                        &mut scratch,
+                                    )
+                                    .expect("attention"),
+                                _ => f32s
+                                    .attention(
+                                        s32,
+                                        0,
+                                        last,
+                                        black_box(&q),
+                                        &mut out,
+                                        &params,
+                                        &mut scratch,
+                                    )
+                                    .expect("attention"),
+                            }
+                            black_box(&out);
+                        }
+                        t.push(start.elapsed().as_secs_f64() * 1e6 / iters as f64);
+                    }
+                }
+                let stat = |t: &mut Vec<f64>| {
+                    t.sort_by(f64::total_cmp);
+                    (t[t.len() / 2], t[0])
+                };
+                let [d, da, i8t, f] = times.each_mut().map(stat);
+                println!(
+                    "ctx {ctx:5}: median (best) µs: dense {:.1} ({:.1}), dense_avx2 {:.1} ({:.1}), \
+                     int8 {:.1} ({:.1}), f32 pages {:.1} ({:.1}); int8 speed vs dense {:.2}x, \
+                     vs dense_avx2 {:.2}x",
+                    d.0,
+                    d.1,
+                    da.0,
+                    da.1,
+                    i8t.0,
+                    i8t.1,
+                    f.0,
+                    f.1,
+                    d.0 / i8t.0,
+                    da.0 / i8t.0
+                );
+            });
+        });
+    }
+}
+
 criterion_group!(benches, bench_attention);
-criterion_main!(benches);
+
+fn main() {
+    if std::env::var_os("EDGEKV_AB").is_some() {
+        alternating();
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
