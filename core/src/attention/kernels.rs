@@ -91,38 +91,46 @@ impl<const G: usize> Lanes<G> {
     }
 }
 
-/// `acc[h·d + off + i] += p[h] · x[i]` over `i < n` for every head (`acc` holds `G` rows of
-/// `d`), blocks and single elements decoded as in [`Lanes::add`].
+/// `acc[h·d + off + i] += p[ρ][h] · x[ρ][i]` over `i < n`, for every head and rows `ρ` in
+/// order (`acc` holds `G` rows of `d`; row `ρ`'s elements are `bytes[ρ]`), blocks and single
+/// elements decoded as in [`Lanes::add`]. Each output element gets row 0's term, then row 1's:
+/// what `R` calls with one row each would do, with one load and store of `acc` instead of `R`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn axpy_with<const G: usize, const B: usize>(
+fn axpy_with<const G: usize, const B: usize, const R: usize>(
     acc: &mut [f32],
     d: usize,
     off: usize,
     n: usize,
-    p: [f32; G],
-    bytes: &[u8],
+    p: [[f32; G]; R],
+    bytes: [&[u8]; R],
     dec: impl Decode<B>,
 ) {
     let blocks = n / LANES;
     let full = blocks * LANES;
-    let xf = &bytes[..blocks * B];
     for k in 0..blocks {
-        let x = dec.block(xf[k * B..k * B + B].try_into().expect("a block"));
+        let mut x = [[0f32; LANES]; R];
+        for (x, bytes) in x.iter_mut().zip(bytes) {
+            *x = dec.block(bytes[k * B..k * B + B].try_into().expect("a block"));
+        }
         let at = off + k * LANES;
         for h in 0..G {
             let ab: &mut [f32; LANES] = (&mut acc[h * d + at..][..LANES])
                 .try_into()
                 .expect("a block");
-            for l in 0..LANES {
-                ab[l] += p[h] * x[l];
+            for (p, x) in p.iter().zip(&x) {
+                for l in 0..LANES {
+                    ab[l] += p[h] * x[l];
+                }
             }
         }
     }
     for i in full..n {
-        let x = dec.one(bytes, i);
-        for h in 0..G {
-            acc[h * d + off + i] += p[h] * x;
+        for (p, bytes) in p.iter().zip(bytes) {
+            let x = dec.one(bytes, i);
+            for h in 0..G {
+                acc[h * d + off + i] += p[h] * x;
+            }
         }
     }
 }
@@ -420,44 +428,47 @@ pub(crate) fn dot<D: F16Decode, const G: usize>(
     lanes.sums()
 }
 
-/// `acc[h·d + i] += p[h] · row[i]` for a head row of `fmt`, `acc` holding `G` output rows of
-/// `head_dim` side by side (the online-softmax accumulation; the caller rescales `acc` once per
-/// page).
+/// `acc[h·d + i] += p[ρ][h] · rows[ρ][i]` for `R` head rows of `fmt` in order (consecutive
+/// tokens of one KV head), `acc` holding `G` output rows of `head_dim` side by side (the
+/// online-softmax accumulation; the caller rescales `acc` once per page). The same bits as `R`
+/// calls with one row each.
 #[inline(always)]
-pub(crate) fn add_scaled<D: F16Decode, const G: usize>(
+pub(crate) fn add_scaled<D: F16Decode, const G: usize, const R: usize>(
     fmt: ElementFormat,
     acc: &mut [f32],
-    p: [f32; G],
-    row: Row<'_>,
+    p: [[f32; G]; R],
+    rows: [Row<'_>; R],
 ) {
-    let (v, d) = (row.vals, acc.len() / G);
+    let d = acc.len() / G;
+    let vals = rows.map(|r| r.vals);
     match fmt {
         _ if !fmt.enabled() => {}
-        ElementFormat::F32 => axpy_with(acc, d, 0, d, p, v, F32s),
-        ElementFormat::F16 => axpy_with(acc, d, 0, d, p, v, F16s::<D>(PhantomData)),
-        ElementFormat::Bf16 => axpy_with(acc, d, 0, d, p, v, Bf16s),
-        ElementFormat::Int8 { group: 32 } => int8_axpy::<D, G>(acc, d, p, row, 32),
-        ElementFormat::Int8 { group } => int8_axpy::<D, G>(acc, d, p, row, group as usize),
+        ElementFormat::F32 => axpy_with(acc, d, 0, d, p, vals, F32s),
+        ElementFormat::F16 => axpy_with(acc, d, 0, d, p, vals, F16s::<D>(PhantomData)),
+        ElementFormat::Bf16 => axpy_with(acc, d, 0, d, p, vals, Bf16s),
+        ElementFormat::Int8 { group: 32 } => int8_axpy::<D, G, R>(acc, d, p, rows, 32),
+        ElementFormat::Int8 { group } => int8_axpy::<D, G, R>(acc, d, p, rows, group as usize),
         ElementFormat::Fp8Tile { dv, tile, bf16: b } => {
             let (dv, t) = (dv as usize, tile as usize);
-            let (codes, rest) = v.split_at(dv);
             let (mut off, mut k) = (0, 0);
             while off + t <= dv {
-                let ct = &codes[off..off + t];
-                let s = f32_at(rest, k);
                 let mut ps = p;
-                for x in &mut ps {
-                    *x *= s;
+                for (ps, row) in ps.iter_mut().zip(&rows) {
+                    let s = f32_at(&row.vals[dv..], k);
+                    for x in ps.iter_mut() {
+                        *x *= s;
+                    }
                 }
-                axpy_with(acc, d, off, t, ps, ct, E4m3s);
+                let codes = vals.map(|v| &v[off..off + t]);
+                axpy_with(acc, d, off, t, ps, codes, E4m3s);
                 off += t;
                 k += 1;
             }
-            let tail = &rest[4 * k..];
+            let tails = vals.map(|v| &v[dv + 4 * k..]);
             if b {
-                axpy_with(acc, d, dv, d - dv, p, tail, Bf16s);
+                axpy_with(acc, d, dv, d - dv, p, tails, Bf16s);
             } else {
-                axpy_with(acc, d, dv, d - dv, p, tail, F32s);
+                axpy_with(acc, d, dv, d - dv, p, tails, F32s);
             }
         }
     }
@@ -483,23 +494,25 @@ fn int8_dot<D: F16Decode, const G: usize>(
     }
 }
 
-/// The int8 arm of [`add_scaled`]: each group's scale folded into the weights.
+/// The int8 arm of [`add_scaled`]: each row's group scale folded into its weights.
 #[inline(always)]
-fn int8_axpy<D: F16Decode, const G: usize>(
+fn int8_axpy<D: F16Decode, const G: usize, const R: usize>(
     acc: &mut [f32],
     d: usize,
-    p: [f32; G],
-    row: Row<'_>,
+    p: [[f32; G]; R],
+    rows: [Row<'_>; R],
     g: usize,
 ) {
     let (mut off, mut k) = (0, 0);
     while off + g <= d {
-        let codes = &row.vals[off..off + g];
-        let s = D::one(u16_at(row.scales, k));
         let mut ps = p;
-        for x in &mut ps {
-            *x *= s;
+        for (ps, row) in ps.iter_mut().zip(&rows) {
+            let s = D::one(u16_at(row.scales, k));
+            for x in ps.iter_mut() {
+                *x *= s;
+            }
         }
+        let codes = rows.map(|r| &r.vals[off..off + g]);
         axpy_with(acc, d, off, g, ps, codes, I8s);
         off += g;
         k += 1;
@@ -585,7 +598,7 @@ mod tests {
                 "{fmt:?}: {got} vs {want}"
             );
             let mut acc: Vec<f32> = (0..d).map(|i| i as f32).collect();
-            add_scaled::<PortableF16, _>(fmt, &mut acc, [2.0], row);
+            add_scaled::<PortableF16, 1, 1>(fmt, &mut acc, [[2.0]], [row]);
             for i in 0..d {
                 let want = i as f32 + 2.0 * deq[i];
                 assert!(
@@ -655,12 +668,12 @@ mod tests {
                 let mut acc3: Vec<f32> = (0..3 * d).map(|i| i as f32 * 0.1).collect();
                 let mut alone_acc = acc3.clone();
                 let p = [0.3, 1.7, -0.9];
-                add_scaled::<PortableF16, _>(fmt, &mut acc3, p, row);
+                add_scaled::<PortableF16, 3, 1>(fmt, &mut acc3, [p], [row]);
                 for h in 0..3 {
                     let alone = dot::<PortableF16, 1>(fmt, qs[h], row)[0];
                     assert_eq!(together[h].to_bits(), alone.to_bits(), "{fmt:?} dot {h}");
                     let a = &mut alone_acc[h * d..(h + 1) * d];
-                    add_scaled::<PortableF16, _>(fmt, a, [p[h]], row);
+                    add_scaled::<PortableF16, 1, 1>(fmt, a, [[p[h]]], [row]);
                 }
                 let same = acc3
                     .iter()

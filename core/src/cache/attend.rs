@@ -302,23 +302,51 @@ fn attend_page<D: F16Decode, F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>,
         out,
         weights: scores,
     };
-    for r in rows() {
-        for kh in 0..l.kv_heads {
-            let vrow = l.row(keys.kv, true, r, kh);
-            let (mut h0, end) = (kh * l.group, (kh + 1) * l.group);
-            while h0 < end {
-                let n = (end - h0).min(MAX_RUN);
-                match n {
-                    #[cfg(not(feature = "small-code"))]
-                    2 => accumulate::<D, 2>(l, vrow, &mut st, h0, r),
-                    #[cfg(not(feature = "small-code"))]
-                    3 => accumulate::<D, 3>(l, vrow, &mut st, h0, r),
-                    #[cfg(not(feature = "small-code"))]
-                    4 => accumulate::<D, 4>(l, vrow, &mut st, h0, r),
-                    _ => accumulate::<D, 1>(l, vrow, &mut st, h0, r),
-                }
-                h0 += n;
+    // Rows two at a time (the last alone): each output element still gets the rows' terms in
+    // row order, with half the loads and stores of the accumulators.
+    let mut kept = rows();
+    let pairs = matches!(
+        l.v_fmt,
+        ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. }
+    );
+    while let Some(r0) = kept.next() {
+        match if pairs { kept.next() } else { None } {
+            #[cfg(not(feature = "small-code"))]
+            Some(r1) => accumulate_rows::<D, 2>(l, keys.kv, &mut st, [r0, r1]),
+            #[cfg(feature = "small-code")]
+            Some(r1) => {
+                accumulate_rows::<D, 1>(l, keys.kv, &mut st, [r0]);
+                accumulate_rows::<D, 1>(l, keys.kv, &mut st, [r1]);
             }
+            None => accumulate_rows::<D, 1>(l, keys.kv, &mut st, [r0]),
+        }
+    }
+}
+
+/// The V pass for tokens `rs` (in order) of the page: every KV head, every run of its query
+/// heads.
+#[inline(always)]
+fn accumulate_rows<D: F16Decode, const R: usize>(
+    l: &Layout,
+    kv: &PageSlices<'_>,
+    st: &mut Accum<'_>,
+    rs: [usize; R],
+) {
+    for kh in 0..l.kv_heads {
+        let vrows = rs.map(|r| l.row(kv, true, r, kh));
+        let (mut h0, end) = (kh * l.group, (kh + 1) * l.group);
+        while h0 < end {
+            let n = (end - h0).min(MAX_RUN);
+            match n {
+                #[cfg(not(feature = "small-code"))]
+                2 => accumulate::<D, 2, R>(l, vrows, st, h0, rs),
+                #[cfg(not(feature = "small-code"))]
+                3 => accumulate::<D, 3, R>(l, vrows, st, h0, rs),
+                #[cfg(not(feature = "small-code"))]
+                4 => accumulate::<D, 4, R>(l, vrows, st, h0, rs),
+                _ => accumulate::<D, 1, R>(l, vrows, st, h0, rs),
+            }
+            h0 += n;
         }
     }
 }
@@ -346,21 +374,23 @@ struct Accum<'h> {
     weights: &'h [f32],
 }
 
-/// Heads `h0..h0 + G`: `out += w · vrow` with the weight `w` of token `r`.
+/// Heads `h0..h0 + G`: `out += w · vrow` for each token `rs[ρ]` in order, `w` its weight.
 #[inline(always)]
-fn accumulate<D: F16Decode, const G: usize>(
+fn accumulate<D: F16Decode, const G: usize, const R: usize>(
     l: &Layout,
-    vrow: Row<'_>,
+    vrows: [Row<'_>; R],
     st: &mut Accum<'_>,
     h0: usize,
-    r: usize,
+    rs: [usize; R],
 ) {
     let (hd, p) = (l.head_dim, l.page_tokens);
-    let mut w = [0f32; G];
-    for (i, w) in w.iter_mut().enumerate() {
-        *w = st.weights[(h0 + i) * p + r];
+    let mut w = [[0f32; G]; R];
+    for (w, r) in w.iter_mut().zip(rs) {
+        for (i, w) in w.iter_mut().enumerate() {
+            *w = st.weights[(h0 + i) * p + r];
+        }
     }
-    add_scaled::<D, G>(l.v_fmt, &mut st.out[h0 * hd..(h0 + G) * hd], w, vrow);
+    add_scaled::<D, G, R>(l.v_fmt, &mut st.out[h0 * hd..(h0 + G) * hd], w, vrows);
 }
 
 struct PageSlices<'d> {
