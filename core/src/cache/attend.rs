@@ -302,8 +302,10 @@ fn attend_page<D: F16Decode, F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>,
         out,
         weights: scores,
     };
-    // Rows two at a time (the last alone): each output element still gets the rows' terms in
-    // row order, with half the loads and stores of the accumulators.
+    // Quantized rows two at a time (the last alone): each output element still gets the rows'
+    // terms in row order, with half the loads and stores of the accumulators. f32/f16/bf16 rows
+    // stay single: paired, they measured slower (two decoded blocks per head exhaust the
+    // registers), and their decode is cheap anyway.
     let mut kept = rows();
     let pairs = matches!(
         l.v_fmt,
