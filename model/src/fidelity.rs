@@ -1,0 +1,134 @@
+//! Fidelity of KV page formats on real text: teacher-forced perplexity, KL divergence against a
+//! reference format and top-1 agreement (DESIGN.md, "Fidelity measurement").
+
+use edgekv::ElementFormat;
+
+use crate::session::argmax;
+use crate::{Error, Llama, Logits, Result, Session, SessionArenas, SessionOptions};
+
+/// One format's figures over a text.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fidelity {
+    /// Perplexity over the predictions of tokens 1..n.
+    pub perplexity: f64,
+    /// Mean KL(p_ref ‖ p_format) over all n positions (softmax in f64).
+    pub kl_mean: f64,
+    /// Largest per-position KL.
+    pub kl_max: f64,
+    /// Fraction of positions whose most likely next token equals the reference's.
+    pub top1: f64,
+}
+
+/// Log-softmax of one row in f64.
+fn log_softmax(row: &[f32]) -> Vec<f64> {
+    let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+    let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+    let log_z = max + sum.ln();
+    row.iter().map(|&v| v as f64 - log_z).collect()
+}
+
+/// KL(p ‖ q) from log-probabilities.
+fn kl(log_p: &[f64], log_q: &[f64]) -> f64 {
+    log_p
+        .iter()
+        .zip(log_q)
+        .map(|(&lp, &lq)| lp.exp() * (lp - lq))
+        .sum()
+}
+
+#[derive(Default)]
+struct Tally {
+    nll: f64,
+    predictions: usize,
+    kl_sum: f64,
+    kl_max: f64,
+    agree: usize,
+    positions: usize,
+}
+
+impl Tally {
+    fn finish(&self) -> Fidelity {
+        Fidelity {
+            perplexity: (self.nll / self.predictions.max(1) as f64).exp(),
+            kl_mean: self.kl_sum / self.positions.max(1) as f64,
+            kl_max: self.kl_max,
+            top1: self.agree as f64 / self.positions.max(1) as f64,
+        }
+    }
+}
+
+/// Teacher-forces `tokens` (no BOS added) through one session per format, `chunk` tokens at a
+/// time in lockstep, and returns the reference's figures (its KL is 0, top-1 1) and each
+/// format's against it. `base` gives everything but the formats.
+pub fn compare(
+    model: &Llama,
+    tokens: &[u32],
+    base: SessionOptions,
+    reference: ElementFormat,
+    formats: &[ElementFormat],
+) -> Result<(Fidelity, Vec<Fidelity>)> {
+    if tokens.len() < 2 {
+        return Err(Error::Input("need at least two tokens".into()));
+    }
+    let n = u32::try_from(tokens.len()).map_err(|_| Error::Input("text too long".into()))?;
+    let pages = n.div_ceil(base.page_tokens as u32) as u16;
+    let options: Vec<SessionOptions> = core::iter::once(reference)
+        .chain(formats.iter().copied())
+        .map(|f| SessionOptions {
+            pages,
+            sequences: 1,
+            max_tokens: n.max(base.max_tokens),
+            ..base.with_format(f)
+        })
+        .collect();
+    let mut arenas = options
+        .iter()
+        .map(|o| SessionArenas::new(model, o))
+        .collect::<Result<Vec<_>>>()?;
+    let mut sessions = Vec::with_capacity(options.len());
+    for (a, o) in arenas.iter_mut().zip(&options) {
+        let mut s = Session::new(model, a, *o)?;
+        let seq = s.cache_mut().create_sequence(edgekv::SeqMode::Paged)?;
+        sessions.push((s, seq));
+    }
+    let mut tallies: Vec<Tally> = options.iter().map(|_| Tally::default()).collect();
+    let vocab = model.config().vocab;
+    let chunk = base.prefill_chunk.max(1) as usize;
+    for (c, block) in tokens.chunks(chunk).enumerate() {
+        let mut rows = Vec::with_capacity(sessions.len());
+        for (s, seq) in sessions.iter_mut() {
+            rows.push(s.prefill(*seq, block, Logits::All)?);
+        }
+        for i in 0..block.len() {
+            let pos = c * chunk + i;
+            let next = tokens.get(pos + 1).map(|&t| t as usize);
+            let reference = log_softmax(&rows[0][i * vocab..][..vocab]);
+            let ref_top = argmax(&rows[0][i * vocab..][..vocab]);
+            for (k, t) in tallies.iter_mut().enumerate() {
+                let row = &rows[k][i * vocab..][..vocab];
+                let lp = if k == 0 {
+                    reference.clone()
+                } else {
+                    log_softmax(row)
+                };
+                if let Some(next) = next {
+                    t.nll -= lp[next];
+                    t.predictions += 1;
+                }
+                let d = if k == 0 { 0.0 } else { kl(&reference, &lp) };
+                t.kl_sum += d;
+                t.kl_max = t.kl_max.max(d);
+                t.agree += usize::from(argmax(row) == ref_top);
+                t.positions += 1;
+            }
+        }
+    }
+    let mut figures = tallies.iter().map(Tally::finish);
+    let reference = figures.next().unwrap_or(Fidelity {
+        perplexity: f64::NAN,
+        kl_mean: 0.0,
+        kl_max: 0.0,
+        top1: 1.0,
+    });
+    Ok((reference, figures.collect()))
+}

@@ -1,0 +1,332 @@
+//! A model's KV cache: prefill in chunks aligned to absolute positions, prefix reuse, greedy
+//! generation and chat turns.
+
+use std::time::{Duration, Instant};
+
+use edgekv::prefix::plan_prefill;
+use edgekv::{CacheConfig, ElementFormat, FreeList, HeapArena, KvCache, SeqId, SeqMode};
+
+use crate::{Error, Llama, Logits, Result};
+
+/// Where a reused prefix may end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReuseAlign {
+    /// At a multiple of the prefill chunk C: the reused positions are exactly those a cold
+    /// prefill computes in whole chunks, so reuse is bit-exact even with kernels whose results
+    /// depend on how rows are batched.
+    Chunk,
+    /// At a page boundary (finer, so more is reused). Bit-exact because this forward pass
+    /// computes every row alone (the tests check chunked against unchunked logits bit for bit).
+    Page,
+}
+
+/// How a [`Session`]'s cache is laid out and used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Key page format.
+    pub k_format: ElementFormat,
+    /// Value page format.
+    pub v_format: ElementFormat,
+    /// Tokens per page.
+    pub page_tokens: u16,
+    /// Prefill chunk C in tokens (a multiple of `page_tokens`): chunks start at absolute
+    /// multiples of C.
+    pub prefill_chunk: u16,
+    /// Alignment of reused prefixes.
+    pub reuse: ReuseAlign,
+    /// Sequence slots.
+    pub sequences: u16,
+    /// Longest sequence in tokens.
+    pub max_tokens: u32,
+    /// Pages in the pool (each holds `page_tokens` positions of every layer).
+    pub pages: u16,
+}
+
+impl Default for SessionOptions {
+    /// int8 (Q8_0) K and V, 16-token pages, C = 64, page-aligned reuse, 4 sequences of up to
+    /// 4096 tokens, 1024 pages (16,384 positions).
+    fn default() -> Self {
+        SessionOptions {
+            k_format: ElementFormat::Q8_0,
+            v_format: ElementFormat::Q8_0,
+            page_tokens: 16,
+            prefill_chunk: 64,
+            reuse: ReuseAlign::Page,
+            sequences: 4,
+            max_tokens: 4096,
+            pages: 1024,
+        }
+    }
+}
+
+impl SessionOptions {
+    /// These options with `format` for both K and V.
+    pub fn with_format(mut self, format: ElementFormat) -> Self {
+        self.k_format = format;
+        self.v_format = format;
+        self
+    }
+
+    /// The edgekv configuration for `model`.
+    pub fn cache_config(&self, model: &Llama) -> Result<CacheConfig> {
+        let reuse_chunk = match self.reuse {
+            ReuseAlign::Chunk => self.prefill_chunk,
+            ReuseAlign::Page => 0,
+        };
+        if self.page_tokens == 0 || self.prefill_chunk % self.page_tokens != 0 {
+            return Err(Error::Input(format!(
+                "prefill chunk {} is not a multiple of the page size {}",
+                self.prefill_chunk, self.page_tokens
+            )));
+        }
+        Ok(CacheConfig::new(model.config().shape()?)
+            .with_formats(self.k_format, self.v_format)
+            .with_page_tokens(self.page_tokens)
+            .with_chunk_tokens(reuse_chunk)
+            .with_sequences(self.sequences, self.max_tokens)
+            .with_namespace(model.fingerprint()))
+    }
+}
+
+/// Heap memory for a session's cache (the data and metadata arenas edgekv plans).
+pub struct SessionArenas {
+    config: CacheConfig,
+    pages: u16,
+    data: HeapArena,
+    meta: HeapArena,
+}
+
+impl std::fmt::Debug for SessionArenas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionArenas")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionArenas {
+    /// Allocates arenas for `options.pages` pages of `model`'s cache.
+    pub fn new(model: &Llama, options: &SessionOptions) -> Result<Self> {
+        let config = options.cache_config(model)?;
+        let plan = config.plan_pages(
+            options.pages as usize,
+            <FreeList as edgekv::PageAllocator>::META_BITS_PER_PAGE,
+        )?;
+        Ok(SessionArenas {
+            config,
+            pages: options.pages,
+            data: HeapArena::new(plan.data_bytes, config.align)?,
+            meta: HeapArena::new(plan.meta.total, edgekv::META_ALIGN)?,
+        })
+    }
+}
+
+/// What one chat turn did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnReport {
+    /// Prompt tokens (the whole conversation so far).
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose K/V came from the prefix cache.
+    pub reused_tokens: u32,
+    /// Prompt in, first token's logits out.
+    pub time_to_first_token: Duration,
+    /// Generated token ids (the stop token excluded).
+    pub generated: Vec<u32>,
+    /// Generation after the first token.
+    pub decode_time: Duration,
+    /// Pages held by sequences after the turn.
+    pub pages_used: u16,
+    /// Unreferenced pages kept for reuse after the turn.
+    pub pages_cached: u16,
+}
+
+/// A model with its paged KV cache.
+pub struct Session<'a, 'm> {
+    model: &'m Llama,
+    cache: KvCache<'a, FreeList<'a>>,
+    options: SessionOptions,
+}
+
+impl std::fmt::Debug for Session<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Index of the largest logit (the first one on ties).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+impl<'a, 'm> Session<'a, 'm> {
+    /// A session over `arenas` (made for the same model and options).
+    pub fn new(
+        model: &'m Llama,
+        arenas: &'a mut SessionArenas,
+        options: SessionOptions,
+    ) -> Result<Self> {
+        let config = options.cache_config(model)?;
+        if config != arenas.config || options.pages != arenas.pages {
+            return Err(Error::Input(
+                "arenas were made for other options or another model".into(),
+            ));
+        }
+        let cache = KvCache::new(
+            config,
+            arenas.data.as_uninit_mut(),
+            arenas.meta.as_uninit_mut(),
+        )?;
+        Ok(Session {
+            model,
+            cache,
+            options,
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &'m Llama {
+        self.model
+    }
+
+    /// The options.
+    pub fn options(&self) -> &SessionOptions {
+        &self.options
+    }
+
+    /// The KV cache.
+    pub fn cache(&self) -> &KvCache<'a, FreeList<'a>> {
+        &self.cache
+    }
+
+    /// The KV cache, mutable (fork, truncate, free, …).
+    pub fn cache_mut(&mut self) -> &mut KvCache<'a, FreeList<'a>> {
+        &mut self.cache
+    }
+
+    /// Bytes of K and V one token occupies over all layers (scales included).
+    pub fn bytes_per_token(&self) -> usize {
+        let g = &self.cache.layout().geometry;
+        g.layers as usize
+            * (g.k_row_bytes + g.k_scale_row_bytes + g.v_row_bytes + g.v_scale_row_bytes)
+    }
+
+    /// Appends `tokens` to `seq` in chunks that start at absolute multiples of the prefill chunk
+    /// C (the first may be shorter when the sequence does not end on the grid), and returns the
+    /// requested logits: the last token's row, or every row.
+    pub fn prefill(&mut self, seq: SeqId, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(Error::Input("no tokens".into()));
+        }
+        let start = self.cache.seq_len(seq)?;
+        let end = u32::try_from(tokens.len())
+            .ok()
+            .and_then(|n| start.checked_add(n))
+            .ok_or_else(|| Error::Input("too many tokens".into()))?;
+        let mut out = Vec::new();
+        for chunk in plan_prefill(start, end, self.options.prefill_chunk as u32) {
+            let rows = &tokens[(chunk.start - start) as usize..(chunk.end - start) as usize];
+            let want = match logits {
+                Logits::Last if chunk.end == end => Logits::Last,
+                Logits::All => Logits::All,
+                _ => Logits::None,
+            };
+            match self.model.forward(&mut self.cache, seq, rows, want) {
+                Ok(l) => out.extend_from_slice(&l),
+                Err(e) => {
+                    let _ = self.cache.truncate(seq, start);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A new sequence for `prompt`: attaches the longest verified published prefix (aligned as
+    /// the options say, never the whole prompt), prefills the rest, publishes the prompt's
+    /// whole chunks for later reuse, and returns the sequence, the tokens reused and the last
+    /// token's logits. All or nothing.
+    pub fn start(&mut self, prompt: &[u32]) -> Result<(SeqId, u32, Vec<f32>)> {
+        if prompt.is_empty() {
+            return Err(Error::Input("empty prompt".into()));
+        }
+        let seq = self.cache.create_sequence(SeqMode::Paged)?;
+        match self.start_in(seq, prompt) {
+            Ok((reused, logits)) => Ok((seq, reused, logits)),
+            Err(e) => {
+                let _ = self.cache.free_sequence(seq);
+                Err(e)
+            }
+        }
+    }
+
+    fn start_in(&mut self, seq: SeqId, prompt: &[u32]) -> Result<(u32, Vec<f32>)> {
+        let hit = self.cache.lookup(prompt)?;
+        let reused = self.cache.attach(seq, &hit, prompt)?;
+        let logits = self.prefill(seq, &prompt[reused as usize..], Logits::Last)?;
+        self.cache.commit_prompt(seq, prompt)?;
+        Ok((reused, logits))
+    }
+
+    /// Appends one token and returns its logits.
+    pub fn decode(&mut self, seq: SeqId, token: u32) -> Result<Vec<f32>> {
+        self.model
+            .forward(&mut self.cache, seq, &[token], Logits::Last)
+    }
+
+    /// Greedy generation from `logits` (the last position's): up to `max_new` tokens, stopping
+    /// after a token in `stop` (which is returned but not appended to the sequence).
+    pub fn generate(
+        &mut self,
+        seq: SeqId,
+        logits: &[f32],
+        max_new: usize,
+        stop: &[u32],
+    ) -> Result<Vec<u32>> {
+        let mut out = Vec::with_capacity(max_new);
+        let mut next = argmax(logits);
+        while out.len() < max_new {
+            out.push(next);
+            if stop.contains(&next) || out.len() == max_new {
+                break;
+            }
+            next = argmax(&self.decode(seq, next)?);
+        }
+        Ok(out)
+    }
+
+    /// One chat turn over the whole conversation's token ids: [`start`](Self::start), greedy
+    /// generation of up to `max_new` tokens (stopping at the model's end token), then the
+    /// sequence is freed (its published prompt pages stay cached for the next turn).
+    pub fn chat_turn(&mut self, conversation: &[u32], max_new: usize) -> Result<TurnReport> {
+        let t0 = Instant::now();
+        let (seq, reused, logits) = self.start(conversation)?;
+        let time_to_first_token = t0.elapsed();
+        let t1 = Instant::now();
+        let eos = self.model.config().eos;
+        let generated = self.generate(seq, &logits, max_new, &[eos]);
+        let decode_time = t1.elapsed();
+        let stats = self.cache.stats();
+        self.cache.free_sequence(seq)?;
+        let mut generated = generated?;
+        if generated.last() == Some(&eos) {
+            generated.pop();
+        }
+        Ok(TurnReport {
+            prompt_tokens: conversation.len(),
+            reused_tokens: reused,
+            time_to_first_token,
+            generated,
+            decode_time,
+            pages_used: stats.pages_used,
+            pages_cached: self.cache.stats().pages_cached,
+        })
+    }
+}

@@ -1,0 +1,127 @@
+//! Byte-level BPE from the GGUF's own vocabulary and merges.
+
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::Content;
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::{AddedToken, PreTokenizerWrapper};
+
+use crate::{Error, Result};
+
+/// GGUF token type of control tokens (`<|im_start|>`, `<|im_end|>`, …).
+const CONTROL: i32 = 3;
+
+/// Text ↔ token ids with the model's own vocabulary (GPT-2 style byte-level BPE). For SmolLM2
+/// (`tokenizer.ggml.pre = "smollm"`) the ids equal llama.cpp's: digits are split one by one
+/// before the byte-level regex, and control tokens are matched as whole special tokens.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer").finish_non_exhaustive()
+    }
+}
+
+fn tok_err(e: impl std::fmt::Display) -> Error {
+    Error::Tokenizer(e.to_string())
+}
+
+impl Tokenizer {
+    /// Reads the tokenizer of a GGUF file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        let mut file = std::fs::File::open(path)?;
+        Self::from_gguf(&Content::read(&mut file)?)
+    }
+
+    /// Builds the tokenizer from GGUF metadata (`tokenizer.ggml.{model,pre,tokens,merges,
+    /// token_type}`). Only `gpt2` models with the `smollm` or `default` pre-tokenizer are
+    /// accepted: other pre-tokenizers split text differently and would give wrong ids.
+    pub fn from_gguf(content: &Content) -> Result<Self> {
+        let md = |k: &str| {
+            content
+                .metadata
+                .get(k)
+                .ok_or_else(|| Error::Model(format!("GGUF has no `{k}`")))
+        };
+        let model = md("tokenizer.ggml.model")?.to_string()?;
+        if model != "gpt2" {
+            return Err(Error::Model(format!("tokenizer model `{model}`, not gpt2")));
+        }
+        let digits = match content.metadata.get("tokenizer.ggml.pre") {
+            Some(v) => match v.to_string()?.as_str() {
+                "smollm" => true,
+                "default" => false,
+                other => return Err(Error::Model(format!("pre-tokenizer `{other}`"))),
+            },
+            None => false,
+        };
+        let tokens = md("tokenizer.ggml.tokens")?.to_vec()?;
+        let mut vocab = ahash::AHashMap::with_capacity(tokens.len());
+        let mut names = Vec::with_capacity(tokens.len());
+        for (id, t) in tokens.iter().enumerate() {
+            let t = t.to_string()?;
+            vocab.insert(t.clone(), id as u32);
+            names.push(t.clone());
+        }
+        let merges = md("tokenizer.ggml.merges")?
+            .to_vec()?
+            .iter()
+            .map(|m| {
+                let m = m.to_string()?;
+                m.split_once(' ')
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .ok_or_else(|| Error::Model(format!("merge `{m}` has no space")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(tok_err)?;
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        let byte_level = PreTokenizerWrapper::from(ByteLevel::new(false, true, true));
+        let pre: PreTokenizerWrapper = if digits {
+            Sequence::new(vec![Digits::new(true).into(), byte_level]).into()
+        } else {
+            byte_level
+        };
+        inner.with_pre_tokenizer(Some(pre));
+        inner.with_decoder(Some(ByteLevelDecoder::default()));
+        if let Some(types) = content.metadata.get("tokenizer.ggml.token_type") {
+            let special: Vec<AddedToken> = types
+                .to_vec()?
+                .iter()
+                .zip(&names)
+                .filter(|(t, _)| t.to_i32().is_ok_and(|t| t == CONTROL))
+                .map(|(_, name)| AddedToken::from(name.clone(), true))
+                .collect();
+            inner.add_special_tokens(special).map_err(tok_err)?;
+        }
+        Ok(Tokenizer { inner })
+    }
+
+    /// Token ids of `text` (no BOS added; control tokens written in the text are matched).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(self
+            .inner
+            .encode_fast(text, false)
+            .map_err(tok_err)?
+            .get_ids()
+            .to_vec())
+    }
+
+    /// Text of `ids`, control tokens included.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner.decode(ids, false).map_err(tok_err)
+    }
+
+    /// The id of a token's exact text (e.g. `<|im_end|>`), if the vocabulary has it.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+}
