@@ -37,7 +37,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut arenas = SessionArenas::new(&model, &options)?;
     let mut session = Session::new(&model, &mut arenas, options)?;
-    let f32_bytes = model.config().layers * 2 * model.config().kv_heads * model.config().head_dim * 4;
+    let f32_bytes =
+        model.config().layers * 2 * model.config().kv_heads * model.config().head_dim * 4;
     println!(
         "SmolLM2-135M-Instruct, KV pages {:?}/{:?}, {} tokens per page, {} B per token ({:.2}x less than f32's {f32_bytes} B)",
         options.k_format,

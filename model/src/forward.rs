@@ -165,10 +165,11 @@ impl Llama {
         }
         let n = u32::try_from(tokens.len()).map_err(|_| Error::Input("too many tokens".into()))?;
         cache.reserve(seq, n)?;
-        self.run(cache, seq, start, tokens, logits).inspect_err(|_| {
-            // The positions were reserved above, so this truncate is within the sequence.
-            let _ = cache.truncate(seq, start);
-        })
+        self.run(cache, seq, start, tokens, logits)
+            .inspect_err(|_| {
+                // The positions were reserved above, so this truncate is within the sequence.
+                let _ = cache.truncate(seq, start);
+            })
     }
 
     fn run<'a, A: PageAllocator<'a> + Sync>(
@@ -205,7 +206,16 @@ impl Llama {
                 self.rope.apply(kr, pos);
             }
             cache.write_kv(seq, layer as u16, start, &k, &v)?;
-            attend(cache, seq, layer as u16, start, &q, &mut attn, &params, q_row)?;
+            attend(
+                cache,
+                seq,
+                layer as u16,
+                start,
+                &q,
+                &mut attn,
+                &params,
+                q_row,
+            )?;
             let o = matmul(&b.wo, &Tensor::from_slice(&attn, (n, q_row), &self.device)?)?;
             add(&mut x, &o);
             rms_norm(&x, &b.ffn_norm, c.rms_eps, &mut h);

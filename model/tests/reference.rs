@@ -29,7 +29,10 @@ fn reference() -> ModelWeights {
 }
 
 fn ref_forward(m: &mut ModelWeights, ids: &[u32], pos: usize) -> Vec<f32> {
-    let x = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let x = Tensor::new(ids, &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
     m.forward(&x, pos)
         .unwrap()
         .flatten_all()
@@ -54,7 +57,11 @@ fn diff(a: &[f32], b: &[f32]) -> Diff {
         .sum::<f64>()
         / n)
         .sqrt();
-    let max = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let max = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
     Diff {
         max,
         rms_rel: rms / spread,

@@ -22,7 +22,13 @@ fn logits_do_not_depend_on_chunking() {
     let mut arenas = SessionArenas::new(m, &opts).unwrap();
     let mut s = Session::new(m, &mut arenas, opts).unwrap();
     let mut all_rows = None;
-    for splits in [vec![150], vec![1, 149], vec![64, 64, 22], vec![37, 50, 63], vec![17; 9]] {
+    for splits in [
+        vec![150],
+        vec![1, 149],
+        vec![64, 64, 22],
+        vec![37, 50, 63],
+        vec![17; 9],
+    ] {
         let seq = s.cache_mut().create_sequence(SeqMode::Paged).unwrap();
         let mut rows = Vec::new();
         let mut at = 0;
@@ -86,7 +92,10 @@ fn reuse_matrix(format: ElementFormat, reuse: ReuseAlign, lengths: &[usize]) -> 
 fn reuse_is_bit_exact_int8() {
     // On and off the page (16) and chunk (64) grids.
     let lengths = [5, 16, 40, 64, 65, 100, 128, 150, 191, 200];
-    assert_eq!(reuse_matrix(ElementFormat::Q8_0, ReuseAlign::Page, &lengths), 9);
+    assert_eq!(
+        reuse_matrix(ElementFormat::Q8_0, ReuseAlign::Page, &lengths),
+        9
+    );
     assert_eq!(
         reuse_matrix(ElementFormat::Q8_0, ReuseAlign::Chunk, &[63, 64, 129, 200]),
         3
@@ -96,7 +105,10 @@ fn reuse_is_bit_exact_int8() {
 #[test]
 #[ignore = "full matrix: about 10 minutes; run with --ignored"]
 fn reuse_is_bit_exact_full_matrix() {
-    let lengths: Vec<usize> = (1..=200).step_by(13).chain([16, 32, 64, 128, 192]).collect();
+    let lengths: Vec<usize> = (1..=200)
+        .step_by(13)
+        .chain([16, 32, 64, 128, 192])
+        .collect();
     for format in [ElementFormat::F32, ElementFormat::F16, ElementFormat::Q8_0] {
         for reuse in [ReuseAlign::Page, ReuseAlign::Chunk] {
             reuse_matrix(format, reuse, &lengths);
@@ -151,7 +163,10 @@ fn unaligned_reuse_never_changes_logits() {
         changed += usize::from(!same_bits(&warm, &cold));
         s.cache_mut().free_sequence(seq).unwrap();
     }
-    eprintln!("unaligned reuse changed logits in {changed} of {} cuts", cuts.len());
+    eprintln!(
+        "unaligned reuse changed logits in {changed} of {} cuts",
+        cuts.len()
+    );
     assert_eq!(changed, 0);
 }
 
@@ -165,7 +180,10 @@ fn bad_input_is_refused_and_changes_nothing() {
     s.prefill(seq, &[1, 2, 3], Logits::None).unwrap();
     let before = s.cache().stats();
 
-    assert!(matches!(s.prefill(seq, &[], Logits::Last), Err(Error::Input(_))));
+    assert!(matches!(
+        s.prefill(seq, &[], Logits::Last),
+        Err(Error::Input(_))
+    ));
     assert!(matches!(
         m.forward(s.cache_mut(), seq, &[5, 49_152], Logits::Last),
         Err(Error::Input(_))
@@ -181,11 +199,11 @@ fn bad_input_is_refused_and_changes_nothing() {
     assert_eq!(s.cache().stats(), before);
 
     // Options that do not fit the arenas, and a chunk off the page grid.
-    let other = SessionOptions {
-        pages: 9,
-        ..opts
-    };
-    assert!(matches!(Session::new(m, &mut arenas, other), Err(Error::Input(_))));
+    let other = SessionOptions { pages: 9, ..opts };
+    assert!(matches!(
+        Session::new(m, &mut arenas, other),
+        Err(Error::Input(_))
+    ));
     let bad = SessionOptions {
         prefill_chunk: 24,
         ..opts

@@ -7,7 +7,8 @@
 //!   without `defmt`, the HAL also with `cortex-m`), Miri on the core and the HAL, then all tests;
 //!   the output ends with nextest's summary.
 //!   `--no-miri` and `--no-targets` skip the slow parts for quick local runs (`--no-targets` also
-//!   skips the board firmware builds and the micro:bit QEMU run).
+//!   skips the board firmware builds and the micro:bit QEMU run); `--no-model` skips the real-model
+//!   harness in `model/` (which fetches SmolLM2-135M, 98 MB, on first use).
 //! - `cargo xtask fuzz [SECONDS]` — every cargo-fuzz target in `fuzz/` from its seed corpus
 //!   (default 30 s each; `cargo test-all` runs this unless `--no-fuzz`).
 //! - `cargo xtask size` — .text / .data / .bss of each board firmware and the core's share.
@@ -43,7 +44,7 @@ fn main() -> ExitCode {
         Some("size") => edgekv_host_tests::size::report(&edgekv_host_tests::qemu::repo_root())
             .map(|table| println!("{table}")),
         _ => Err(
-            "usage: cargo xtask <demo [--host] | test [--no-miri] [--no-targets] [--no-fuzz] | fuzz [SECONDS] | size>"
+            "usage: cargo xtask <demo [--host] | test [--no-miri] [--no-targets] [--no-fuzz] [--no-model] | fuzz [SECONDS] | size>"
                 .into(),
         ),
     };
@@ -158,9 +159,43 @@ fn run_board(desc: &str, dir: &str, args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// The real-model harness (`model/`, its own workspace): fetches SmolLM2-135M (98 MB, cached
+/// outside the repository), then rustfmt, clippy and its tests (release builds: the forward pass
+/// is too slow unoptimized).
+fn model_tests() -> Result<(), String> {
+    let root = edgekv_host_tests::qemu::repo_root();
+    let start = Instant::now();
+    eprintln!("\n==> fetch SmolLM2-135M: model/fetch-model.sh");
+    let status = Command::new("bash")
+        .arg(root.join("model/fetch-model.sh"))
+        .status()
+        .map_err(|e| format!("cannot run model/fetch-model.sh: {e}"))?;
+    eprintln!(
+        "<== fetch SmolLM2-135M: {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    if !status.success() {
+        return Err(format!("model/fetch-model.sh failed ({status})"));
+    }
+    run_board("model: rustfmt", "model", &["fmt", "--", "--check"])?;
+    run_board(
+        "model: clippy",
+        "model",
+        &[
+            "clippy",
+            "--release",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+    run_board("model: tests", "model", &["test", "--release"])
+}
+
 fn test(flags: &[&str]) -> Result<(), String> {
     for f in flags {
-        if !["--no-miri", "--no-targets", "--no-fuzz"].contains(f) {
+        if !["--no-miri", "--no-targets", "--no-fuzz", "--no-model"].contains(f) {
             return Err(format!("unknown flag {f}"));
         }
     }
@@ -324,6 +359,9 @@ fn test(flags: &[&str]) -> Result<(), String> {
         fuzz(30)?;
     }
     run("doctests", c, &["test", "--workspace", "--doc"], &[])?;
+    if !flags.contains(&"--no-model") {
+        model_tests()?;
+    }
     // Last, so the output ends with the test runner's summary.
     run_quiet(
         "tests",

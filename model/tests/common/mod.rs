@@ -8,8 +8,7 @@ use edgekv_model::{Llama, Logits, Session, SessionArenas, SessionOptions, Tokeni
 pub fn model() -> &'static Llama {
     static MODEL: OnceLock<Llama> = OnceLock::new();
     MODEL.get_or_init(|| {
-        Llama::load(model_path())
-            .unwrap_or_else(|e| panic!("{e} (run model/fetch-model.sh first)"))
+        Llama::load(model_path()).unwrap_or_else(|e| panic!("{e} (run model/fetch-model.sh first)"))
     })
 }
 

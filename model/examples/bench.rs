@@ -1,0 +1,131 @@
+//! Prefill and decode speed, and time to first token for a 769-token prompt whose first 670
+//! tokens are cached vs cold, for edgekv (int8 pages) and, in the same run, candle-transformers'
+//! quantized llama (dense f32 KV; reuse = keeping its KV of the first 670 tokens, as llama.cpp
+//! does). `cargo run --release --example bench [-- ROUNDS]`; prints medians over the rounds.
+
+use std::time::{Duration, Instant};
+
+use candle_core::{Device, Tensor};
+use candle_transformers::models::quantized_llama::ModelWeights;
+use edgekv_model::{
+    Llama, ReuseAlign, Session, SessionArenas, SessionOptions, Tokenizer, model_path,
+};
+
+const PROMPT: usize = 769;
+const CACHED: usize = 670;
+const DECODE: usize = 64;
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(3);
+    let path = model_path();
+    let model = Llama::load(&path)?;
+    let tokenizer = Tokenizer::load(&path)?;
+    let text = std::fs::read_to_string("/usr/share/common-licenses/GPL-3")?;
+    let tokens = tokenizer.encode(&text)?;
+    let prompt = &tokens[..PROMPT];
+    let eos = model.config().eos;
+    println!(
+        "CANDLE_NUM_THREADS={}, {rounds} rounds, medians",
+        std::env::var("CANDLE_NUM_THREADS").unwrap_or_default()
+    );
+
+    // edgekv: cold prefill + decode, then reuse of the cached 670 tokens.
+    for reuse in [ReuseAlign::Page, ReuseAlign::Chunk] {
+        let options = SessionOptions {
+            reuse,
+            pages: 128,
+            ..SessionOptions::default()
+        };
+        let (mut cold_t, mut warm_t, mut dec_t) = (vec![], vec![], vec![]);
+        let mut reused = 0;
+        for _ in 0..rounds {
+            let mut arenas = SessionArenas::new(&model, &options)?;
+            let mut s = Session::new(&model, &mut arenas, options)?;
+            let t = Instant::now();
+            let (seq, r, cold) = s.start(prompt)?;
+            cold_t.push(t.elapsed());
+            assert_eq!(r, 0);
+            let t = Instant::now();
+            let out = s.generate(seq, &cold, DECODE, &[])?;
+            dec_t.push(t.elapsed() / (out.len() - 1) as u32);
+            s.cache_mut().free_sequence(seq)?;
+
+            // A fresh cache that has seen only the first 670 tokens.
+            let mut arenas = SessionArenas::new(&model, &options)?;
+            let mut s = Session::new(&model, &mut arenas, options)?;
+            let (seq, _, _) = s.start(&prompt[..CACHED])?;
+            s.cache_mut().free_sequence(seq)?;
+            let t = Instant::now();
+            let (_, r, warm) = s.start(prompt)?;
+            warm_t.push(t.elapsed());
+            reused = r;
+            let same = warm
+                .iter()
+                .zip(&cold)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "logits after reuse differ from cold");
+        }
+        let (cold, warm, dec) = (median(cold_t), median(warm_t), median(dec_t));
+        println!(
+            "edgekv int8, reuse aligned to {reuse:?}: prefill {PROMPT} tokens {:.2} s ({:.1} tok/s), decode {:.1} tok/s; TTFT cold {:.0} ms, reused {reused} of {CACHED} cached tokens {:.0} ms: {:.2}x, logits bit-identical",
+            secs(cold),
+            PROMPT as f64 / secs(cold),
+            1.0 / secs(dec),
+            secs(cold) * 1e3,
+            secs(warm) * 1e3,
+            secs(cold) / secs(warm)
+        );
+    }
+
+    // Peer: candle-transformers' quantized llama on the same prompt.
+    let mut file = std::fs::File::open(&path)?;
+    let content = candle_core::quantized::gguf_file::Content::read(&mut file)?;
+    let mut peer = ModelWeights::from_gguf(content, &mut file, &Device::Cpu)?;
+    let run = |m: &mut ModelWeights, ids: &[u32], pos: usize| -> candle_core::Result<Vec<f32>> {
+        m.forward(&Tensor::new(ids, &Device::Cpu)?.unsqueeze(0)?, pos)?
+            .flatten_all()?
+            .to_vec1()
+    };
+    let (mut cold_t, mut warm_t, mut dec_t) = (vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let mut l = run(&mut peer, prompt, 0)?;
+        cold_t.push(t.elapsed());
+        let t = Instant::now();
+        for i in 0..DECODE - 1 {
+            let next = edgekv_model::argmax(&l);
+            if next == eos {
+                break;
+            }
+            l = run(&mut peer, &[next], PROMPT + i)?;
+        }
+        dec_t.push(t.elapsed() / (DECODE - 1) as u32);
+        run(&mut peer, &prompt[..CACHED], 0)?;
+        let t = Instant::now();
+        run(&mut peer, &prompt[CACHED..], CACHED)?;
+        warm_t.push(t.elapsed());
+    }
+    let (cold, warm, dec) = (median(cold_t), median(warm_t), median(dec_t));
+    println!(
+        "candle-transformers (same run): prefill {PROMPT} tokens {:.2} s ({:.1} tok/s), decode {:.1} tok/s; TTFT cold {:.0} ms, with its KV of {CACHED} tokens kept {:.0} ms: {:.2}x",
+        secs(cold),
+        PROMPT as f64 / secs(cold),
+        1.0 / secs(dec),
+        secs(cold) * 1e3,
+        secs(warm) * 1e3,
+        secs(cold) / secs(warm)
+    );
+    Ok(())
+}
