@@ -7,7 +7,7 @@
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
-use edgekv_model::{Llama, Session, SessionArenas, SessionOptions, Tokenizer, model_path};
+use edgekv_model::{Chat, Llama, Session, SessionArenas, SessionOptions, Tokenizer, model_path};
 
 const SYSTEM: &str = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 
@@ -47,6 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         session.bytes_per_token(),
         f32_bytes as f64 / session.bytes_per_token() as f64
     );
+    let mut chat = Chat::new();
     let mut conversation = turn_text("system", SYSTEM);
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
@@ -70,14 +71,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         conversation += &turn_text("user", &user);
         conversation += "<|im_start|>assistant\n";
         let ids = tokenizer.encode(&conversation)?;
-        let report = session.chat_turn(&ids, 128)?;
+        let report = session.chat_turn(&mut chat, &ids, 128)?;
         let reply = tokenizer.decode(&report.generated)?;
         println!("smollm> {}", reply.trim());
 
         // The same prompt in a fresh cache: the cold time to first token.
         let mut cold_arenas = SessionArenas::new(&model, &options)?;
         let mut cold = Session::new(&model, &mut cold_arenas, options)?;
-        let cold_report = cold.chat_turn(&ids, 1)?;
+        let cold_report = cold.chat_turn(&mut Chat::new(), &ids, 1)?;
         let decode_tps = report.generated.len().saturating_sub(1) as f64
             / report.decode_time.as_secs_f64().max(1e-9);
         println!(

@@ -29,7 +29,7 @@ mod tokenizer;
 pub use config::LlamaConfig;
 pub use error::{Error, Result};
 pub use forward::{Llama, Logits};
-pub use session::{ReuseAlign, Session, SessionArenas, SessionOptions, TurnReport, argmax};
+pub use session::{Chat, ReuseAlign, Session, SessionArenas, SessionOptions, TurnReport, argmax};
 pub use tokenizer::Tokenizer;
 
 use std::path::PathBuf;

@@ -302,23 +302,80 @@ impl<'a, 'm> Session<'a, 'm> {
         Ok(out)
     }
 
-    /// One chat turn over the whole conversation's token ids: [`start`](Self::start), greedy
-    /// generation of up to `max_new` tokens (stopping at the model's end token), then the
-    /// sequence is freed (its published prompt pages stay cached for the next turn).
-    pub fn chat_turn(&mut self, conversation: &[u32], max_new: usize) -> Result<TurnReport> {
+    /// The single-conversation path at token granularity (as llama.cpp keeps one sequence):
+    /// `seq` holds `held` (the token ids at its positions; prompt and generated tokens alike),
+    /// `prompt` is the next prompt. Keeps the longest common prefix of the two, capped below
+    /// `prompt.len()`, truncates `seq` there, prefills the rest, and returns the tokens kept and
+    /// the last token's logits. Bit-exact with a cold prefill at any cut, because every row of
+    /// this forward pass is computed alone (`tests/reuse.rs` checks cuts on and off the grids).
+    /// Nothing is published; on an error `seq` is left truncated at the common prefix.
+    pub fn continue_prompt(
+        &mut self,
+        seq: SeqId,
+        held: &[u32],
+        prompt: &[u32],
+    ) -> Result<(u32, Vec<f32>)> {
+        if prompt.is_empty() {
+            return Err(Error::Input("empty prompt".into()));
+        }
+        let len = self.cache.seq_len(seq)? as usize;
+        if held.len() > len {
+            return Err(Error::Input(format!(
+                "{} held tokens but the sequence has {len} positions",
+                held.len()
+            )));
+        }
+        let keep = edgekv::prefix::common_prefix_len(held, prompt).min(prompt.len() - 1);
+        self.cache.truncate(seq, keep as u32)?;
+        let logits = self.prefill(seq, &prompt[keep..], Logits::Last)?;
+        Ok((keep as u32, logits))
+    }
+
+    /// One chat turn over the whole conversation's token ids: reuses what `chat` holds (see
+    /// [`continue_prompt`](Self::continue_prompt)) or starts a sequence through the prefix
+    /// index ([`start`](Self::start)), then generates greedily up to `max_new` tokens, stopping
+    /// at the model's end token. The sequence stays with `chat` for the next turn.
+    pub fn chat_turn(
+        &mut self,
+        chat: &mut Chat,
+        conversation: &[u32],
+        max_new: usize,
+    ) -> Result<TurnReport> {
         let t0 = Instant::now();
-        let (seq, reused, logits) = self.start(conversation)?;
+        let (seq, reused, logits) = match chat.seq {
+            Some(seq) => match self.continue_prompt(seq, &chat.held, conversation) {
+                Ok((kept, logits)) => (seq, kept, logits),
+                Err(e) => {
+                    // Its positions no longer match `held`: start over next time.
+                    let _ = self.cache.free_sequence(seq);
+                    *chat = Chat::new();
+                    return Err(e);
+                }
+            },
+            None => self.start(conversation)?,
+        };
+        chat.seq = Some(seq);
+        chat.held.clear();
+        chat.held.extend_from_slice(conversation);
         let time_to_first_token = t0.elapsed();
         let t1 = Instant::now();
         let eos = self.model.config().eos;
-        let generated = self.generate(seq, &logits, max_new, &[eos]);
+        let mut generated = match self.generate(seq, &logits, max_new, &[eos]) {
+            Ok(g) => g,
+            Err(e) => {
+                let _ = self.cache.free_sequence(seq);
+                *chat = Chat::new();
+                return Err(e);
+            }
+        };
         let decode_time = t1.elapsed();
-        let stats = self.cache.stats();
-        self.cache.free_sequence(seq)?;
-        let mut generated = generated?;
+        // All generated tokens but the last were fed back into the sequence.
+        chat.held
+            .extend_from_slice(&generated[..generated.len().saturating_sub(1)]);
         if generated.last() == Some(&eos) {
             generated.pop();
         }
+        let stats = self.cache.stats();
         Ok(TurnReport {
             prompt_tokens: conversation.len(),
             reused_tokens: reused,
@@ -326,7 +383,31 @@ impl<'a, 'm> Session<'a, 'm> {
             generated,
             decode_time,
             pages_used: stats.pages_used,
-            pages_cached: self.cache.stats().pages_cached,
+            pages_cached: stats.pages_cached,
         })
+    }
+}
+
+/// A conversation's sequence and the token ids at its positions, kept between chat turns.
+#[derive(Debug, Clone, Default)]
+pub struct Chat {
+    seq: Option<SeqId>,
+    held: Vec<u32>,
+}
+
+impl Chat {
+    /// A conversation with nothing cached yet.
+    pub fn new() -> Self {
+        Chat::default()
+    }
+
+    /// Its sequence, once a turn has run.
+    pub fn sequence(&self) -> Option<SeqId> {
+        self.seq
+    }
+
+    /// The token ids its sequence holds.
+    pub fn held(&self) -> &[u32] {
+        &self.held
     }
 }

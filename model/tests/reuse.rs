@@ -4,7 +4,7 @@ mod common;
 use common::{chat_prompt, cold_logits, gpl_tokens, model, options, same_bits};
 
 use edgekv::{ElementFormat, SeqMode};
-use edgekv_model::{Error, Logits, ReuseAlign, Session, SessionArenas, SessionOptions};
+use edgekv_model::{Chat, Error, Logits, ReuseAlign, Session, SessionArenas, SessionOptions};
 
 /// Prompts sharing the first `len` tokens of `base`, then a tail of their own (from later in the
 /// text, so no prompt is a prefix of another).
@@ -209,4 +209,60 @@ fn bad_input_is_refused_and_changes_nothing() {
         ..opts
     };
     assert!(matches!(SessionArenas::new(m, &bad), Err(Error::Input(_))));
+}
+
+#[test]
+fn chat_turns_reuse_the_conversation_bit_exactly() {
+    let m = model();
+    let t = common::tokenizer();
+    let opts = options(64);
+    let mut arenas = SessionArenas::new(m, &opts).unwrap();
+    let mut s = Session::new(m, &mut arenas, opts).unwrap();
+    let mut chat = Chat::new();
+    let mut text = String::from(
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n",
+    );
+    for (turn, user) in ["Name a planet.", "Name another one."].iter().enumerate() {
+        text += &format!("<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n");
+        let ids = t.encode(&text).unwrap();
+        let held = chat.held().len();
+        let report = s.chat_turn(&mut chat, &ids, 24).unwrap();
+        if turn == 0 {
+            assert_eq!(report.reused_tokens, 0);
+        } else {
+            // The previous prompt and reply (as far as re-tokenizing the reply gives the same ids).
+            let common = edgekv::prefix::common_prefix_len(&chat.held()[..held], &ids);
+            assert!(common > held / 2);
+            assert_eq!(report.reused_tokens as usize, common);
+        }
+        // The same conversation in a fresh cache generates the same reply.
+        let mut cold_arenas = SessionArenas::new(m, &opts).unwrap();
+        let mut c = Session::new(m, &mut cold_arenas, opts).unwrap();
+        let cold = c.chat_turn(&mut Chat::new(), &ids, 24).unwrap();
+        assert_eq!(report.generated, cold.generated, "turn {turn}");
+        text += &t.decode(&report.generated).unwrap();
+        text += "<|im_end|>\n";
+    }
+}
+
+#[test]
+fn continue_prompt_refuses_bad_input() {
+    let m = model();
+    let opts = options(8);
+    let mut arenas = SessionArenas::new(m, &opts).unwrap();
+    let mut s = Session::new(m, &mut arenas, opts).unwrap();
+    let (seq, _, _) = s.start(&[1, 2, 3]).unwrap();
+    assert!(matches!(
+        s.continue_prompt(seq, &[1, 2, 3, 4], &[1, 2, 3, 4, 5]),
+        Err(Error::Input(_))
+    ));
+    assert!(matches!(
+        s.continue_prompt(seq, &[1, 2, 3], &[]),
+        Err(Error::Input(_))
+    ));
+    assert_eq!(s.cache().seq_len(seq).unwrap(), 3);
+    // The whole prompt held: the last token is recomputed.
+    let (kept, _) = s.continue_prompt(seq, &[1, 2, 3], &[1, 2, 3]).unwrap();
+    assert_eq!(kept, 2);
+    assert_eq!(s.cache().seq_len(seq).unwrap(), 3);
 }
