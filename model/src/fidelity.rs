@@ -132,3 +132,25 @@ pub fn compare(
     });
     Ok((reference, figures.collect()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{kl, log_softmax};
+
+    #[test]
+    fn log_softmax_normalizes_and_kl_is_zero_only_for_equal_rows() {
+        let a = log_softmax(&[1.0, 2.0, 3.0, -100.0]);
+        let total: f64 = a.iter().map(|v| v.exp()).sum();
+        assert!((total - 1.0).abs() < 1e-12);
+        assert_eq!(kl(&a, &a), 0.0);
+        // Shifting logits changes nothing.
+        let b = log_softmax(&[11.0, 12.0, 13.0, -90.0]);
+        assert!(kl(&a, &b).abs() < 1e-12);
+        let c = log_softmax(&[3.0, 2.0, 1.0, -100.0]);
+        assert!(kl(&a, &c) > 0.5);
+        // KL of two-point distributions by hand: p = (0.5, 0.5), q = (0.25, 0.75).
+        let (p, q) = ([0.5f64.ln(), 0.5f64.ln()], [0.25f64.ln(), 0.75f64.ln()]);
+        let want = 0.5 * (0.5f64 / 0.25).ln() + 0.5 * (0.5f64 / 0.75).ln();
+        assert!((kl(&p, &q) - want).abs() < 1e-15);
+    }
+}

@@ -336,3 +336,19 @@ fn attend<'a, A: PageAllocator<'a> + Sync>(
     })?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::rms_norm;
+
+    #[test]
+    fn rms_norm_scales_each_row_alone() {
+        let x = [3.0, 4.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0];
+        let w = [1.0, 2.0, 1.0, 1.0];
+        let mut out = [0.0; 8];
+        rms_norm(&x, &w, 0.0, &mut out);
+        // Row 1: mean square 25 / 4, rms 2.5.
+        assert_eq!(&out[..4], &[1.2, 3.2, 0.0, 0.0]);
+        assert_eq!(&out[4..], &[1.0, 2.0, 1.0, 1.0]);
+    }
+}

@@ -50,3 +50,28 @@ impl Rope {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Rope;
+
+    #[test]
+    fn position_zero_is_identity_and_pairs_keep_their_norm() {
+        let rope = Rope::new(8, 10_000.0, 64);
+        assert_eq!(rope.positions(), 64);
+        let row: Vec<f32> = (0..16).map(|i| i as f32 * 0.25 - 1.0).collect();
+        let mut r0 = row.clone();
+        rope.apply(&mut r0, 0);
+        assert_eq!(r0, row);
+        let mut r = row.clone();
+        rope.apply(&mut r, 37);
+        for (a, b) in r.chunks(2).zip(row.chunks(2)) {
+            let (na, nb) = (a[0].hypot(a[1]), b[0].hypot(b[1]));
+            assert!((na - nb).abs() <= 1e-6 * nb.max(1.0));
+        }
+        // First pair of each head turns by the position itself (theta_0 = 1).
+        let (c, s) = (37f32.cos(), 37f32.sin());
+        assert_eq!(r[0], row[0] * c - row[1] * s);
+        assert_eq!(r[8 + 1], row[8] * s + row[8 + 1] * c);
+    }
+}
