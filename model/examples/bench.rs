@@ -24,6 +24,28 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Medians of one configuration's rounds: cold prefill, warm (reusing) prefill, one decode step.
+fn report(who: &str, cold: Vec<Duration>, warm: Vec<Duration>, decode: Vec<Duration>, reuse: &str) {
+    let (cold, warm) = (median(cold), median(warm));
+    let decode = if decode.is_empty() {
+        String::new()
+    } else {
+        format!(", decode {:.1} tok/s", 1.0 / secs(median(decode)))
+    };
+    println!(
+        "{who}: prefill {PROMPT} tokens {:.2} s ({:.1} tok/s){decode}; TTFT cold {:.0} ms, {reuse} {:.0} ms: {:.2}x",
+        secs(cold),
+        PROMPT as f64 / secs(cold),
+        secs(cold) * 1e3,
+        secs(warm) * 1e3,
+        secs(cold) / secs(warm)
+    );
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rounds: usize = std::env::args()
         .nth(1)
@@ -71,21 +93,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (_, r, warm) = s.start(prompt)?;
             warm_t.push(t.elapsed());
             reused = r;
-            let same = warm
-                .iter()
-                .zip(&cold)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "logits after reuse differ from cold");
+            assert!(
+                same_bits(&warm, &cold),
+                "logits after reuse differ from cold"
+            );
         }
-        let (cold, warm, dec) = (median(cold_t), median(warm_t), median(dec_t));
-        println!(
-            "edgekv int8, reuse aligned to {reuse:?}: prefill {PROMPT} tokens {:.2} s ({:.1} tok/s), decode {:.1} tok/s; TTFT cold {:.0} ms, reused {reused} of {CACHED} cached tokens {:.0} ms: {:.2}x, logits bit-identical",
-            secs(cold),
-            PROMPT as f64 / secs(cold),
-            1.0 / secs(dec),
-            secs(cold) * 1e3,
-            secs(warm) * 1e3,
-            secs(cold) / secs(warm)
+        report(
+            &format!("edgekv int8, prefix index, reuse aligned to {reuse:?}"),
+            cold_t,
+            warm_t,
+            dec_t,
+            &format!("bit-identical logits reusing {reused} of {CACHED} cached tokens"),
         );
     }
 
@@ -153,15 +171,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         run(&mut peer, &prompt[CACHED..], CACHED)?;
         warm_t.push(t.elapsed());
     }
-    let (cold, warm, dec) = (median(cold_t), median(warm_t), median(dec_t));
-    println!(
-        "candle-transformers (same run): prefill {PROMPT} tokens {:.2} s ({:.1} tok/s), decode {:.1} tok/s; TTFT cold {:.0} ms, with its KV of {CACHED} tokens kept {:.0} ms: {:.2}x",
-        secs(cold),
-        PROMPT as f64 / secs(cold),
-        1.0 / secs(dec),
-        secs(cold) * 1e3,
-        secs(warm) * 1e3,
-        secs(cold) / secs(warm)
+    report(
+        "candle-transformers (same run)",
+        cold_t,
+        warm_t,
+        dec_t,
+        &format!("its KV of {CACHED} tokens kept"),
     );
     Ok(())
 }
