@@ -20,7 +20,7 @@ use core::marker::PhantomData;
 
 use crate::format::ElementFormat;
 
-const LANES: usize = 8;
+pub(crate) const LANES: usize = 8;
 
 /// Sums eight lanes in a fixed tree.
 #[inline(always)]
@@ -76,19 +76,6 @@ impl<const G: usize> Lanes<G> {
             }
         }
     }
-
-    /// Each head's lanes summed in a fixed tree.
-    #[inline(always)]
-    fn sums(self) -> [f32; G] {
-        // The barrier keeps LLVM's SLP vectorizer from permuting the lanes inside the loop to
-        // suit the reduction tree (it would shuffle every block); it changes no value.
-        let acc = black_box(self.0);
-        let mut out = [0f32; G];
-        for h in 0..G {
-            out[h] = reduce(acc[h]);
-        }
-        out
-    }
 }
 
 /// `acc[h·d + off + i] += p[ρ][h] · x[ρ][i]` over `i < n`, for every head and rows `ρ` in
@@ -109,20 +96,22 @@ fn axpy_with<const G: usize, const B: usize, const R: usize>(
     let blocks = n / LANES;
     let full = blocks * LANES;
     for k in 0..blocks {
-        let mut x = [[0f32; LANES]; R];
-        for (x, bytes) in x.iter_mut().zip(bytes) {
-            *x = dec.block(bytes[k * B..k * B + B].try_into().expect("a block"));
-        }
+        // The block's accumulators stay in registers across the rows.
         let at = off + k * LANES;
-        for h in 0..G {
-            let ab: &mut [f32; LANES] = (&mut acc[h * d + at..][..LANES])
-                .try_into()
-                .expect("a block");
-            for (p, x) in p.iter().zip(&x) {
+        let mut a = [[0f32; LANES]; G];
+        for (h, a) in a.iter_mut().enumerate() {
+            *a = acc[h * d + at..][..LANES].try_into().expect("a block");
+        }
+        for (p, bytes) in p.iter().zip(bytes) {
+            let x = dec.block(bytes[k * B..k * B + B].try_into().expect("a block"));
+            for (a, p) in a.iter_mut().zip(p) {
                 for l in 0..LANES {
-                    ab[l] += p[h] * x[l];
+                    a[l] += p * x[l];
                 }
             }
+        }
+        for (h, a) in a.iter().enumerate() {
+            acc[h * d + at..][..LANES].copy_from_slice(a);
         }
     }
     for i in full..n {
@@ -156,20 +145,24 @@ fn f16_block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
     x
 }
 
-/// How f16 values (f16 pages, int8 scales) become f32. Every implementation gives the bits of
-/// `half::f16::to_f32` (NaNs made quiet): the portable integer code below, or a hardware
-/// conversion in a build that has one (F16C in the AVX2 build of the page loop).
-pub(crate) trait F16Decode {
-    /// One value.
+/// What a build of the page loop does with instructions of its own: f16 values (f16 pages,
+/// int8 scales) to f32, and lane sums. Every implementation gives the same bits: f16 decoding
+/// those of `half::f16::to_f32` (NaNs made quiet), lane sums the fixed tree of [`reduce`]. The
+/// portable code below runs on every target; the AVX2 build of the page loop has F16C's
+/// conversion and horizontal adds.
+pub(crate) trait Isa {
+    /// One f16 value.
     fn one(h: u16) -> f32;
-    /// Eight little-endian values.
+    /// Eight little-endian f16 values.
     fn block(b: &[u8; 2 * LANES]) -> [f32; LANES];
+    /// `[reduce(x[0]), …, reduce(x[7])]`: eight rows' lanes, each summed in the fixed tree.
+    fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES];
 }
 
-/// [`F16Decode`] with integer operations, on every target.
-pub(crate) struct PortableF16;
+/// [`Isa`] with integer operations and scalar sums, on every target.
+pub(crate) struct Portable;
 
-impl F16Decode for PortableF16 {
+impl Isa for Portable {
     #[inline(always)]
     fn one(h: u16) -> f32 {
         f16_to_f32(h)
@@ -178,6 +171,14 @@ impl F16Decode for PortableF16 {
     #[inline(always)]
     fn block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
         f16_block(b)
+    }
+
+    #[inline(always)]
+    fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES] {
+        // The barrier keeps LLVM's SLP vectorizer from permuting the lanes where they are
+        // accumulated to suit the tree (it would shuffle every block); it changes no value.
+        let x = black_box(x);
+        core::array::from_fn(|i| reduce(x[i]))
     }
 }
 
@@ -222,7 +223,7 @@ impl<D> Clone for F16s<D> {
 
 impl<D> Copy for F16s<D> {}
 
-impl<D: F16Decode> Decode<{ 2 * LANES }> for F16s<D> {
+impl<D: Isa> Decode<{ 2 * LANES }> for F16s<D> {
     #[inline(always)]
     fn block(self, b: &[u8; 2 * LANES]) -> [f32; LANES] {
         D::block(b)
@@ -387,13 +388,22 @@ pub(crate) struct Row<'p> {
 }
 
 /// `[q[h] · row; G]` for a head row of `fmt`, `q` holding `G` query rows of `head_dim` side
-/// by side (lengths checked by the caller).
+/// by side (lengths checked by the caller): [`dot_lanes`], each head's lanes summed.
+#[cfg(test)]
+fn dot<D: Isa, const G: usize>(fmt: ElementFormat, q: &[f32], row: Row<'_>) -> [f32; G] {
+    let lanes = black_box(dot_lanes::<D, G>(fmt, q, row));
+    core::array::from_fn(|h| reduce(lanes[h]))
+}
+
+/// The eight lanes of `q[h] · row` for each of `G` heads, before their fixed-tree sum
+/// ([`Isa::reduce8`] sums eight rows' lanes at once); `q` holds `G` query rows of `head_dim`
+/// side by side (lengths checked by the caller), the row is of `fmt`.
 #[inline(always)]
-pub(crate) fn dot<D: F16Decode, const G: usize>(
+pub(crate) fn dot_lanes<D: Isa, const G: usize>(
     fmt: ElementFormat,
     q: &[f32],
     row: Row<'_>,
-) -> [f32; G] {
+) -> [[f32; LANES]; G] {
     let (v, d) = (row.vals, q.len() / G);
     let mut lanes = Lanes::<G>::new();
     match fmt {
@@ -425,7 +435,7 @@ pub(crate) fn dot<D: F16Decode, const G: usize>(
             }
         }
     }
-    lanes.sums()
+    lanes.0
 }
 
 /// `acc[h·d + i] += p[ρ][h] · rows[ρ][i]` for `R` head rows of `fmt` in order (consecutive
@@ -433,7 +443,7 @@ pub(crate) fn dot<D: F16Decode, const G: usize>(
 /// online-softmax accumulation; the caller rescales `acc` once per page). The same bits as `R`
 /// calls with one row each.
 #[inline(always)]
-pub(crate) fn add_scaled<D: F16Decode, const G: usize, const R: usize>(
+pub(crate) fn add_scaled<D: Isa, const G: usize, const R: usize>(
     fmt: ElementFormat,
     acc: &mut [f32],
     p: [[f32; G]; R],
@@ -476,7 +486,7 @@ pub(crate) fn add_scaled<D: F16Decode, const G: usize, const R: usize>(
 
 /// The int8 arm of [`dot`]: each group's codes times its scale, into `lanes`.
 #[inline(always)]
-fn int8_dot<D: F16Decode, const G: usize>(
+fn int8_dot<D: Isa, const G: usize>(
     lanes: &mut Lanes<G>,
     q: &[f32],
     d: usize,
@@ -494,9 +504,67 @@ fn int8_dot<D: F16Decode, const G: usize>(
     }
 }
 
+/// [`add_scaled`] for `int8` rows of group `g`, up to eight of them (`p.len()` and `rows.len()`,
+/// equal, counted at run time: one rolled loop over the rows keeps this kernel small in code
+/// while each block's accumulators stay in registers across all of them). The same bits as
+/// [`add_scaled`] over the same rows.
+#[cfg(any(test, not(feature = "small-code")))]
+#[inline(always)]
+pub(crate) fn int8_add_scaled_rows<D: Isa, const G: usize>(
+    acc: &mut [f32],
+    p: &[[f32; G]],
+    rows: &[Row<'_>],
+    g: usize,
+) {
+    const MAX: usize = 8;
+    let d = acc.len() / G;
+    let m = p.len().min(rows.len()).min(MAX);
+    let (p, rows) = (&p[..m], &rows[..m]);
+    let (blocks, full) = (g / LANES, g / LANES * LANES);
+    let (mut off, mut k) = (0, 0);
+    while off + g <= d {
+        let mut ps = [[0f32; G]; MAX];
+        for ((ps, p), row) in ps.iter_mut().zip(p).zip(rows) {
+            let s = D::one(u16_at(row.scales, k));
+            for (x, p) in ps.iter_mut().zip(p) {
+                *x = p * s;
+            }
+        }
+        let ps = &ps[..m];
+        for b in 0..blocks {
+            let at = off + b * LANES;
+            let mut a = [[0f32; LANES]; G];
+            for (h, a) in a.iter_mut().enumerate() {
+                *a = acc[h * d + at..][..LANES].try_into().expect("a block");
+            }
+            for (ps, row) in ps.iter().zip(rows) {
+                let x = I8s.block(row.vals[at..at + LANES].try_into().expect("a block"));
+                for (a, p) in a.iter_mut().zip(ps) {
+                    for l in 0..LANES {
+                        a[l] += p * x[l];
+                    }
+                }
+            }
+            for (h, a) in a.iter().enumerate() {
+                acc[h * d + at..][..LANES].copy_from_slice(a);
+            }
+        }
+        for i in off + full..off + g {
+            for (ps, row) in ps.iter().zip(rows) {
+                let x = I8s.one(row.vals, i);
+                for (h, p) in ps.iter().enumerate() {
+                    acc[h * d + i] += p * x;
+                }
+            }
+        }
+        off += g;
+        k += 1;
+    }
+}
+
 /// The int8 arm of [`add_scaled`]: each row's group scale folded into its weights.
 #[inline(always)]
-fn int8_axpy<D: F16Decode, const G: usize, const R: usize>(
+fn int8_axpy<D: Isa, const G: usize, const R: usize>(
     acc: &mut [f32],
     d: usize,
     p: [[f32; G]; R],
@@ -592,13 +660,13 @@ mod tests {
                 scales: &scales,
             };
             let want: f64 = q.iter().zip(&deq).map(|(a, b)| *a as f64 * *b as f64).sum();
-            let got = dot::<PortableF16, 1>(fmt, &q, row)[0] as f64;
+            let got = dot::<Portable, 1>(fmt, &q, row)[0] as f64;
             assert!(
                 (got - want).abs() < 1e-4 * (1.0 + want.abs()),
                 "{fmt:?}: {got} vs {want}"
             );
             let mut acc: Vec<f32> = (0..d).map(|i| i as f32).collect();
-            add_scaled::<PortableF16, 1, 1>(fmt, &mut acc, [[2.0]], [row]);
+            add_scaled::<Portable, 1, 1>(fmt, &mut acc, [[2.0]], [row]);
             for i in 0..d {
                 let want = i as f32 + 2.0 * deq[i];
                 assert!(
@@ -607,6 +675,60 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The int8 row-batch kernel gives the bits of one-row `add_scaled` calls in row order, for
+    /// one to eight rows, with and without a partial block per group.
+    #[test]
+    fn int8_rows_kernel_equals_rows_one_by_one() {
+        fn check<const G: usize>(d: usize, g: u16) {
+            let fmt = ElementFormat::Int8 { group: g };
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            };
+            let mut vals = Vec::new();
+            let mut words = Vec::new();
+            for _ in 0..8 {
+                let row: Vec<f32> = (0..d).map(|_| next() * 4.0).collect();
+                let mut v = vec![0u8; fmt.row_bytes(1, d).unwrap()];
+                let mut w = vec![0u16; fmt.scale_row_bytes(1, d).unwrap() / 2];
+                encode_rows(fmt, d, &row, &mut v, bytemuck::cast_slice_mut(&mut w)).unwrap();
+                vals.push(v);
+                words.push(w);
+            }
+            let rows: Vec<Row<'_>> = (0..8)
+                .map(|i| Row {
+                    vals: &vals[i],
+                    scales: bytemuck::cast_slice(&words[i]),
+                })
+                .collect();
+            let p: Vec<[f32; G]> = (0..8)
+                .map(|_| core::array::from_fn(|_| next().abs()))
+                .collect();
+            for m in 1..=8 {
+                let start: Vec<f32> = (0..G * d).map(|_| next()).collect();
+                let mut together = start.clone();
+                int8_add_scaled_rows::<Portable, G>(&mut together, &p[..m], &rows[..m], g as usize);
+                let mut alone = start;
+                for i in 0..m {
+                    add_scaled::<Portable, G, 1>(fmt, &mut alone, [p[i]], [rows[i]]);
+                }
+                let same = together
+                    .iter()
+                    .zip(&alone)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "d {d} group {g} G {G} rows {m}");
+            }
+        }
+        check::<1>(64, 32);
+        check::<3>(64, 32);
+        check::<4>(64, 64);
+        check::<2>(36, 12);
+        check::<3>(36, 12);
     }
 
     /// Several heads at once give each head's single-head bits, for every format and for head
@@ -664,16 +786,16 @@ mod tests {
                     scales: bytemuck::cast_slice(&scale_words),
                 };
                 let qs: [&[f32]; 3] = [&q[..d], &q[d..2 * d], &q[2 * d..]];
-                let together = dot::<PortableF16, 3>(fmt, &q, row);
+                let together = dot::<Portable, 3>(fmt, &q, row);
                 let mut acc3: Vec<f32> = (0..3 * d).map(|i| i as f32 * 0.1).collect();
                 let mut alone_acc = acc3.clone();
                 let p = [0.3, 1.7, -0.9];
-                add_scaled::<PortableF16, 3, 1>(fmt, &mut acc3, [p], [row]);
+                add_scaled::<Portable, 3, 1>(fmt, &mut acc3, [p], [row]);
                 for h in 0..3 {
-                    let alone = dot::<PortableF16, 1>(fmt, qs[h], row)[0];
+                    let alone = dot::<Portable, 1>(fmt, qs[h], row)[0];
                     assert_eq!(together[h].to_bits(), alone.to_bits(), "{fmt:?} dot {h}");
                     let a = &mut alone_acc[h * d..(h + 1) * d];
-                    add_scaled::<PortableF16, 1, 1>(fmt, a, [[p[h]]], [row]);
+                    add_scaled::<Portable, 1, 1>(fmt, a, [[p[h]]], [row]);
                 }
                 let same = acc3
                     .iter()

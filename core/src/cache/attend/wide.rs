@@ -4,21 +4,23 @@
 //! `#[inline(always)]`), so the compiler only gets wider registers: eight-lane blocks become one
 //! 256-bit operation instead of two 128-bit ones, int8 codes widen with one `vpmovsxbd`. It never
 //! reorders or fuses floating-point operations (Rust does neither without explicit intrinsics),
-//! so the results have the portable path's bits. The one explicit difference is f16 decoding
-//! (f16 pages, int8 scales) with F16C's exact `vcvtph2ps`, equal to the portable decoder on all
-//! 65,536 codes (tested). Tests compare whole attention results of both builds.
+//! so the results have the portable path's bits. The explicit differences: f16 decoding (f16
+//! pages, int8 scales) with F16C's exact `vcvtph2ps`, equal to the portable decoder on all
+//! 65,536 codes (tested), and the K dot products' lane sums, eight rows at once with `vhaddps`,
+//! whose adds are exactly those of the portable fixed tree (tested). Tests compare whole
+//! attention results of both builds.
 
 // Register-only intrinsics are safe to call in `target_feature` code since Rust 1.87; the
 // workspace supports 1.85, where they are unsafe fns: keep the blocks, allow them unused.
 #![allow(unused_unsafe)]
 
 use core::arch::x86_64::{
-    __m128i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm256_cvtph_ps,
-    _mm256_storeu_ps,
+    __m128i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm256_add_ps,
+    _mm256_cvtph_ps, _mm256_hadd_ps, _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_storeu_ps,
 };
 
-use super::{Heads, Keys, Layout, PortableF16, attend_page};
-use crate::attention::kernels::F16Decode;
+use super::{Heads, Keys, Layout, Portable, attend_page};
+use crate::attention::kernels::Isa;
 
 /// [`attend_page`], the AVX2/F16C build when this CPU has both.
 #[inline(always)]
@@ -31,7 +33,7 @@ pub(super) fn attend_page_best<F: Fn(u32) -> bool>(
         // SAFETY: the CPU supports AVX2 and F16C (checked just above).
         unsafe { attend_page_avx2(l, keys, heads) }
     } else {
-        attend_page::<PortableF16, F>(l, keys, heads)
+        attend_page::<Portable, F>(l, keys, heads)
     }
 }
 
@@ -55,14 +57,14 @@ fn portable_only() -> bool {
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn attend_page_avx2<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    attend_page::<F16c, F>(l, keys, heads)
+    attend_page::<Avx2F16c, F>(l, keys, heads)
 }
 
-/// [`F16Decode`] with F16C. Private to this module and used only inside
-/// [`attend_page_avx2`], so its methods only run where F16C is present.
-struct F16c;
+/// [`Isa`] with F16C and AVX horizontal adds. Private to this module and used only inside
+/// [`attend_page_avx2`], so its methods only run where AVX2 and F16C are present.
+struct Avx2F16c;
 
-impl F16Decode for F16c {
+impl Isa for Avx2F16c {
     #[inline(always)]
     fn one(h: u16) -> f32 {
         // SAFETY: only reached from `attend_page_avx2`, which requires F16C; register-only.
@@ -78,6 +80,25 @@ impl F16Decode for F16c {
         unsafe {
             let h = _mm_loadu_si128(b.as_ptr().cast::<__m128i>());
             _mm256_storeu_ps(out.as_mut_ptr(), _mm256_cvtph_ps(h));
+        }
+        out
+    }
+
+    #[inline(always)]
+    fn reduce8(x: &[[f32; 8]; 8]) -> [f32; 8] {
+        let mut out = [0f32; 8];
+        // SAFETY: only reached from `attend_page_avx2`, which requires AVX; each load reads
+        // exactly the 32 bytes of one `x[i]`, the store writes exactly the 32 bytes of `out`.
+        unsafe {
+            let v = |i: usize| _mm256_loadu_ps(x[i].as_ptr());
+            // Per 128-bit half, hadd(a, b) = [a0+a1, a2+a3, b0+b1, b2+b3]: twice gives row i's
+            // (x0+x1)+(x2+x3) in the low half and (x4+x5)+(x6+x7) in the high half, rows 0–3
+            // in one vector and 4–7 in the other; their halves added give the tree's last add.
+            let lo4 = _mm256_hadd_ps(_mm256_hadd_ps(v(0), v(1)), _mm256_hadd_ps(v(2), v(3)));
+            let hi4 = _mm256_hadd_ps(_mm256_hadd_ps(v(4), v(5)), _mm256_hadd_ps(v(6), v(7)));
+            let first = _mm256_permute2f128_ps::<0x20>(lo4, hi4);
+            let second = _mm256_permute2f128_ps::<0x31>(lo4, hi4);
+            _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(first, second));
         }
         out
     }
@@ -114,7 +135,7 @@ pub(crate) mod tests {
             let bytes: [u8; 16] = core::array::from_fn(|i| c.to_le_bytes()[i % 2]);
             // SAFETY: F16C is present (checked above).
             let (one, block) = unsafe { (f16c_one(c), f16c_block(&bytes)) };
-            let want = PortableF16::one(c).to_bits();
+            let want = Portable::one(c).to_bits();
             assert_eq!(one.to_bits(), want, "{c:#06x}");
             assert!(block.iter().all(|x| x.to_bits() == want), "{c:#06x}");
         }
@@ -122,12 +143,58 @@ pub(crate) mod tests {
 
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn f16c_one(c: u16) -> f32 {
-        F16c::one(c)
+        Avx2F16c::one(c)
     }
 
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn f16c_block(b: &[u8; 16]) -> [f32; 8] {
-        F16c::block(b)
+        Avx2F16c::block(b)
+    }
+
+    /// Eight rows' lane sums with horizontal adds: the portable tree's bits.
+    #[test]
+    fn avx2_lane_sums_give_the_portable_bits() {
+        if !crate::quant::simd_available() {
+            return;
+        }
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let specials = [
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::MIN_POSITIVE / 8.0,
+            1e30,
+            -1e30,
+        ];
+        for round in 0..2000 {
+            let lanes: [[f32; 8]; 8] = core::array::from_fn(|_| {
+                core::array::from_fn(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if round % 4 == 0 && x % 5 == 0 {
+                        specials[(x >> 8) as usize % specials.len()]
+                    } else {
+                        f32::from_bits((x >> 32) as u32 & 0x807f_ffff | 0x3c00_0000)
+                            * (1 + (x >> 24) % 2000) as f32
+                    }
+                })
+            });
+            // SAFETY: AVX2 and F16C are present (checked above).
+            let wide = unsafe { avx2_reduce8(&lanes) };
+            let portable = Portable::reduce8(&lanes);
+            for (a, b) in wide.iter().zip(&portable) {
+                assert!(
+                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                    "{lanes:?}"
+                );
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn avx2_reduce8(x: &[[f32; 8]; 8]) -> [f32; 8] {
+        Avx2F16c::reduce8(x)
     }
 
     /// Decode and prefill attention of both builds, every format (head_dim 64 and 36, so whole
