@@ -484,7 +484,7 @@ pub(crate) fn add_scaled<D: Isa, const G: usize, const R: usize>(
     }
 }
 
-/// The int8 arm of [`dot`]: each group's codes times its scale, into `lanes`.
+/// The int8 arm of [`dot_lanes`]: each group's codes times its scale, into `lanes`.
 #[inline(always)]
 fn int8_dot<D: Isa, const G: usize>(
     lanes: &mut Lanes<G>,

@@ -339,13 +339,13 @@ fn attend_page<D: Isa, F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads
     while let Some(r0) = kept.next() {
         match if pairs { kept.next() } else { None } {
             #[cfg(not(feature = "small-code"))]
-            Some(r1) => accumulate_rows::<D, 2>(l, l.v_fmt, keys.kv, &mut st, [r0, r1]),
+            Some(r1) => accumulate_rows::<D, 2>(l, keys.kv, &mut st, [r0, r1]),
             #[cfg(feature = "small-code")]
             Some(r1) => {
-                accumulate_rows::<D, 1>(l, l.v_fmt, keys.kv, &mut st, [r0]);
-                accumulate_rows::<D, 1>(l, l.v_fmt, keys.kv, &mut st, [r1]);
+                accumulate_rows::<D, 1>(l, keys.kv, &mut st, [r0]);
+                accumulate_rows::<D, 1>(l, keys.kv, &mut st, [r1]);
             }
-            None => accumulate_rows::<D, 1>(l, l.v_fmt, keys.kv, &mut st, [r0]),
+            None => accumulate_rows::<D, 1>(l, keys.kv, &mut st, [r0]),
         }
     }
 }
@@ -440,12 +440,11 @@ fn score_rows_of<D: Isa, const G: usize>(
     }
 }
 
-/// The V pass for tokens `rs` (in order) of the page, rows of `fmt` (the layout's V format):
-/// every KV head, every run of its query heads.
+/// The V pass for tokens `rs` (in order) of the page: every KV head, every run of its query
+/// heads.
 #[inline(always)]
 fn accumulate_rows<D: Isa, const R: usize>(
     l: &Layout,
-    fmt: ElementFormat,
     kv: &PageSlices<'_>,
     st: &mut Accum<'_>,
     rs: [usize; R],
@@ -457,12 +456,12 @@ fn accumulate_rows<D: Isa, const R: usize>(
             let n = (end - h0).min(MAX_RUN);
             match n {
                 #[cfg(not(feature = "small-code"))]
-                2 => accumulate::<D, 2, R>(l, fmt, vrows, st, h0, rs),
+                2 => accumulate::<D, 2, R>(l, vrows, st, h0, rs),
                 #[cfg(not(feature = "small-code"))]
-                3 => accumulate::<D, 3, R>(l, fmt, vrows, st, h0, rs),
+                3 => accumulate::<D, 3, R>(l, vrows, st, h0, rs),
                 #[cfg(not(feature = "small-code"))]
-                4 => accumulate::<D, 4, R>(l, fmt, vrows, st, h0, rs),
-                _ => accumulate::<D, 1, R>(l, fmt, vrows, st, h0, rs),
+                4 => accumulate::<D, 4, R>(l, vrows, st, h0, rs),
+                _ => accumulate::<D, 1, R>(l, vrows, st, h0, rs),
             }
             h0 += n;
         }
@@ -524,12 +523,10 @@ struct Accum<'h> {
     weights: &'h [f32],
 }
 
-/// Heads `h0..h0 + G`: `out += w · vrow` for each token `rs[ρ]` in order, `w` its weight, the
-/// rows of `fmt` (the layout's V format).
+/// Heads `h0..h0 + G`: `out += w · vrow` for each token `rs[ρ]` in order, `w` its weight.
 #[inline(always)]
 fn accumulate<D: Isa, const G: usize, const R: usize>(
     l: &Layout,
-    fmt: ElementFormat,
     vrows: [Row<'_>; R],
     st: &mut Accum<'_>,
     h0: usize,
@@ -542,7 +539,7 @@ fn accumulate<D: Isa, const G: usize, const R: usize>(
             *w = st.weights[(h0 + i) * p + r];
         }
     }
-    add_scaled::<D, G, R>(fmt, &mut st.out[h0 * hd..(h0 + G) * hd], w, vrows);
+    add_scaled::<D, G, R>(l.v_fmt, &mut st.out[h0 * hd..(h0 + G) * hd], w, vrows);
 }
 
 struct PageSlices<'d> {
