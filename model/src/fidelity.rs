@@ -106,16 +106,18 @@ pub fn compare(
             let ref_top = argmax(&rows[0][i * vocab..][..vocab]);
             for (k, t) in tallies.iter_mut().enumerate() {
                 let row = &rows[k][i * vocab..][..vocab];
-                let lp = if k == 0 {
-                    reference.clone()
+                let own;
+                let lp: &[f64] = if k == 0 {
+                    &reference
                 } else {
-                    log_softmax(row)
+                    own = log_softmax(row);
+                    &own
                 };
                 if let Some(next) = next {
                     t.nll -= lp[next];
                     t.predictions += 1;
                 }
-                let d = if k == 0 { 0.0 } else { kl(&reference, &lp) };
+                let d = if k == 0 { 0.0 } else { kl(&reference, lp) };
                 t.kl_sum += d;
                 t.kl_max = t.kl_max.max(d);
                 t.agree += usize::from(argmax(row) == ref_top);

@@ -47,6 +47,8 @@ pub struct Llama {
     rope: Rope,
     fingerprint: u64,
     device: Device,
+    /// Threads attention splits query rows over (asked once: the query reads cgroup files).
+    threads: usize,
 }
 
 impl std::fmt::Debug for Llama {
@@ -118,6 +120,7 @@ impl Llama {
             rope,
             fingerprint,
             device,
+            threads: std::thread::available_parallelism().map_or(1, |t| t.get()),
         })
     }
 
@@ -207,6 +210,7 @@ impl Llama {
             }
             cache.write_kv(seq, layer as u16, start, &k, &v)?;
             attend(
+                self.threads,
                 cache,
                 seq,
                 layer as u16,
@@ -297,6 +301,7 @@ fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 /// so the split never changes the bits).
 #[allow(clippy::too_many_arguments)]
 fn attend<'a, A: PageAllocator<'a> + Sync>(
+    threads: usize,
     cache: &KvCache<'a, A>,
     seq: SeqId,
     layer: u16,
@@ -308,7 +313,6 @@ fn attend<'a, A: PageAllocator<'a> + Sync>(
 ) -> Result<()> {
     let n = q.len() / q_row;
     let scratch = scratch_len(params.q_heads, cache.config().page_tokens);
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
     let parts = if n >= 8 { threads.min(n) } else { 1 };
     if parts == 1 {
         let mut s = vec![0f32; scratch];
