@@ -1,8 +1,7 @@
-//! Host-side harness for edgekv: the task runner (`cargo xtask`), the demo session, and (as the
-//! project grows) dense references, parity suites and the QEMU driver.
+//! Host-side harness for edgekv: the `edgekv` command line, the host demo session, the snapshot
+//! tool, and (in `tests/` and `benches/`) dense references, parity suites and benchmarks. The
+//! task runner and the QEMU driver live in `xtask/`.
 
 pub mod cli;
 pub mod demo;
-pub mod qemu;
-pub mod size;
 pub mod snapshot_tool;

@@ -6,8 +6,8 @@
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
-use edgekv_host_tests::qemu;
 use edgekv_parity::{Arenas, CASES, Case, DATA_BYTES, META_BYTES, WORK_F32, snapshot};
+use edgekv_xtask::qemu;
 
 #[test]
 fn firmware_digests_equal_the_hosts() {

@@ -1,0 +1,301 @@
+//! The stages of `cargo test-all`, in the order they run. The last, `tests`, is nextest over
+//! the workspace; the stage table is printed just before it so its summary ends the log.
+
+use std::path::Path;
+use std::process::Command;
+
+use edgekv_xtask::qemu::{self, Board};
+use edgekv_xtask::setup;
+use edgekv_xtask::stages::Stages;
+
+/// Every stage name, in running order.
+pub const STAGES: [&str; 11] = [
+    "setup", "fmt", "clippy", "doc", "no-std", "boards", "miri", "fuzz", "doctests", "model",
+    "tests",
+];
+
+/// no_std targets the libraries must build for.
+const TARGETS: [&str; 4] = [
+    "thumbv7em-none-eabihf",
+    "thumbv6m-none-eabi",
+    "thumbv8m.main-none-eabihf",
+    "riscv32imac-unknown-none-elf",
+];
+
+/// The cargo-fuzz targets in `fuzz/`.
+const FUZZ_TARGETS: [&str; 4] = [
+    "cache_ops",
+    "snapshot_parse",
+    "quant_roundtrip",
+    "capi_calls",
+];
+
+/// Runs `program args` with `env` in `dir` (the repository root when `None`), echoing it.
+fn run_in(
+    dir: Option<&Path>,
+    program: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<(), String> {
+    eprintln!("==> {program} {}", args.join(" "));
+    let mut cmd = Command::new(program);
+    cmd.current_dir(dir.map_or_else(qemu::repo_root, Path::to_path_buf))
+        .args(args)
+        .envs(env.iter().copied());
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{program} {} failed ({status})", args.join(" ")))
+    }
+}
+
+/// Runs the calling toolchain's cargo in the repository root.
+pub fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run_in(None, &cargo, args, env)
+}
+
+/// Runs `cargo +NIGHTLY args` through rustup's proxy (`CARGO` names stable's cargo).
+fn nightly_cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    let toolchain = format!("+{}", setup::NIGHTLY);
+    let mut all = vec![toolchain.as_str()];
+    all.extend_from_slice(args);
+    run_in(None, "cargo", &all, env)
+}
+
+/// Runs cargo with `args` in board crate `dir` (its own workspace and `.cargo/config.toml`),
+/// exactly as its README says.
+fn board(dir: &str, args: &[&str]) -> Result<(), String> {
+    eprintln!("==> (cd {dir} && cargo {})", args.join(" "));
+    let status = qemu::board_cargo(&qemu::repo_root().join(dir))
+        .args(args)
+        .status()
+        .map_err(|e| format!("cannot start cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "(cd {dir} && cargo {}) failed ({status})",
+            args.join(" ")
+        ))
+    }
+}
+
+/// Everything a fresh machine needs for every stage.
+pub fn setup() -> Result<(), String> {
+    setup::components(&["rustfmt", "clippy"])?;
+    let mut targets = TARGETS.to_vec();
+    targets.extend(Board::ALL.map(Board::target));
+    setup::targets(&targets)?;
+    setup::nightly()?;
+    setup::cargo_fuzz()?;
+    setup::qemu()
+}
+
+/// Every cargo-fuzz target for `secs` seconds from its committed seed corpus (`fuzz/corpus/<t>`,
+/// read only; new inputs go to `fuzz/target/corpus/<t>`).
+pub fn fuzz(secs: u32) -> Result<(), String> {
+    let dir = qemu::repo_root().join("fuzz");
+    let toolchain = format!("+{}", setup::NIGHTLY);
+    let max_time = format!("-max_total_time={secs}");
+    for t in FUZZ_TARGETS {
+        let scratch = dir.join("target/corpus").join(t);
+        std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+        let scratch = scratch.to_string_lossy().into_owned();
+        let seeds = format!("corpus/{t}");
+        let mut args = vec![toolchain.as_str(), "fuzz", "run", t, scratch.as_str()];
+        if dir.join(&seeds).is_dir() {
+            args.push(&seeds);
+        }
+        args.extend(["--", max_time.as_str()]);
+        run_in(Some(&dir), "cargo", &args, &[])
+            .map_err(|e| format!("{e}: see fuzz/artifacts/{t}"))?;
+    }
+    Ok(())
+}
+
+/// Every stage `stages` selects; the stage table goes out just before the final nextest run.
+pub fn all(stages: &mut Stages) -> Result<(), String> {
+    stages.run("setup", setup)?;
+    stages.run("fmt", || cargo(&["fmt", "--all", "--", "--check"], &[]))?;
+    stages.run("clippy", || {
+        cargo(
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+            &[],
+        )?;
+        cargo(
+            &[
+                "clippy",
+                "-p",
+                "edgekv",
+                "--all-targets",
+                "--all-features",
+                "--",
+                "-D",
+                "warnings",
+            ],
+            &[],
+        )
+    })?;
+    stages.run("doc", || {
+        cargo(
+            &["doc", "--workspace", "--no-deps"],
+            &[("RUSTDOCFLAGS", "-D warnings")],
+        )
+    })?;
+    stages.run("no-std", no_std)?;
+    stages.run("boards", boards)?;
+    stages.run("miri", miri)?;
+    stages.run("fuzz", || fuzz(30))?;
+    stages.run("doctests", || cargo(&["test", "--workspace", "--doc"], &[]))?;
+    stages.run("model", model)?;
+    if stages.selected("tests") {
+        // The table first, so nextest's summary is the last line of the log.
+        eprintln!("{}", stages.table());
+        eprintln!("#### stage tests");
+        cargo(&["nextest", "run", "--workspace", "--no-fail-fast"], &[])
+    } else {
+        eprintln!("{}", stages.table());
+        Ok(())
+    }
+}
+
+/// The libraries type-checked for every no_std target (one cargo call per feature set, all
+/// targets at once); the C ABI's static library built (code generated and linked) for each.
+fn no_std() -> Result<(), String> {
+    let targets: Vec<String> = TARGETS.iter().map(|t| format!("--target={t}")).collect();
+    let with_targets = |args: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        v.extend(targets.iter().cloned());
+        v
+    };
+    let sets: [&[&str]; 4] = [
+        &[
+            "check",
+            "-p",
+            "edgekv",
+            "-p",
+            "edgekv-hal",
+            "-p",
+            "edgekv-parity",
+        ],
+        &[
+            "check",
+            "-p",
+            "edgekv",
+            "-p",
+            "edgekv-hal",
+            "--features",
+            "edgekv/defmt,edgekv-hal/defmt",
+        ],
+        // The C ABI with the Ethos-U hooks.
+        &["check", "-p", "edgekv-hal", "--features", "capi,ethosu"],
+        // The C ABI's no_std static library.
+        &[
+            "build",
+            "-p",
+            "edgekv-capi",
+            "--no-default-features",
+            "--features",
+            "ethosu",
+        ],
+    ];
+    for args in sets {
+        let args = with_targets(args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cargo(&args, &[])?;
+    }
+    // The Cortex-M7/M55 D-cache maintenance (ARMv7E-M and ARMv8-M Mainline only).
+    cargo(
+        &[
+            "check",
+            "-p",
+            "edgekv-hal",
+            "--features",
+            "cortex-m",
+            "--target=thumbv7em-none-eabihf",
+            "--target=thumbv8m.main-none-eabihf",
+        ],
+        &[],
+    )
+}
+
+/// Every board firmware built; the QEMU boards run exactly as their READMEs say (`cargo run
+/// --release` in the board directory). All boards share `target/boards`.
+fn boards() -> Result<(), String> {
+    board("boards/stm32h7", &["build", "--release"])?;
+    board(
+        "boards/stm32h7",
+        &["build", "--release", "--features", "heap"],
+    )?;
+    board(Board::Microbit.dir(), &["run", "--release"])?;
+    board(Board::An386.dir(), &["run", "--release"])
+}
+
+/// Miri on the modules with unsafe code and the pool / cache logic, one test per process under
+/// nextest (both cores busy; Miri itself is single-threaded).
+fn miri() -> Result<(), String> {
+    let flags = [("MIRIFLAGS", "-Zmiri-strict-provenance")];
+    nightly_cargo(
+        &[
+            "miri",
+            "nextest",
+            "run",
+            "-j",
+            "2",
+            "--no-fail-fast",
+            "-p",
+            "edgekv",
+            "--features",
+            "std",
+        ],
+        &flags,
+    )?;
+    nightly_cargo(
+        &[
+            "miri",
+            "nextest",
+            "run",
+            "-j",
+            "2",
+            "--no-fail-fast",
+            "-p",
+            "edgekv-hal",
+            "--features",
+            "sim,capi,ethosu",
+        ],
+        &flags,
+    )
+}
+
+/// The real-model harness (`model/`, its own workspace): fetches SmolLM2-135M (98 MB, cached
+/// outside the repository), then rustfmt, clippy and its tests (release builds: the forward pass
+/// is too slow unoptimized).
+fn model() -> Result<(), String> {
+    let root = qemu::repo_root();
+    let script = root.join("model/fetch-model.sh");
+    run_in(None, "bash", &[&script.to_string_lossy()], &[])?;
+    board("model", &["fmt", "--", "--check"])?;
+    board(
+        "model",
+        &[
+            "clippy",
+            "--release",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+    board("model", &["test", "--release"])
+}

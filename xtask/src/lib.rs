@@ -1,0 +1,9 @@
+//! edgekv's task runner as a library: fresh-machine set-up, QEMU runs of the board firmware with
+//! the defmt log decoded in process, the firmware size report and the stage timer. The binary
+//! (`src/main.rs`) is what the cargo aliases `demo`, `test-all` and `xtask` run; host tests that
+//! run the firmware (`host-tests/tests/board_parity.rs`) use [`qemu`] directly.
+
+pub mod qemu;
+pub mod setup;
+pub mod size;
+pub mod stages;

@@ -1,0 +1,176 @@
+//! Task runner (the xtask pattern), reached through the cargo aliases in `.cargo/config.toml`.
+//! It is a small std-only crate, so the first `cargo demo` or `cargo test-all` on a fresh machine
+//! compiles only it (and `defmt-decoder`) before doing its own set-up:
+//!
+//! - `cargo demo` — the main job: adds the rustup target, installs QEMU if missing (apt, as
+//!   root), builds the Cortex-M4 firmware (`boards/qemu-an386`) and runs it on QEMU mps2-an386,
+//!   printing its defmt log as it arrives: the parity cases, then a multi-turn session.
+//!   `cargo demo --host` runs the host demo (SmolLM2-shaped session) instead.
+//! - `cargo test-all [--only STAGE] [--skip STAGE]...` — every check CI runs, in stages (see
+//!   `checks.rs`); a table of the stages run and their seconds is printed just before the final
+//!   nextest run, whose summary stays the last line. `--no-miri`, `--no-targets`, `--no-fuzz` and
+//!   `--no-model` are kept as shorthands for `--skip miri`, `--skip no-std --skip boards`,
+//!   `--skip fuzz` and `--skip model`.
+//! - `cargo xtask setup` — only the set-up stage (targets, components, pinned nightly with Miri,
+//!   cargo-fuzz, QEMU).
+//! - `cargo xtask fuzz [SECONDS]` — every cargo-fuzz target in `fuzz/` from its seed corpus.
+//! - `cargo xtask size` — .text / .data / .bss of each board firmware and the core's share.
+//! - `cargo xtask qemu BOARD ELF` — the boards' cargo runner: runs ELF on BOARD's QEMU machine
+//!   (`an386`, `microbit`), decodes its log and exits with the firmware's code.
+
+mod checks;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use edgekv_xtask::qemu::{self, Board};
+use edgekv_xtask::{setup, stages::Stages};
+
+const USAGE: &str = "usage: cargo xtask <demo [--host] | test [--only STAGE] [--skip STAGE]... \
+[--no-miri] [--no-targets] [--no-fuzz] [--no-model] | setup | fuzz [SECONDS] | size | qemu BOARD ELF>";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flags: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("demo") if flags == ["--host"] => host_demo(),
+        Some("demo") if flags.is_empty() => board_demo(),
+        Some("test") => test(&flags),
+        Some("setup") if flags.is_empty() => checks::setup(),
+        Some("fuzz") => match flags.as_slice() {
+            [] => checks::fuzz(30),
+            [secs] => secs
+                .parse()
+                .map_err(|_| format!("fuzz: not a number of seconds: {secs}"))
+                .and_then(checks::fuzz),
+            _ => Err(USAGE.into()),
+        },
+        Some("size") => edgekv_xtask::size::report(&qemu::repo_root()).map(|t| println!("{t}")),
+        Some("qemu") => match flags.as_slice() {
+            [board, elf] => return qemu_runner(board, elf),
+            _ => Err(USAGE.into()),
+        },
+        _ => Err(USAGE.into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Set-up, build and QEMU run of the an386 firmware, its log streamed.
+fn board_demo() -> Result<(), String> {
+    let start = Instant::now();
+    let root = qemu::repo_root();
+    eprintln!("demo: checking the rustup target and QEMU");
+    setup::targets(&[Board::An386.target()])?;
+    setup::qemu()?;
+    eprintln!(
+        "demo: building {} (release; the first build takes a minute or two) ...",
+        Board::An386.dir()
+    );
+    let status = qemu::board_cargo(&root.join(Board::An386.dir()))
+        .args(["build", "--release"])
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!("firmware build failed ({status})"));
+    }
+    let elf = qemu::an386_bin(&root, qemu::AN386_MAIN);
+    eprintln!(
+        "demo: running on qemu-system-arm -machine mps2-an386 ({:.0} s since the start) ...",
+        start.elapsed().as_secs_f64()
+    );
+    let run = qemu::run_an386(&elf, Duration::from_secs(300), &mut std::io::stdout())?;
+    eprintln!("demo: done in {:.0} s", start.elapsed().as_secs_f64());
+    match run.code {
+        0 => Ok(()),
+        124 => Err("firmware timed out".into()),
+        c => Err(format!("firmware exited with {c}")),
+    }
+}
+
+/// The host-only demo session (`host-tests/examples/host_demo.rs`).
+fn host_demo() -> Result<(), String> {
+    checks::cargo(
+        &[
+            "run",
+            "--quiet",
+            "--release",
+            "-p",
+            "edgekv-host-tests",
+            "--example",
+            "host_demo",
+        ],
+        &[],
+    )
+}
+
+/// The boards' cargo runner: runs `elf` on `board` and exits with the firmware's code.
+fn qemu_runner(board: &str, elf: &str) -> ExitCode {
+    let Some(board) = Board::from_name(board) else {
+        eprintln!("xtask qemu: unknown board {board} (an386, microbit)");
+        return ExitCode::from(2);
+    };
+    if let Err(e) = setup::qemu() {
+        eprintln!("xtask qemu: {e}");
+        return ExitCode::from(127);
+    }
+    let secs = std::env::var("QEMU_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    let elf = std::path::Path::new(elf);
+    match qemu::run(
+        board,
+        elf,
+        Duration::from_secs(secs),
+        &mut std::io::stdout(),
+    ) {
+        Ok(run) => ExitCode::from(u8::try_from(run.code).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("xtask qemu: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `cargo test-all`: parses the stage selection and runs the checks.
+fn test(flags: &[&str]) -> Result<(), String> {
+    let mut only = None;
+    let mut skip = Vec::new();
+    let mut it = flags.iter();
+    while let Some(&f) = it.next() {
+        match f {
+            "--only" | "--skip" => {
+                let stage = it.next().ok_or(format!("{f} needs a stage name"))?;
+                if !checks::STAGES.contains(stage) {
+                    return Err(format!(
+                        "unknown stage {stage}; stages: {}",
+                        checks::STAGES.join(", ")
+                    ));
+                }
+                if f == "--only" {
+                    only = Some(stage.to_string());
+                } else {
+                    skip.push(stage.to_string());
+                }
+            }
+            "--no-miri" => skip.push("miri".into()),
+            "--no-targets" => skip.extend(["no-std".into(), "boards".into()]),
+            "--no-fuzz" => skip.push("fuzz".into()),
+            "--no-model" => skip.push("model".into()),
+            _ => return Err(format!("unknown flag {f}\n{USAGE}")),
+        }
+    }
+    let mut stages = Stages::new(only, skip);
+    let result = checks::all(&mut stages);
+    if let Err(e) = result {
+        eprintln!("{}", stages.table());
+        return Err(e);
+    }
+    Ok(())
+}

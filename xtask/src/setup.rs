@@ -1,0 +1,137 @@
+//! Fresh-machine set-up: rustup targets and components, the pinned nightly (Miri, cargo-fuzz),
+//! cargo-fuzz and QEMU. Each step checks first and says what it installs while it does it.
+
+use std::process::{Command, Stdio};
+
+/// The nightly toolchain Miri and cargo-fuzz run on, pinned so CI does not change under us (the
+/// date of the nightly these machines ship; its Miri component is available).
+pub const NIGHTLY: &str = "nightly-2026-05-20";
+
+/// What to do when QEMU is missing and cannot be installed here.
+pub const QEMU_MISSING: &str = "qemu-system-arm not found: sudo apt-get install -y qemu-system-arm \
+     (run it again if the first attempt fails on a removed package)";
+
+/// Whether `tool --version` runs.
+pub fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Runs `program args`, echoing the command; fails on a non-zero exit.
+fn sh(program: &str, args: &[&str]) -> Result<(), String> {
+    eprintln!("setup: {program} {}", args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .status()
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{program} {} failed ({status})", args.join(" ")))
+    }
+}
+
+/// The output of `program args` (empty when it fails).
+fn output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// Adds the rustup targets of `targets` that the default toolchain lacks.
+pub fn targets(targets: &[&str]) -> Result<(), String> {
+    let installed = output("rustup", &["target", "list", "--installed"]);
+    let missing: Vec<&str> = targets
+        .iter()
+        .copied()
+        .filter(|t| !installed.lines().any(|l| l.trim() == *t))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut args = vec!["target", "add"];
+    args.extend(&missing);
+    sh("rustup", &args)
+}
+
+/// Adds the components of `components` that the default toolchain lacks.
+pub fn components(components: &[&str]) -> Result<(), String> {
+    let installed = output("rustup", &["component", "list", "--installed"]);
+    let missing: Vec<&str> = components
+        .iter()
+        .copied()
+        .filter(|c| !installed.lines().any(|l| l.starts_with(&format!("{c}-"))))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut args = vec!["component", "add"];
+    args.extend(&missing);
+    sh("rustup", &args)
+}
+
+/// Installs [`NIGHTLY`] with Miri and rust-src, unless present.
+pub fn nightly() -> Result<(), String> {
+    let installed = output(
+        "rustup",
+        &["component", "list", "--installed", "--toolchain", NIGHTLY],
+    );
+    if installed.lines().any(|l| l.starts_with("miri-"))
+        && installed.lines().any(|l| l.starts_with("rust-src"))
+    {
+        return Ok(());
+    }
+    sh(
+        "rustup",
+        &[
+            "toolchain",
+            "install",
+            NIGHTLY,
+            "--profile",
+            "minimal",
+            "--component",
+            "miri,rust-src",
+        ],
+    )
+}
+
+/// Installs cargo-fuzz, unless present.
+pub fn cargo_fuzz() -> Result<(), String> {
+    if output("cargo", &["fuzz", "--version"]).starts_with("cargo-fuzz") {
+        return Ok(());
+    }
+    sh("cargo", &["install", "--locked", "cargo-fuzz@0.13.2"])
+}
+
+/// Installs `qemu-system-arm` with apt when running as root (retried once: the first attempt
+/// can fail on a package a cleanup hook removed; then once more after `apt-get update`);
+/// otherwise says the exact command.
+pub fn qemu() -> Result<(), String> {
+    if have("qemu-system-arm") {
+        return Ok(());
+    }
+    if output("id", &["-u"]).trim() != "0" {
+        return Err(QEMU_MISSING.into());
+    }
+    let install = [
+        "install",
+        "-y",
+        "--no-install-recommends",
+        "qemu-system-arm",
+    ];
+    sh("apt-get", &install)
+        .or_else(|_| sh("apt-get", &install))
+        .or_else(|_| sh("apt-get", &["update"]).and_then(|()| sh("apt-get", &install)))?;
+    if have("qemu-system-arm") {
+        Ok(())
+    } else {
+        Err("apt-get installed qemu-system-arm, but it does not run".into())
+    }
+}
