@@ -6,6 +6,8 @@
 //! edgekv dequantize --format q8_0|int8-head|fp8-tile [--bf16] IN_PREFIX OUT.npy
 //! edgekv snapshot   OUT.ekvs                   # the parity system prompt's KV image
 //! edgekv inspect    [--fingerprint HEX] IMAGE  # verify an image (CRC, sizes) and describe it
+//! edgekv plan       --layers N --kv-heads N --head-dim N --arena SIZE [--formats F,..] [--split]
+//!                                              # how many tokens fit, per page format
 //! ```
 //!
 //! Input: float32 or float16 `[rows, dim]`, or bf16 as uint16 bit patterns with `--bf16`.
@@ -62,6 +64,9 @@ enum Command {
         /// Output image file.
         output: PathBuf,
     },
+    /// How many tokens of KV fit in an arena: a table of page formats x (bytes per token, pages,
+    /// tokens, data and metadata bytes), from the core's const planner.
+    Plan(PlanArgs),
     /// Check a snapshot image completely (header, CRC, sizes) and describe it.
     Inspect {
         /// Image file.
@@ -70,6 +75,40 @@ enum Command {
         #[arg(long, value_parser = parse_hex)]
         fingerprint: Option<u64>,
     },
+}
+
+/// Arguments of `edgekv plan`.
+#[derive(clap::Args, Debug)]
+struct PlanArgs {
+    /// Transformer layers.
+    #[arg(long)]
+    layers: u16,
+    /// Key/value heads per layer.
+    #[arg(long)]
+    kv_heads: u16,
+    /// Elements per head vector.
+    #[arg(long)]
+    head_dim: u16,
+    /// Data arena size (e.g. 2MiB, 512K, 1048576); with --split, the one buffer's size.
+    #[arg(long, value_parser = crate::plan::parse_bytes)]
+    arena: usize,
+    /// Formats to tabulate, comma-separated; K/V pairs as k/v (f32, f16, bf16, q8_0, int8-head,
+    /// fp8).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "f32,f16,bf16,q8_0,fp8,q8_0/f16"
+    )]
+    formats: Vec<String>,
+    /// Tokens per page (a power of two).
+    #[arg(long, default_value_t = 16)]
+    page_tokens: u16,
+    /// Sequence slots.
+    #[arg(long, default_value_t = 8)]
+    sequences: u16,
+    /// One buffer holds the metadata and data arenas (`CacheConfig::plan_split`).
+    #[arg(long)]
+    split: bool,
 }
 
 fn parse_hex(s: &str) -> Result<u64, String> {
@@ -128,6 +167,22 @@ pub fn run(cli: Cli) -> Result<(), String> {
             in_prefix,
             output,
         } => dequantize(&fmt, &in_prefix, &output),
+        Command::Plan(a) => {
+            let req = crate::plan::Request {
+                shape: edgekv::Shape {
+                    layers: a.layers,
+                    kv_heads: a.kv_heads,
+                    head_dim: a.head_dim,
+                },
+                arena_bytes: a.arena,
+                split: a.split,
+                page_tokens: a.page_tokens,
+                sequences: a.sequences,
+                formats: a.formats,
+            };
+            print!("{}", crate::plan::table(&req)?);
+            Ok(())
+        }
         Command::Snapshot { output } => {
             let h = crate::snapshot_tool::write_system_prompt(&output)?;
             println!(

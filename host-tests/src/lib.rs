@@ -4,4 +4,5 @@
 
 pub mod cli;
 pub mod demo;
+pub mod plan;
 pub mod snapshot_tool;

@@ -338,3 +338,98 @@ fn snapshot_images_are_written_and_checked() {
     let (ok, err) = edgekv(&["inspect", &p(&dir.join("missing.ekvs"))]);
     assert!(!ok && err.contains("missing.ekvs"), "{err}");
 }
+
+fn edgekv_out(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_edgekv"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The row of format `name` in a `plan` table: its numeric columns.
+fn plan_row(table: &str, name: &str) -> Vec<u64> {
+    let line = table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row {name} in\n{table}"));
+    line.split_whitespace()
+        .skip(1)
+        .take(5)
+        .map(|w| w.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn plan_answers_with_the_const_planner() {
+    use edgekv::{CacheConfig, ElementFormat, FreeList, PageAllocator, Shape};
+    let smol = ["--layers", "30", "--kv-heads", "3", "--head-dim", "64"];
+    for (arena, bytes, split) in [("2MiB", 2usize << 20, false), ("512K", 512 << 10, true)] {
+        let mut args = vec!["plan"];
+        args.extend(smol);
+        args.extend(["--arena", arena, "--formats", "f32,q8_0,q8_0/f16"]);
+        if split {
+            args.push("--split");
+        }
+        let (code, out, err) = edgekv_out(&args);
+        assert_eq!(code, Some(0), "{err}");
+        for (name, k, v) in [
+            ("f32", ElementFormat::F32, ElementFormat::F32),
+            ("q8_0", ElementFormat::Q8_0, ElementFormat::Q8_0),
+            ("q8_0/f16", ElementFormat::Q8_0, ElementFormat::F16),
+        ] {
+            let cfg = CacheConfig::new(Shape::SMOLLM2_135M)
+                .with_formats(k, v)
+                .with_sequences(8, u32::MAX / 2);
+            let bits = <FreeList as PageAllocator>::META_BITS_PER_PAGE;
+            let plan = if split {
+                cfg.plan_split(bytes, bits)
+            } else {
+                cfg.plan(bytes, bits)
+            }
+            .unwrap();
+            let row = plan_row(&out, name);
+            let page = cfg.geometry().unwrap().page_bytes as u64;
+            assert_eq!(row[0], page / 16, "{name} B/token");
+            assert_eq!(row[1], u64::from(plan.num_pages), "{name} pages");
+            assert_eq!(row[2], plan.token_capacity() as u64, "{name} tokens");
+            assert_eq!(row[3], plan.data_bytes as u64, "{name} data");
+            assert_eq!(row[4], plan.meta.total as u64, "{name} meta");
+        }
+        // Q8_0 is SmolLM2's 12,240 B per token (30 layers x K+V x 3 heads x (64 + 2 x 2) B).
+        assert_eq!(plan_row(&out, "q8_0")[0], 12_240);
+    }
+}
+
+#[test]
+fn plan_refuses_bad_input_with_a_message() {
+    let smol = ["--layers", "30", "--kv-heads", "3", "--head-dim", "64"];
+    let cases: [(&[&str], &str); 6] = [
+        (&["--arena", "2XB"], "unit"),
+        (&["--arena", "lots"], "not a byte size"),
+        (&["--arena", "99999999999G"], "too large"),
+        (&["--arena", "1M", "--formats", "q3"], "unknown format"),
+        (&["--arena", "1M", "--page-tokens", "12"], "power of two"),
+        (&["--arena", "1M", "--layers", "0"], ""),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["plan"];
+        args.extend(smol);
+        args.extend(extra);
+        let (code, out, err) = edgekv_out(&args);
+        assert_ne!(code, Some(0), "{extra:?} succeeded: {out}");
+        assert!(err.contains(needle), "{extra:?}: {err}");
+        assert!(!err.contains("panicked"), "{extra:?}: {err}");
+    }
+    // An arena smaller than one page is not an error: nothing fits, and the table says so.
+    let mut args = vec!["plan"];
+    args.extend(smol);
+    args.extend(["--arena", "1K", "--formats", "f32"]);
+    let (code, out, _) = edgekv_out(&args);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("one page needs"), "{out}");
+}

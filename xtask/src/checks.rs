@@ -58,14 +58,6 @@ pub fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     run_in(None, &cargo, args, env)
 }
 
-/// Runs `cargo +NIGHTLY args` through rustup's proxy (`CARGO` names stable's cargo).
-fn nightly_cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
-    let toolchain = format!("+{}", setup::NIGHTLY);
-    let mut all = vec![toolchain.as_str()];
-    all.extend_from_slice(args);
-    run_in(None, "cargo", &all, env)
-}
-
 /// Runs cargo with `args` in board crate `dir` (its own workspace and `.cargo/config.toml`),
 /// exactly as its README says.
 fn board(dir: &str, args: &[&str]) -> Result<(), String> {
@@ -92,6 +84,7 @@ pub fn setup() -> Result<(), String> {
     setup::targets(&targets)?;
     setup::nightly()?;
     setup::cargo_fuzz()?;
+    setup::cargo_nextest()?;
     setup::qemu()
 }
 
@@ -242,40 +235,91 @@ fn boards() -> Result<(), String> {
     board(Board::An386.dir(), &["run", "--release"])
 }
 
-/// Miri on the modules with unsafe code and the pool / cache logic, one test per process under
-/// nextest (both cores busy; Miri itself is single-threaded).
+/// Miri on the modules with unsafe code and the pool / cache / snapshot logic: the core's unit
+/// tests except the numeric kernels (their portable paths are what the x86 builds are compared
+/// with bit for bit in the normal tests) plus its arena, fault, pool-model, prefix and snapshot
+/// integration tests; the HAL's tests (views, simulated cache, software NPU, C ABI, Ethos-U).
+/// Miri is single-threaded: the core and the HAL run as two processes side by side, their logs
+/// printed one after the other.
 fn miri() -> Result<(), String> {
-    let flags = [("MIRIFLAGS", "-Zmiri-strict-provenance")];
-    nightly_cargo(
-        &[
-            "miri",
-            "nextest",
-            "run",
-            "-j",
-            "2",
-            "--no-fail-fast",
-            "-p",
-            "edgekv",
-            "--features",
-            "std",
-        ],
-        &flags,
-    )?;
-    nightly_cargo(
-        &[
-            "miri",
-            "nextest",
-            "run",
-            "-j",
-            "2",
-            "--no-fail-fast",
-            "-p",
-            "edgekv-hal",
-            "--features",
-            "sim,capi,ethosu",
-        ],
-        &flags,
-    )
+    let toolchain = format!("+{}", setup::NIGHTLY);
+    let core: Vec<&str> = vec![
+        &toolchain,
+        "miri",
+        "test",
+        "-p",
+        "edgekv",
+        "--features",
+        "std",
+        "--lib",
+        "--test",
+        "faults",
+        "--test",
+        "static_arenas",
+        "--test",
+        "pool_model",
+        "--test",
+        "prefix_reuse",
+        "--test",
+        "snapshot",
+        "--",
+        "--skip",
+        "attention::",
+        "--skip",
+        "quant::",
+    ];
+    let hal: Vec<&str> = vec![
+        &toolchain,
+        "miri",
+        "test",
+        "-p",
+        "edgekv-hal",
+        "--features",
+        "sim,capi,ethosu",
+    ];
+    let root = qemu::repo_root();
+    let logs = root.join("target/miri-logs");
+    std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
+    // Separate target directories: two cargo processes on one would wait for each other's lock.
+    let spawn = |name: &str,
+                 args: &[&str]|
+     -> Result<(std::process::Child, std::path::PathBuf), String> {
+        eprintln!(
+            "==> cargo {} (log: target/miri-logs/{name}.log)",
+            args.join(" ")
+        );
+        let path = logs.join(format!("{name}.log"));
+        let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let err = file.try_clone().map_err(|e| e.to_string())?;
+        let child = Command::new("cargo")
+            .current_dir(&root)
+            .args(args)
+            .env("MIRIFLAGS", "-Zmiri-strict-provenance")
+            .env("CARGO_TARGET_DIR", root.join("target/miri").join(name))
+            .stdout(file)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("cannot start cargo: {e}"))?;
+        Ok((child, path))
+    };
+    let mut runs = vec![
+        ("core", spawn("core", &core)?),
+        ("hal", spawn("hal", &hal)?),
+    ];
+    let mut failed = Vec::new();
+    for (name, (child, path)) in &mut runs {
+        let status = child.wait().map_err(|e| format!("miri {name}: {e}"))?;
+        let log = std::fs::read_to_string(&*path).unwrap_or_default();
+        eprintln!("---- miri {name} ----\n{log}");
+        if !status.success() {
+            failed.push(*name);
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("miri failed: {}", failed.join(", ")))
+    }
 }
 
 /// The real-model harness (`model/`, its own workspace): fetches SmolLM2-135M (98 MB, cached

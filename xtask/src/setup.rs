@@ -110,6 +110,14 @@ pub fn cargo_fuzz() -> Result<(), String> {
     sh("cargo", &["install", "--locked", "cargo-fuzz@0.13.2"])
 }
 
+/// Installs cargo-nextest, unless present (these machines ship it).
+pub fn cargo_nextest() -> Result<(), String> {
+    if output("cargo", &["nextest", "--version"]).starts_with("cargo-nextest") {
+        return Ok(());
+    }
+    sh("cargo", &["install", "--locked", "cargo-nextest"])
+}
+
 /// Installs `qemu-system-arm` with apt when running as root (retried once: the first attempt
 /// can fail on a package a cleanup hook removed; then once more after `apt-get update`);
 /// otherwise says the exact command.

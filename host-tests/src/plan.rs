@@ -1,0 +1,155 @@
+//! `edgekv plan`: how many tokens of KV fit in an arena, per page format, answered by the core's
+//! const planner (`CacheConfig::plan` / `plan_split`) exactly as a board would size its statics.
+
+use std::fmt::Write as _;
+
+use edgekv::{CacheConfig, ElementFormat, FreeList, PageAllocator, Shape};
+
+/// A K/V format pair as the command line names it (`q8_0`, or `q8_0/f16` for K/V).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FormatPair {
+    /// Name as given.
+    pub name: &'static str,
+    /// Key pages.
+    pub k: ElementFormat,
+    /// Value pages.
+    pub v: ElementFormat,
+}
+
+/// One named element format for `head_dim` (fp8 tiles of 32 over the whole head row).
+fn format(name: &str, head_dim: u16) -> Option<ElementFormat> {
+    Some(match name {
+        "f32" => ElementFormat::F32,
+        "f16" => ElementFormat::F16,
+        "bf16" => ElementFormat::Bf16,
+        "q8_0" => ElementFormat::Q8_0,
+        "int8-head" => ElementFormat::Int8 { group: head_dim },
+        "fp8" => ElementFormat::Fp8Tile {
+            dv: head_dim,
+            tile: 32,
+            bf16: false,
+        },
+        _ => return None,
+    })
+}
+
+/// Format names `plan` knows.
+pub const FORMAT_NAMES: [&str; 6] = ["f32", "f16", "bf16", "q8_0", "int8-head", "fp8"];
+
+/// Parses `k` or `k/v` (each one of [`FORMAT_NAMES`]).
+pub fn parse_pair(spec: &str, head_dim: u16) -> Result<(ElementFormat, ElementFormat), String> {
+    let (k, v) = spec.split_once('/').unwrap_or((spec, spec));
+    let one = |n: &str| {
+        format(n, head_dim).ok_or_else(|| {
+            format!(
+                "unknown format {n:?}; formats: {} (K/V as k/v, e.g. q8_0/f16)",
+                FORMAT_NAMES.join(", ")
+            )
+        })
+    };
+    Ok((one(k)?, one(v)?))
+}
+
+/// Parses a byte size: a number with an optional `K`/`KiB`, `M`/`MiB` or `G`/`GiB` suffix
+/// (binary multiples), e.g. `2MiB`, `512K`, `1048576`.
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("not a byte size: {s:?} (e.g. 2MiB, 512K, 1048576)"))?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" | "kb" => 1 << 10,
+        "m" | "mib" | "mb" => 1 << 20,
+        "g" | "gib" | "gb" => 1 << 30,
+        _ => return Err(format!("unknown size unit in {s:?} (K, M, G)")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("byte size too large: {s:?}"))
+}
+
+/// What to plan.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The model's KV shape.
+    pub shape: Shape,
+    /// Bytes of the data arena (or of the one buffer with `split`).
+    pub arena_bytes: usize,
+    /// One buffer holds metadata and data (`plan_split`) instead of two arenas.
+    pub split: bool,
+    /// Tokens per page.
+    pub page_tokens: u16,
+    /// Sequence slots.
+    pub sequences: u16,
+    /// Format pairs to tabulate, by name.
+    pub formats: Vec<String>,
+}
+
+/// The table `edgekv plan` prints, or the reason it cannot.
+pub fn table(req: &Request) -> Result<String, String> {
+    let mut out = String::new();
+    let s = req.shape;
+    let _ = writeln!(
+        out,
+        "{} layers x {} KV heads x head_dim {}; {} arena of {} B ({:.2} MiB); pages of {} tokens; {} sequences; free-list allocator",
+        s.layers,
+        s.kv_heads,
+        s.head_dim,
+        if req.split {
+            "one (metadata + data)"
+        } else {
+            "data"
+        },
+        req.arena_bytes,
+        req.arena_bytes as f64 / (1 << 20) as f64,
+        req.page_tokens,
+        req.sequences,
+    );
+    let _ = writeln!(
+        out,
+        "{:<12} {:>11} {:>7} {:>14} {:>11} {:>11}",
+        "format K/V", "B/token", "pages", "tokens that fit", "data B", "metadata B"
+    );
+    for name in &req.formats {
+        let (k, v) = parse_pair(name, s.head_dim)?;
+        let config = CacheConfig::new(s)
+            .with_formats(k, v)
+            .with_page_tokens(req.page_tokens)
+            .with_sequences(req.sequences, u32::MAX / 2);
+        let geo = config
+            .geometry()
+            .map_err(|e| format!("{name}: this shape cannot use it: {e}"))?;
+        let bits = <FreeList as PageAllocator>::META_BITS_PER_PAGE;
+        let plan = if req.split {
+            config.plan_split(req.arena_bytes, bits)
+        } else {
+            config.plan(req.arena_bytes, bits)
+        };
+        let per_token = geo.page_bytes as f64 / req.page_tokens as f64;
+        match plan {
+            Ok(p) => {
+                let _ = writeln!(
+                    out,
+                    "{:<12} {:>11.0} {:>7} {:>14} {:>11} {:>11}",
+                    name,
+                    per_token,
+                    p.num_pages,
+                    p.token_capacity(),
+                    p.data_bytes,
+                    p.meta.total
+                );
+            }
+            Err(edgekv::Error::ArenaTooSmall) => {
+                let _ = writeln!(
+                    out,
+                    "{name:<12} {per_token:>11.0} {:>7} {:>14} {:>11} {:>11}  (one page needs {} B)",
+                    0, 0, "-", "-", geo.page_bytes
+                );
+            }
+            Err(e) => return Err(format!("{name}: {e}")),
+        }
+    }
+    Ok(out)
+}
