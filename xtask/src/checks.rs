@@ -267,6 +267,8 @@ fn miri() -> Result<(), String> {
         "attention::",
         "--skip",
         "quant::",
+        "--skip",
+        "cache::attend::",
     ];
     let hal: Vec<&str> = vec![
         &toolchain,
