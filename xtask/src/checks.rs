@@ -81,6 +81,8 @@ pub fn setup() -> Result<(), String> {
     setup::components(&["rustfmt", "clippy"])?;
     let mut targets = TARGETS.to_vec();
     targets.extend(Board::ALL.map(Board::target));
+    targets.sort_unstable();
+    targets.dedup();
     setup::targets(&targets)?;
     setup::nightly()?;
     setup::cargo_fuzz()?;
