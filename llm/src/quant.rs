@@ -118,7 +118,7 @@ mod tests {
         let x: [f32; 32] = core::array::from_fn(|i| (i as f32 - 15.5) * 0.37);
         let (mut qs, mut d, mut s) = ([0i8; 32], [0f32; 1], [0f32; 1]);
         quantize_q8_1(&x, &mut qs, &mut d, &mut s);
-        let amax = 16.5f32 * 0.37;
+        let amax = 15.5f32 * 0.37;
         let scale = amax / 127.0;
         assert_eq!(d[0], f16::from_f32(scale).to_f32());
         assert_eq!(qs[31], 127);
