@@ -15,8 +15,10 @@ use crate::quant::BLOCK;
 ///     Ok(p) => p,
 ///     Err(_) => panic!("plan"),
 /// };
-/// static mut _SCRATCH: [f32; PLAN.scratch] = [0.0; PLAN.scratch];
+/// static SCRATCH_F32S: usize = PLAN.scratch; // e.g. `static mut SCRATCH: [f32; PLAN.scratch]`
 /// assert_eq!(PLAN.logits_per_row, 49_152);
+/// assert_eq!(PLAN.scratch_bytes, 400_008); // 16 rows of 6,240 f32s, attention scratch 162
+/// # let _ = SCRATCH_F32S;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScratchPlan {

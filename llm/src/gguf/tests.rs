@@ -486,3 +486,11 @@ fn tiny_llama_runs_and_chunks_bit_exactly() {
     );
     assert_eq!(cache.seq_len(b).unwrap(), len);
 }
+
+/// Writes the tiny llama as the fuzz seed when `EDGEKV_WRITE_FUZZ_SEED` names a file.
+#[test]
+fn write_fuzz_seed() {
+    if let Some(path) = std::env::var_os("EDGEKV_WRITE_FUZZ_SEED") {
+        std::fs::write(path, tiny_llama().build()).unwrap();
+    }
+}
