@@ -123,7 +123,7 @@ fn prefix_reuse_equals_cold_bit_for_bit() {
         )
         .unwrap();
     // Cold: a fresh cache.
-    drop(cache);
+
     let mut arenas = Arenas::new(cache_config(&model, ElementFormat::Q8_0, 32), 48);
     let mut cache = arenas.cache();
     let mut cold = vec![0f32; vocab];
@@ -166,7 +166,7 @@ fn snapshot_restore_continues_bit_for_bit() {
     // Continue on the original.
     let mut direct = vec![0f32; vocab];
     engine.decode(&mut cache, seq, 378, &mut direct).unwrap();
-    drop(cache);
+
     // Restore into a fresh cache and continue the same way.
     let mut arenas = Arenas::new(cache_config(&model, ElementFormat::Q8_0, 16), 16);
     let mut cache = arenas.cache();
