@@ -235,3 +235,49 @@ fn seeded_sampling_repeats() {
     }
     assert_eq!(runs[0], runs[1]);
 }
+
+/// FNV-1a over the logits' bits: the digest a board run compares with the host's.
+fn digest(logits: &[f32]) -> u64 {
+    logits.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
+        v.to_bits()
+            .to_le_bytes()
+            .iter()
+            .fold(h, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    })
+}
+
+/// Logits of HELLO (int8 pages, chunks of 64) and 4 greedy steps: a fixed digest, so any change
+/// of the arithmetic shows (and the board build has a value to match).
+#[test]
+fn hello_logit_digest_is_stable() {
+    let Some(model) = model() else { return };
+    let vocab = model.config().vocab;
+    let mut arenas = Arenas::new(cache_config(&model, ElementFormat::Q8_0, 64), 4);
+    let mut cache = arenas.cache();
+    let mut s = scratch(&model, 64);
+    let mut engine = Engine::new(&model, &mut s, 64).unwrap();
+    let mut logits = vec![0f32; vocab];
+    let (seq, _) = engine.start(&mut cache, &HELLO, &mut logits).unwrap();
+    let first = digest(&logits);
+    let mut out = [0u32; 5];
+    engine
+        .generate(
+            &mut cache,
+            seq,
+            &mut logits,
+            &mut Sampling::Greedy,
+            &[],
+            &mut out,
+        )
+        .unwrap();
+    let last = digest(&logits);
+    println!("HELLO digests: first {first:#018x}, after 4 steps {last:#018x}, tokens {out:?}");
+    assert_eq!((first, last, out), HELLO_DIGESTS);
+}
+
+/// Recorded on x86-64 (host build of this crate).
+const HELLO_DIGESTS: (u64, u64, [u32; 5]) = (
+    0x972a_5e25_0e3b_3ca1,
+    0x5b7b_95a3_f4e7_cff2,
+    [909, 506, 253, 2365, 6354],
+);
