@@ -144,8 +144,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let new = edgekv_llm::Llama::new(&gguf).map_err(|e| e.to_string())?;
     let vocab = new.config().vocab;
 
-    println!("HELLO ids: {:?}", tokenizer.encode("Hello, world! The quick brown fox.")?);
-    let chat = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
+    println!(
+        "HELLO ids: {:?}",
+        tokenizer.encode("Hello, world! The quick brown fox.")?
+    );
+    let chat =
+        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
     let chat_ids = tokenizer.encode(chat)?;
     println!("chat prompt ids: {chat_ids:?}");
 
@@ -158,8 +162,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .zip(&g_candle)
         .take_while(|(a, b)| a == b)
         .count();
-    println!("greedy (edgekv-llm): {g_new:?}\n  {:?}", tokenizer.decode(&g_new)?);
-    println!("greedy (candle):     {g_candle:?}\n  {:?}", tokenizer.decode(&g_candle)?);
+    println!(
+        "greedy (edgekv-llm): {g_new:?}\n  {:?}",
+        tokenizer.decode(&g_new)?
+    );
+    println!(
+        "greedy (candle):     {g_candle:?}\n  {:?}",
+        tokenizer.decode(&g_candle)?
+    );
     println!("greedy agreement: first {same} of 32 tokens identical");
 
     // Teacher-forced fidelity over GPL-3.
