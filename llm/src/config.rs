@@ -1,0 +1,159 @@
+//! The model's hyper-parameters, read from GGUF metadata.
+
+use crate::error::{Error, Result};
+use crate::gguf::{Gguf, Value};
+
+/// Llama hyper-parameters as the GGUF states them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LlamaConfig {
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Hidden size.
+    pub embed: usize,
+    /// Feed-forward hidden size.
+    pub ffn: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Dimension of one head.
+    pub head_dim: usize,
+    /// RoPE frequency base.
+    pub rope_base: f32,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+    /// Vocabulary size (rows of the token embedding).
+    pub vocab: usize,
+    /// Training context length.
+    pub context: usize,
+    /// Beginning-of-sequence token id.
+    pub bos: u32,
+    /// End-of-sequence token id (`<|im_end|>` for SmolLM2-Instruct).
+    pub eos: u32,
+}
+
+impl LlamaConfig {
+    /// SmolLM2-135M-Instruct, as its GGUF states it (for sizing buffers at compile time).
+    pub const SMOLLM2_135M: LlamaConfig = LlamaConfig {
+        layers: 30,
+        embed: 576,
+        ffn: 1536,
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        rope_base: 100_000.0,
+        rms_eps: 1e-5,
+        vocab: 49_152,
+        context: 8192,
+        bos: 1,
+        eos: 2,
+    };
+
+    /// Reads the hyper-parameters of a `llama` GGUF. Refused: another architecture
+    /// ([`WrongArchitecture`](Error::WrongArchitecture)), a missing key
+    /// ([`MissingMetadata`](Error::MissingMetadata)) or one of the wrong type
+    /// ([`BadMetadata`](Error::BadMetadata)), shapes that are not grouped-query attention with
+    /// even head dimensions, RoPE over part of the head or scaled RoPE
+    /// ([`Unsupported`](Error::Unsupported)). The vocabulary size comes from the token
+    /// embedding's shape (checked by [`Llama::new`](crate::Llama::new)).
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<Self> {
+        let arch = g
+            .get("general.architecture")
+            .ok_or(Error::MissingMetadata("general.architecture"))?;
+        if arch.as_bytes() != Some(b"llama".as_slice()) {
+            return Err(Error::WrongArchitecture);
+        }
+        let heads = uint(g, "llama.attention.head_count")?;
+        let kv_heads = uint(g, "llama.attention.head_count_kv")?;
+        let embed = uint(g, "llama.embedding_length")?;
+        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || embed % heads != 0 {
+            return Err(Error::Unsupported(
+                "heads, KV heads and embedding are not GQA",
+            ));
+        }
+        let head_dim = embed / heads;
+        if head_dim % 2 != 0 {
+            return Err(Error::Unsupported("odd head dimension"));
+        }
+        if let Some(v) = g.get("llama.rope.dimension_count") {
+            let rope = v
+                .as_u64()
+                .ok_or(Error::BadMetadata("llama.rope.dimension_count"))?;
+            if rope != head_dim as u64 {
+                return Err(Error::Unsupported("RoPE over part of the head"));
+            }
+        }
+        if g.get("llama.rope.scaling.type").is_some() {
+            return Err(Error::Unsupported("scaled RoPE"));
+        }
+        let layers = uint(g, "llama.block_count")?;
+        let ffn = uint(g, "llama.feed_forward_length")?;
+        if layers == 0 || ffn == 0 {
+            return Err(Error::Unsupported("zero layers or FFN size"));
+        }
+        let rope_base = match g.get("llama.rope.freq_base") {
+            Some(v) => v
+                .as_f32()
+                .ok_or(Error::BadMetadata("llama.rope.freq_base"))?,
+            None => 10_000.0,
+        };
+        let rms_eps = float(g, "llama.attention.layer_norm_rms_epsilon")?;
+        let vocab = match g.get("tokenizer.ggml.tokens") {
+            Some(Value::Array(a)) => {
+                usize::try_from(a.len()).map_err(|_| Error::BadMetadata("tokenizer.ggml.tokens"))?
+            }
+            Some(_) => return Err(Error::BadMetadata("tokenizer.ggml.tokens")),
+            None => 0,
+        };
+        let id = |key: &'static str| -> Result<u32> {
+            let v = uint(g, key)?;
+            u32::try_from(v).map_err(|_| Error::BadMetadata(key))
+        };
+        Ok(LlamaConfig {
+            layers,
+            embed,
+            ffn,
+            heads,
+            kv_heads,
+            head_dim,
+            rope_base,
+            rms_eps,
+            vocab,
+            context: uint(g, "llama.context_length")?,
+            bos: id("tokenizer.ggml.bos_token_id")?,
+            eos: id("tokenizer.ggml.eos_token_id")?,
+        })
+    }
+
+    /// Query row width (`heads × head_dim`).
+    pub const fn q_dim(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// K or V row width (`kv_heads × head_dim`).
+    pub const fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// The KV shape edgekv pages hold for this model.
+    pub fn shape(&self) -> Result<edgekv::Shape> {
+        let narrow = |x: usize| u16::try_from(x).map_err(|_| Error::Unsupported("dims past u16"));
+        Ok(edgekv::Shape {
+            layers: narrow(self.layers)?,
+            kv_heads: narrow(self.kv_heads)?,
+            head_dim: narrow(self.head_dim)?,
+        })
+    }
+}
+
+fn uint(g: &Gguf<'_>, key: &'static str) -> Result<usize> {
+    let v = g.get(key).ok_or(Error::MissingMetadata(key))?;
+    v.as_u64()
+        .and_then(|v| usize::try_from(v).ok())
+        .ok_or(Error::BadMetadata(key))
+}
+
+fn float(g: &Gguf<'_>, key: &'static str) -> Result<f32> {
+    let v = g.get(key).ok_or(Error::MissingMetadata(key))?;
+    v.as_f32().ok_or(Error::BadMetadata(key))
+}

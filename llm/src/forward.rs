@@ -1,0 +1,197 @@
+//! The llama forward pass over a model in place, with K/V in edgekv pages.
+
+use edgekv::attention::AttentionParams;
+use edgekv::{KvCache, PageAllocator, SeqId};
+
+use crate::error::{Error, Result};
+use crate::gguf::TensorType;
+use crate::matmul::{Matrix, matmul_quant};
+use crate::model::Llama;
+use crate::ops::{add, embed_q8_0, rms_norm, rope, rope_angles, swiglu};
+use crate::plan::Parts;
+use crate::quant::{BLOCK, quantize_q8_0, quantize_q8_1};
+
+/// Largest head dimension (RoPE angles live on the stack).
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// Which logits a forward call writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// None (prefill of a prompt's leading chunks).
+    None,
+    /// The last token's row.
+    Last,
+    /// Every token's row, token-major (teacher forcing).
+    All,
+}
+
+impl Logits {
+    /// Rows of logits a call with `n` tokens writes.
+    pub const fn rows(self, n: usize) -> usize {
+        match self {
+            Logits::None => 0,
+            Logits::Last => 1,
+            Logits::All => n,
+        }
+    }
+}
+
+/// Quantizes `n` rows of `cols` values for `m`'s dot product and multiplies.
+#[allow(clippy::too_many_arguments)]
+fn project(
+    m: &Matrix<'_>,
+    x: &[f32],
+    n: usize,
+    qs: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+    out: &mut [f32],
+) {
+    let cols = m.cols;
+    let blocks = cols / BLOCK;
+    for t in 0..n {
+        let row = &x[t * cols..][..cols];
+        let (q, dd) = (&mut qs[t * cols..][..cols], &mut d[t * blocks..][..blocks]);
+        let ss = &mut s[t * blocks..][..blocks];
+        match m.ty {
+            TensorType::Q4_1 => quantize_q8_1(row, q, dd, ss),
+            _ => quantize_q8_0(row, q, dd),
+        }
+    }
+    matmul_quant(m, qs, d, s, n, &mut out[..n * m.rows]);
+}
+
+impl Llama<'_> {
+    /// Runs `tokens` at positions `[len, len + n)` of `seq` (its current length `len`): reserves
+    /// the positions, writes every layer's K (after RoPE) and V rows into the cache
+    /// ([`KvCache::write_kv`]), attends over the pages ([`KvCache::attention`]) and writes the
+    /// requested logits into `logits` (`vocab` f32s per row, token-major). `scratch` is sized by
+    /// [`ScratchPlan`](crate::ScratchPlan) for at least `n` rows with the cache's page size.
+    ///
+    /// Every token row is computed alone (matmuls quantize and multiply row by row, norms and
+    /// RoPE are per row, attention computes each query row alone), so splitting a prompt over
+    /// calls gives the same bits.
+    ///
+    /// All or nothing: on an error the sequence is truncated back to `len`. Errors:
+    /// [`Empty`](Error::Empty), [`TokenOutOfRange`](Error::TokenOutOfRange),
+    /// [`ContextFull`](Error::ContextFull), [`BufferTooSmall`](Error::BufferTooSmall) /
+    /// [`TooManyRows`](Error::TooManyRows) (scratch or logits), [`Kv`](Error::Kv).
+    pub fn forward<'c, A: PageAllocator<'c>>(
+        &self,
+        cache: &mut KvCache<'c, A>,
+        seq: SeqId,
+        tokens: &[u32],
+        scratch: &mut [f32],
+        logits: Logits,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let c = self.config();
+        if tokens.is_empty() {
+            return Err(Error::Empty);
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= c.vocab) {
+            return Err(Error::TokenOutOfRange(t));
+        }
+        if c.head_dim > MAX_HEAD_DIM {
+            return Err(Error::Unsupported("head dimension above 256"));
+        }
+        let n = tokens.len();
+        let start = cache.seq_len(seq)?;
+        let end = u32::try_from(n)
+            .ok()
+            .and_then(|n| start.checked_add(n))
+            .ok_or(Error::ContextFull)?;
+        if end as usize > c.context {
+            return Err(Error::ContextFull);
+        }
+        let need = logits.rows(n) * c.vocab;
+        if out.len() < need {
+            return Err(Error::BufferTooSmall { needed: need });
+        }
+        let page_tokens = cache.config().page_tokens;
+        let parts = Parts::new(c, n, page_tokens, scratch)?;
+        cache.reserve(seq, end - start)?;
+        self.run(cache, seq, start, tokens, parts, logits, &mut out[..need])
+            .inspect_err(|_| {
+                // The positions were reserved above, so this truncate is within the sequence.
+                let _ = cache.truncate(seq, start);
+            })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run<'c, A: PageAllocator<'c>>(
+        &self,
+        cache: &mut KvCache<'c, A>,
+        seq: SeqId,
+        start: u32,
+        tokens: &[u32],
+        p: Parts<'_>,
+        logits: Logits,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let c = self.config();
+        let (n, e, hd) = (tokens.len(), c.embed, c.head_dim);
+        let (q_dim, kv_dim) = (c.q_dim(), c.kv_dim());
+        for (&t, x) in tokens.iter().zip(p.x.chunks_exact_mut(e)) {
+            embed_q8_0(self.embedding(), t as usize, x);
+        }
+        let params = AttentionParams::new(c.shape()?, c.heads as u16);
+        let (mut cos, mut sin) = ([0f32; MAX_HEAD_DIM / 2], [0f32; MAX_HEAD_DIM / 2]);
+        let (cos, sin) = (&mut cos[..hd / 2], &mut sin[..hd / 2]);
+        for layer in 0..c.layers {
+            let b = self
+                .block(layer)
+                .ok_or(Error::Unsupported("missing block"))?;
+            for (x, h) in p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e)) {
+                rms_norm(x, &b.attn_norm, c.rms_eps, h);
+            }
+            project(&b.wq, p.h, n, p.qs, p.d, p.s, p.q);
+            project(&b.wk, p.h, n, p.qs, p.d, p.s, p.k);
+            project(&b.wv, p.h, n, p.qs, p.d, p.s, p.v);
+            for (i, (q, k)) in
+                p.q.chunks_exact_mut(q_dim)
+                    .zip(p.k.chunks_exact_mut(kv_dim))
+                    .enumerate()
+            {
+                rope_angles(start + i as u32, c.rope_base, hd, cos, sin);
+                rope(q, hd, cos, sin);
+                rope(k, hd, cos, sin);
+            }
+            let l = layer as u16;
+            cache.write_kv(seq, l, start, &p.k[..n * kv_dim], &p.v[..n * kv_dim])?;
+            cache.attention(
+                seq,
+                l,
+                start,
+                &p.q[..n * q_dim],
+                &mut p.attn[..n * q_dim],
+                &params,
+                p.attn_scratch,
+            )?;
+            project(&b.wo, p.attn, n, p.qs, p.d, p.s, p.h);
+            add(&mut p.x[..n * e], &p.h[..n * e]);
+            for (x, h) in p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e)) {
+                rms_norm(x, &b.ffn_norm, c.rms_eps, h);
+            }
+            project(&b.gate, p.h, n, p.qs, p.d, p.s, p.g);
+            project(&b.up, p.h, n, p.qs, p.d, p.s, p.u);
+            swiglu(&mut p.g[..n * c.ffn], &p.u[..n * c.ffn]);
+            project(&b.down, p.g, n, p.qs, p.d, p.s, p.h);
+            add(&mut p.x[..n * e], &p.h[..n * e]);
+        }
+        let first = match logits {
+            Logits::None => return Ok(()),
+            Logits::Last => n - 1,
+            Logits::All => 0,
+        };
+        let m = n - first;
+        for (x, h) in p.x[first * e..n * e]
+            .chunks_exact(e)
+            .zip(p.h.chunks_exact_mut(e))
+        {
+            rms_norm(x, self.output_norm(), c.rms_eps, h);
+        }
+        project(self.head(), p.h, m, p.qs, p.d, p.s, out);
+        Ok(())
+    }
+}

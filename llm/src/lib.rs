@@ -1,0 +1,45 @@
+//! A llama forward pass over a GGUF file held in memory, with keys and values in edgekv pages:
+//! `no_std`, no allocation, no unsafe code, one thread.
+//!
+//! - [`gguf`]: a GGUF v3 reader that validates the header, metadata and tensor table in place
+//!   and hands out typed views of the weights (no copies); bad files are precise
+//!   [`GgufError`]s.
+//! - [`Llama`]: the model's configuration and weight views ([`LlamaConfig`] from metadata).
+//! - [`Llama::forward`]: embedding, RMSNorm, RoPE (type NORM), Q/K/V projections, K/V rows into
+//!   the cache ([`edgekv::KvCache::write_kv`]), attention over pages
+//!   ([`edgekv::KvCache::attention`]), output projection, SwiGLU FFN, residuals, final norm and
+//!   the (tied) LM head. Matmuls follow ggml's CPU reference arithmetic: each activation row
+//!   quantized per 32-block (Q8_1 for Q4_1 weights, Q8_0 for Q8_0), exact integer block sums,
+//!   scales combined in f32 in block order ([`matmul`]).
+//! - [`ScratchPlan`]: how many f32s of scratch and logits the caller provides, a `const fn`.
+//! - [`Engine`]: prefill in chunks aligned to absolute positions, prefix reuse through the
+//!   cache's verified index, decode and generation ([`Sampling`]: greedy or seeded top-k).
+//!
+//! Determinism: fixed operation order, no fused multiply-adds, transcendentals from `libm`, so
+//! the same inputs give the same bits on the host and on a Cortex-M. Each token row is computed
+//! alone, so chunked prefill and prefix reuse give the same bits as one cold pass.
+
+#![cfg_attr(not(test), no_std)]
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+mod config;
+mod error;
+mod forward;
+pub mod gguf;
+pub mod matmul;
+mod model;
+pub mod ops;
+mod plan;
+pub mod quant;
+mod sample;
+mod session;
+
+pub use config::LlamaConfig;
+pub use error::{Error, Result};
+pub use forward::{Logits, MAX_HEAD_DIM};
+pub use gguf::{Gguf, GgufError};
+pub use model::{Block, Llama, MAX_LAYERS, Norm, TensorRole};
+pub use plan::ScratchPlan;
+pub use sample::{MAX_TOP_K, Pcg32, Sampling, argmax};
+pub use session::Engine;

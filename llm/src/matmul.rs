@@ -1,0 +1,199 @@
+//! Matrix views over quantized weights in place, and the matmul as ggml's CPU reference computes
+//! it (`ggml_vec_dot_q4_1_q8_1_generic`, `ggml_vec_dot_q8_0_q8_0_generic`).
+//!
+//! Each output is `Σ_blocks` in block order, accumulated in one f32 `sumf` starting at 0:
+//! - Q4_1 × Q8_1: `sumf += (d_w · d_a) · (f32)Σ q_w·q_a + m_w · s_a`, with `q_w` the unsigned
+//!   nibble (value `j` low nibble of byte `j`, value `j + 16` its high nibble);
+//! - Q8_0 × Q8_0: `sumf += (f32)Σ q_w·q_a · (d_w · d_a)`.
+//!
+//! The integer sums are exact (any order gives the same i32, so the compiler may vectorize
+//! them); the f32 operations run in exactly this order, with no fused multiply-add (Rust never
+//! contracts), so every target gives the same bits.
+
+use crate::gguf::{Tensor, TensorType};
+use crate::quant::{BLOCK, QuantRow, f16_to_f32};
+
+/// A 2-D weight in place: `rows` rows of `cols` values (ggml `ne[0] = cols`, `ne[1] = rows`).
+#[derive(Debug, Clone, Copy)]
+pub struct Matrix<'a> {
+    /// Encoded rows, `row_bytes` each.
+    pub data: &'a [u8],
+    /// Block type.
+    pub ty: TensorType,
+    /// Values per row (input width).
+    pub cols: usize,
+    /// Rows (output width).
+    pub rows: usize,
+    /// Bytes per row.
+    pub row_bytes: usize,
+}
+
+impl<'a> Matrix<'a> {
+    /// A view of a 2-D tensor of shape `[cols, rows]`, if it has that shape (a 1-D tensor is one
+    /// row).
+    pub fn new(t: &Tensor<'a>, cols: usize, rows: usize) -> Option<Self> {
+        if t.dims != [cols, rows, 1, 1] {
+            return None;
+        }
+        let row_bytes = t.ty.row_bytes(cols)?;
+        (row_bytes.checked_mul(rows)? == t.data.len()).then_some(Matrix {
+            data: t.data,
+            ty: t.ty,
+            cols,
+            rows,
+            row_bytes,
+        })
+    }
+
+    /// Row `r`'s bytes.
+    #[inline]
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        &self.data[r * self.row_bytes..][..self.row_bytes]
+    }
+
+    /// The activation block type this matrix's dot product takes (Q8_1 for Q4_1, else Q8_0).
+    pub fn wants_sums(&self) -> bool {
+        self.ty == TensorType::Q4_1
+    }
+}
+
+#[inline(always)]
+fn scale(b: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// Dot product of one Q4_1 weight row with a Q8_1 activation row.
+#[inline]
+pub fn dot_q4_1_q8_1(w: &[u8], a: &QuantRow<'_>) -> f32 {
+    let mut sumf = 0.0f32;
+    for (((wb, qa), &da), &sa) in w
+        .chunks_exact(20)
+        .zip(a.qs.chunks_exact(BLOCK))
+        .zip(a.d)
+        .zip(a.s)
+    {
+        let (dw, mw) = (scale(wb, 0), scale(wb, 2));
+        let qs: &[u8; 16] = wb[4..20].try_into().unwrap_or(&[0; 16]);
+        let qa: &[i8; 32] = qa.try_into().unwrap_or(&[0; 32]);
+        let mut lo = 0i32;
+        let mut hi = 0i32;
+        for j in 0..16 {
+            lo += (qs[j] & 0x0f) as i32 * qa[j] as i32;
+            hi += (qs[j] >> 4) as i32 * qa[j + 16] as i32;
+        }
+        sumf += (dw * da) * (lo + hi) as f32 + mw * sa;
+    }
+    sumf
+}
+
+/// Dot product of one Q8_0 weight row with a Q8_0 activation row.
+#[inline]
+pub fn dot_q8_0_q8_0(w: &[u8], a: &QuantRow<'_>) -> f32 {
+    let mut sumf = 0.0f32;
+    for ((wb, qa), &da) in w.chunks_exact(34).zip(a.qs.chunks_exact(BLOCK)).zip(a.d) {
+        let dw = scale(wb, 0);
+        let qs: &[u8; 32] = wb[2..34].try_into().unwrap_or(&[0; 32]);
+        let qa: &[i8; 32] = qa.try_into().unwrap_or(&[0; 32]);
+        let mut sumi = 0i32;
+        for j in 0..32 {
+            sumi += qs[j] as i8 as i32 * qa[j] as i32;
+        }
+        sumf += sumi as f32 * (dw * da);
+    }
+    sumf
+}
+
+/// Dot product of one F32 weight row with an f32 activation row (in order; ggml would use f16
+/// activations here — not used by the model, which keeps F32 tensors for norms only).
+#[inline]
+pub fn dot_f32(w: &[u8], x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for (b, &v) in w.chunks_exact(4).zip(x) {
+        s += f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v;
+    }
+    s
+}
+
+/// `out[t][o] = W[o] · a[t]` for `n` quantized activation rows: `a` holds `n` rows of
+/// `m.cols / 32` blocks each (codes in `qs`, scales in `d`, sums in `s`); `out` is `n × m.rows`,
+/// token-major. Weight rows are the outer loop (each read once per call); every output is the
+/// same function of one weight row and one activation row, whatever `n` is.
+pub fn matmul_quant(m: &Matrix<'_>, qs: &[i8], d: &[f32], s: &[f32], n: usize, out: &mut [f32]) {
+    let blocks = m.cols / BLOCK;
+    for o in 0..m.rows {
+        let w = m.row(o);
+        for t in 0..n {
+            let a = QuantRow {
+                qs: &qs[t * m.cols..][..m.cols],
+                d: &d[t * blocks..][..blocks],
+                s: &s[t * blocks..][..blocks],
+            };
+            out[t * m.rows + o] = match m.ty {
+                TensorType::Q4_1 => dot_q4_1_q8_1(w, &a),
+                TensorType::Q8_0 => dot_q8_0_q8_0(w, &a),
+                TensorType::F32 => 0.0,
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{quantize_q8_0, quantize_q8_1};
+    use half::f16;
+
+    fn q4_1_block(d: f32, m: f32, nibbles: &[u8; 32]) -> [u8; 20] {
+        let mut b = [0u8; 20];
+        b[0..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+        b[2..4].copy_from_slice(&f16::from_f32(m).to_le_bytes());
+        for j in 0..16 {
+            b[4 + j] = nibbles[j] | (nibbles[j + 16] << 4);
+        }
+        b
+    }
+
+    #[test]
+    fn q4_1_dot_is_the_reference_sum() {
+        let nib: [u8; 32] = core::array::from_fn(|i| (i * 7 % 16) as u8);
+        let mut w = [0u8; 40];
+        w[..20].copy_from_slice(&q4_1_block(0.05, -0.4, &nib));
+        w[20..].copy_from_slice(&q4_1_block(0.02, 0.1, &nib));
+        let x: [f32; 64] = core::array::from_fn(|i| ((i * 13 % 29) as f32 - 14.0) * 0.1);
+        let (mut qs, mut d, mut s) = ([0i8; 64], [0f32; 2], [0f32; 2]);
+        quantize_q8_1(&x, &mut qs, &mut d, &mut s);
+        let a = QuantRow {
+            qs: &qs,
+            d: &d,
+            s: &s,
+        };
+        let mut want = 0f32;
+        for b in 0..2 {
+            let (dw, mw) = if b == 0 { (0.05, -0.4) } else { (0.02, 0.1) };
+            let (dw, mw) = (f16::from_f32(dw).to_f32(), f16::from_f32(mw).to_f32());
+            let sumi: i32 = (0..32).map(|j| nib[j] as i32 * qs[b * 32 + j] as i32).sum();
+            want += (dw * d[b]) * sumi as f32 + mw * s[b];
+        }
+        assert_eq!(dot_q4_1_q8_1(&w, &a).to_bits(), want.to_bits());
+    }
+
+    #[test]
+    fn q8_0_dot_is_the_reference_sum() {
+        let mut w = [0u8; 34];
+        w[..2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+        for j in 0..32 {
+            w[2 + j] = (j as i8 - 16) as u8;
+        }
+        let x: [f32; 32] = core::array::from_fn(|i| (i as f32).sin());
+        let (mut qs, mut d) = ([0i8; 32], [0f32; 1]);
+        quantize_q8_0(&x, &mut qs, &mut d);
+        let a = QuantRow {
+            qs: &qs,
+            d: &d,
+            s: &[0.0],
+        };
+        let sumi: i32 = (0..32).map(|j| (j as i32 - 16) * qs[j] as i32).sum();
+        let want = sumi as f32 * (f16::from_f32(0.01).to_f32() * d[0]);
+        assert_eq!(dot_q8_0_q8_0(&w, &a).to_bits(), want.to_bits());
+    }
+}
