@@ -6,7 +6,8 @@
 //! edgekv dequantize --format q8_0|int8-head|fp8-tile [--bf16] IN_PREFIX OUT.npy
 //! edgekv snapshot   OUT.ekvs                   # the parity system prompt's KV image
 //! edgekv inspect    [--fingerprint HEX] IMAGE  # verify an image (CRC, sizes) and describe it
-//! edgekv plan       --layers N --kv-heads N --head-dim N --arena SIZE [--formats F,..] [--split]
+//! edgekv plan       --gguf MODEL | --layers N --kv-heads N --head-dim N
+//!                   --arena SIZE [--formats F,..] [--page-tokens P] [--sequences N] [--split]
 //!                                              # how many tokens fit, per page format
 //! ```
 //!
@@ -80,15 +81,18 @@ enum Command {
 /// Arguments of `edgekv plan`.
 #[derive(clap::Args, Debug)]
 struct PlanArgs {
-    /// Transformer layers.
-    #[arg(long)]
-    layers: u16,
-    /// Key/value heads per layer.
-    #[arg(long)]
-    kv_heads: u16,
-    /// Elements per head vector.
-    #[arg(long)]
-    head_dim: u16,
+    /// A GGUF model file to read the KV shape from (block count, KV heads, head dim).
+    #[arg(long, conflicts_with_all = ["layers", "kv_heads", "head_dim"])]
+    gguf: Option<PathBuf>,
+    /// Transformer layers (without --gguf).
+    #[arg(long, required_unless_present = "gguf")]
+    layers: Option<u16>,
+    /// Key/value heads per layer (without --gguf).
+    #[arg(long, required_unless_present = "gguf")]
+    kv_heads: Option<u16>,
+    /// Elements per head vector (without --gguf).
+    #[arg(long, required_unless_present = "gguf")]
+    head_dim: Option<u16>,
     /// Data arena size (e.g. 2MiB, 512K, 1048576); with --split, the one buffer's size.
     #[arg(long, value_parser = crate::plan::parse_bytes)]
     arena: usize,
@@ -168,12 +172,25 @@ pub fn run(cli: Cli) -> Result<(), String> {
             output,
         } => dequantize(&fmt, &in_prefix, &output),
         Command::Plan(a) => {
-            let req = crate::plan::Request {
-                shape: edgekv::Shape {
-                    layers: a.layers,
-                    kv_heads: a.kv_heads,
-                    head_dim: a.head_dim,
+            let shape = match (&a.gguf, a.layers, a.kv_heads, a.head_dim) {
+                (Some(path), ..) => {
+                    let bytes = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                    crate::plan::gguf_shape(&bytes)
+                        .map_err(|e| format!("{}: {e}", path.display()))?
+                }
+                (None, Some(layers), Some(kv_heads), Some(head_dim)) => edgekv::Shape {
+                    layers,
+                    kv_heads,
+                    head_dim,
                 },
+                _ => {
+                    return Err(
+                        "plan needs --gguf FILE or --layers, --kv-heads and --head-dim".into(),
+                    );
+                }
+            };
+            let req = crate::plan::Request {
+                shape,
                 arena_bytes: a.arena,
                 split: a.split,
                 page_tokens: a.page_tokens,

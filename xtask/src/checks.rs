@@ -23,11 +23,12 @@ const TARGETS: [&str; 4] = [
 ];
 
 /// The cargo-fuzz targets in `fuzz/`.
-const FUZZ_TARGETS: [&str; 4] = [
+const FUZZ_TARGETS: [&str; 5] = [
     "cache_ops",
     "snapshot_parse",
     "quant_roundtrip",
     "capi_calls",
+    "gguf_parse",
 ];
 
 /// Runs `program args` with `env` in `dir` (the repository root when `None`), echoing it.
@@ -128,12 +129,13 @@ pub fn all(stages: &mut Stages) -> Result<(), String> {
             ],
             &[],
         )?;
+        // The core's library with every feature (defmt, small-code); its tests are linted above.
         cargo(
             &[
                 "clippy",
                 "-p",
                 "edgekv",
-                "--all-targets",
+                "--lib",
                 "--all-features",
                 "--",
                 "-D",
@@ -165,64 +167,68 @@ pub fn all(stages: &mut Stages) -> Result<(), String> {
     }
 }
 
-/// The libraries type-checked for every no_std target (one cargo call per feature set, all
-/// targets at once); the C ABI's static library built (code generated and linked) for each.
+/// The libraries type-checked for the no_std targets (one cargo call per feature set, its
+/// targets at once): everything plain for all four; `defmt` for an ARMv7E-M and the ARMv6-M
+/// target (the logging layer is target-independent); the C ABI checked for all four and its
+/// static library built (code generated) for the Cortex-M7 and Cortex-M55 targets vendor NPU
+/// SDKs link it on; the D-cache maintenance (`cortex-m`) and the LLM forward pass for those two.
 fn no_std() -> Result<(), String> {
-    let targets: Vec<String> = TARGETS.iter().map(|t| format!("--target={t}")).collect();
-    let with_targets = |args: &[&str]| -> Vec<String> {
-        let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        v.extend(targets.iter().cloned());
-        v
-    };
-    let sets: [&[&str]; 4] = [
-        &[
-            "check",
-            "-p",
-            "edgekv",
-            "-p",
-            "edgekv-hal",
-            "-p",
-            "edgekv-parity",
-        ],
-        &[
-            "check",
-            "-p",
-            "edgekv",
-            "-p",
-            "edgekv-hal",
-            "--features",
-            "edgekv/defmt,edgekv-hal/defmt",
-        ],
-        // The C ABI with the Ethos-U hooks.
-        &["check", "-p", "edgekv-hal", "--features", "capi,ethosu"],
-        // The C ABI's no_std static library.
-        &[
-            "build",
-            "-p",
-            "edgekv-capi",
-            "--no-default-features",
-            "--features",
-            "ethosu",
-        ],
+    const ALL: &[&str] = &TARGETS;
+    const M7_M55: &[&str] = &["thumbv7em-none-eabihf", "thumbv8m.main-none-eabihf"];
+    const DEFMT: &[&str] = &["thumbv7em-none-eabihf", "thumbv6m-none-eabi"];
+    let sets: [(&[&str], &[&str]); 6] = [
+        (
+            &[
+                "check",
+                "-p",
+                "edgekv",
+                "-p",
+                "edgekv-hal",
+                "-p",
+                "edgekv-parity",
+            ],
+            ALL,
+        ),
+        (
+            &["check", "-p", "edgekv-hal", "--features", "capi,ethosu"],
+            ALL,
+        ),
+        (
+            &[
+                "check",
+                "-p",
+                "edgekv",
+                "-p",
+                "edgekv-hal",
+                "--features",
+                "edgekv/defmt,edgekv-hal/defmt",
+            ],
+            DEFMT,
+        ),
+        (
+            &[
+                "build",
+                "-p",
+                "edgekv-capi",
+                "--no-default-features",
+                "--features",
+                "ethosu",
+            ],
+            M7_M55,
+        ),
+        (
+            &["check", "-p", "edgekv-hal", "--features", "cortex-m"],
+            M7_M55,
+        ),
+        (&["check", "-p", "edgekv-llm"], M7_M55),
     ];
-    for args in sets {
-        let args = with_targets(args);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        cargo(&args, &[])?;
+    for (args, targets) in sets {
+        let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        all.extend(targets.iter().map(|t| format!("--target={t}")));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        cargo(&all, &[])?;
     }
-    // The Cortex-M7/M55 D-cache maintenance (ARMv7E-M and ARMv8-M Mainline only).
-    cargo(
-        &[
-            "check",
-            "-p",
-            "edgekv-hal",
-            "--features",
-            "cortex-m",
-            "--target=thumbv7em-none-eabihf",
-            "--target=thumbv8m.main-none-eabihf",
-        ],
-        &[],
-    )
+    Ok(())
 }
 
 /// Every board firmware built; the QEMU boards run exactly as their READMEs say (`cargo run
