@@ -268,6 +268,12 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         &mut self.tables[slot * self.plan.table_len + index]
     }
 
+    /// Tokens per page.
+    #[inline]
+    fn page_len(&self) -> usize {
+        self.config.page_tokens as usize
+    }
+
     #[inline]
     fn pages_for(&self, tokens: u32) -> usize {
         (tokens as usize).div_ceil(self.config.page_tokens as usize)

@@ -133,14 +133,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             // Contiguous sequences never share pages.
             return Ok(());
         }
-        let p = self.config.page_tokens as usize;
+        let p = self.page_len();
         let first = start as usize / p;
         let last = (start as usize + n - 1) / p;
-        let needs_copy = |cache: &Self, i: usize| {
-            let page = cache.table(slot)[i];
-            matches!(cache.pool.state(page), Some(PageState::Used(rc)) if rc > 1)
-                || cache.pool.is_registered(page)
-        };
+        let needs_copy = |cache: &Self, i: usize| cache.needs_copy(slot, i);
         let copies = (first..=last).filter(|&i| needs_copy(self, i)).count();
         if copies == 0 {
             return Ok(());
@@ -158,6 +154,22 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             }
         }
         Ok(())
+    }
+
+    /// Whether table entry `index` of `slot` holds a page a write must copy first: shared with
+    /// another sequence or published for prefix reuse (`false` past the held pages, for released
+    /// pages and for contiguous sequences).
+    pub(super) fn needs_copy(&self, slot: usize, index: usize) -> bool {
+        if self.records[slot].contiguous() {
+            return false;
+        }
+        match self.table(slot).get(index) {
+            Some(&page) if page != NO_PAGE => {
+                matches!(self.pool.state(page), Some(PageState::Used(rc)) if rc > 1)
+                    || self.pool.is_registered(page)
+            }
+            _ => false,
+        }
     }
 
     /// Encodes validated rows into their pages (quantizing for quantized formats). Fails only if

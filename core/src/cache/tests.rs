@@ -435,7 +435,8 @@ fn failing_calls_change_nothing() {
     let mut out = [0f32; ROW];
     let errs: Vec<(Error, Error)> = std::vec![
         (c.reserve(s, 100).unwrap_err(), Error::SequenceFull),
-        (c.reserve(s, u32::MAX).unwrap_err(), Error::Overflow),
+        // Past max_seq_tokens however far (even past u32::MAX): one mistake, one code.
+        (c.reserve(s, u32::MAX).unwrap_err(), Error::SequenceFull),
         (c.reserve(s, 20).unwrap_err(), Error::OutOfPages),
         (c.reserve(stale, 1).unwrap_err(), Error::UnknownSequence),
         (
