@@ -402,9 +402,18 @@ impl Model {
                 self.issued[i as usize % self.issued.len()]
             }
             // Generation 0 is never issued.
-            H::Live(i) | H::Any(i) => SeqId::from_raw(u32::from(i)),
-            H::Raw(raw) => SeqId::from_raw(raw),
+            H::Live(i) | H::Any(i) => SeqId::from_raw(self.epoch() | u64::from(i)),
+            // Forged in the cache's epoch (once known), so slot and generation are what is
+            // checked.
+            H::Raw(raw) => SeqId::from_raw(self.epoch() | u64::from(raw)),
         }
+    }
+
+    /// The cache's epoch bits of its handles (0 before the first one).
+    fn epoch(&self) -> u64 {
+        self.issued
+            .first()
+            .map_or(0, |id| id.to_raw() & 0xffff_ffff_0000_0000)
     }
 
     fn find(&self, id: SeqId) -> Option<usize> {

@@ -6,12 +6,12 @@
 mod wide;
 
 use super::KvCache;
-use crate::alloc::{NO_PAGE, PageAllocator};
+use crate::alloc::{NO_PAGE, PageAllocator, PageId};
 use crate::attention::exp::exp_shifted;
 #[cfg(not(feature = "small-code"))]
 use crate::attention::kernels::int8_add_scaled_rows;
 use crate::attention::kernels::{Isa, LANES, Portable, Row, add_scaled, dot_lanes};
-use crate::attention::{AttentionParams, scratch_len};
+use crate::attention::{AttentionParams, Window, scratch_len};
 use crate::error::{Error, Result};
 use crate::format::ElementFormat;
 use crate::planner::Pool;
@@ -33,7 +33,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// not a nonzero multiple of kv_heads), [`LengthMismatch`](Error::LengthMismatch) (`q` not a
     /// whole number of rows, `out` of another length, `scratch` too short),
     /// [`PositionOutOfRange`](Error::PositionOutOfRange) (queries past the reserved positions, or
-    /// a kept key in a released page), [`ZeroSize`](Error::ZeroSize) (a window of 0).
+    /// a kept key in a released page), [`ZeroSize`](Error::ZeroSize) (a window of 0). Everything,
+    /// every key page any query needs included, is checked before anything is computed: on
+    /// error neither `out` nor `scratch` was written.
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
@@ -75,9 +77,11 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let scratch = scratch
             .get_mut(..scratch_len(params.q_heads, self.config.page_tokens))
             .ok_or(Error::LengthMismatch)?;
+        let table = self.table(slot);
+        // Every key page any query needs, checked before `out` is written.
+        self.check_key_pages(table, start, end, params.window)?;
         let (max, rest) = scratch.split_at_mut(q_heads);
         let (sum, scores) = rest.split_at_mut(q_heads);
-        let table = self.table(slot);
         let g = &self.plan.geometry;
         let (k_row, v_row) = (g.k_row_bytes, g.v_row_bytes);
         let (k_srow, v_srow) = (g.k_scale_row_bytes, g.v_scale_row_bytes);
@@ -115,10 +119,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 if !(j0..j1).any(kept) {
                     continue;
                 }
+                // Present and in range: `check_key_pages` made sure before `out` was touched.
                 let page = table.get(page_index).copied().unwrap_or(NO_PAGE);
-                if page == NO_PAGE {
-                    return Err(Error::PositionOutOfRange);
-                }
                 let kv = self.page_slices(layer, page)?;
                 let keys = Keys {
                     kv: &kv,
@@ -146,6 +148,50 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             }
         }
         Ok(())
+    }
+
+    /// Checks that every page holding a key some query in `[start, end)` attends to (under
+    /// `window`, if any) is present in `table` and a valid page id: the attention loop then
+    /// cannot fail half-way, with part of `out` written.
+    fn check_key_pages(
+        &self,
+        table: &[PageId],
+        start: u32,
+        end: u32,
+        window: Option<Window>,
+    ) -> Result<()> {
+        let shift = self.config.page_tokens.trailing_zeros();
+        let num_pages = self.plan.num_pages;
+        // Keys `[first, last]` (inclusive) must all be in pages that are held.
+        let held = |first: u32, last: u32| -> Result<()> {
+            let pages = (first >> shift) as usize..=(last >> shift) as usize;
+            match table.get(pages) {
+                Some(t) if t.iter().all(|&pg| pg != NO_PAGE) => {
+                    if t.iter().all(|&pg| pg < num_pages) {
+                        Ok(())
+                    } else {
+                        Err(Error::InvalidPage)
+                    }
+                }
+                _ => Err(Error::PositionOutOfRange),
+            }
+        };
+        match window {
+            // Full causal: the last query sees every key the others see.
+            None if end > start => held(0, end - 1),
+            None => Ok(()),
+            Some(w) => {
+                for t in start..end {
+                    // Sinks `[0, min(sinks, t + 1))`, then the window `[t + 1 - window, t]`.
+                    let sinks = w.sinks.min(t + 1);
+                    if sinks > 0 {
+                        held(0, sinks - 1)?;
+                    }
+                    held((t + 1).saturating_sub(w.window).max(sinks).min(t), t)?;
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The K and V value and scale bytes of `page` in `layer`.

@@ -41,6 +41,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         SeqId {
             slot: slot as u16,
             generation,
+            epoch: self.epoch,
         }
     }
 

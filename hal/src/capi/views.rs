@@ -21,7 +21,7 @@ pub struct EkvSegment {
     pub cpu: usize,
     /// Device address of the first byte.
     pub dev: u64,
-    /// Bytes: `pages` × the pool stride.
+    /// Bytes: `pages` x the pool stride.
     pub len: usize,
     /// Index in the sequence's page table of the first page.
     pub first_page: u32,
@@ -80,7 +80,7 @@ unsafe fn in_c_buffer<R>(
     }
     let base = buf.ptr().cast::<Segment>();
     for i in 0..n {
-        // SAFETY: `i < n ≤ len`: inside the buffer, as `i * size_of::<Segment>() ≤
+        // SAFETY: `i < n <= len`: inside the buffer, as `i * size_of::<Segment>() <=
         // i * size_of::<EkvSegment>()`; aligned (buffer aligned for EkvSegment, whose alignment
         // is at least Segment's, and Segment's size is a multiple of its alignment).
         unsafe { base.add(i).write(Segment::default()) };
@@ -88,12 +88,12 @@ unsafe fn in_c_buffer<R>(
     // SAFETY: `n` initialized, aligned Segments in memory the caller gave us exclusively.
     let r = f(unsafe { core::slice::from_raw_parts_mut(base, n) });
     for i in (0..n).rev() {
-        // SAFETY: Segment `i` (bytes `[i·R, (i+1)·R)`, R = its size) is initialized, written
+        // SAFETY: Segment `i` (bytes `[i*R, (i+1)*R)`, R = its size) is initialized, written
         // above or by `f`. Only C elements `> i` were written so far, and those start at
-        // `(i+1)·C ≥ (i+1)·R` (C ≥ R, asserted): Segment `i` is intact.
+        // `(i+1)*C >= (i+1)*R` (C >= R, asserted): Segment `i` is intact.
         let s = unsafe { base.add(i).read() };
-        // SAFETY: inside the buffer, aligned for EkvSegment; its bytes `[i·C, (i+1)·C)` cover
-        // only Segments `≥ i`, all read already.
+        // SAFETY: inside the buffer, aligned for EkvSegment; its bytes `[i*C, (i+1)*C)` cover
+        // only Segments `>= i`, all read already.
         unsafe { buf.ptr().add(i).write(EkvSegment::from(s)) };
     }
     r
@@ -162,7 +162,7 @@ fn with_device<R>(
 /// # Safety
 ///
 /// `cache` NULL or readable `ekv_cache_t` storage; `map` NULL or readable; `out` NULL (with
-/// `capacity` 0) or writable for `capacity` entries; `count` NULL or writable.
+/// `capacity` 0) or writable for `capacity` entries; `count` (required) NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_segments(
     cache: *mut EkvCache,
@@ -194,7 +194,9 @@ pub unsafe extern "C" fn ekv_segments(
                 let r = unsafe {
                     in_c_buffer(&out, n, |segs| crate::segments(c, map, seq, layer, pool, segs))
                 };
-                Ok((n, r.map(|_| ()).map_err(Fail::from)))
+                // Cannot fail: the same list was just counted.
+                r?;
+                Ok((n, Ok(())))
             })
         })?;
         // SAFETY: checked, writable by the caller's obligation.
@@ -204,10 +206,12 @@ pub unsafe extern "C" fn ekv_segments(
     status(r)
 }
 
-/// The pages of `(seq, layer, kv)` ready for a device to read: their value segments to
-/// `values`, scale segments (int8 formats) to `scales`, counts to `n_values` / `n_scales`, then
-/// every segment is cleaned through `maint` (NULL: no cache). With a capacity too small:
-/// `EKV_ERR_BUFFER_TOO_SMALL` and both counts hold the entries needed; no maintenance ran.
+/// The pages of `(seq, layer, kv)` ready for a device to read: every segment is cleaned
+/// through `maint` (NULL: no cache), then the value segments are written to `values`, scale
+/// segments (int8 formats) to `scales` and their counts to `n_values` / `n_scales`. With a
+/// capacity too small: `EKV_ERR_BUFFER_TOO_SMALL`, both counts hold the entries needed, the
+/// arrays are untouched and no maintenance ran. On any other error (`EKV_ERR_MAINTENANCE`
+/// included) nothing is written.
 ///
 /// # Safety
 ///
@@ -252,16 +256,24 @@ pub unsafe extern "C" fn ekv_read_view(
                 if nv > values.len() || ns > scales.len() {
                     return Ok((nv, ns, Err(Fail(EKV_ERR_BUFFER_TOO_SMALL))));
                 }
+                // Checks and cleans everything first: on error no output is written.
+                let caps = (values.len(), scales.len());
+                crate::views::clean_view(c, map, maint, seq, layer, kv, caps)?;
                 // SAFETY: both writable, exclusive (disjoint from each other, the cache and
                 // the counts).
                 let r = unsafe {
                     in_c_buffer(&values, nv, |v| {
+                        crate::segments(c, map, seq, layer, Pool::values(kv), v)
+                    })
+                    .and_then(|_| {
                         in_c_buffer(&scales, ns, |s| {
-                            crate::read_view(c, map, maint, seq, layer, kv, v, s)
+                            crate::segments(c, map, seq, layer, Pool::scales(kv), s)
                         })
                     })
                 };
-                Ok((nv, ns, r.map(|_| ()).map_err(|e| maint.error(e.into()))))
+                // Cannot fail: the same lists were just counted and cleaned.
+                r?;
+                Ok((nv, ns, Ok(())))
             })
         })?;
         // SAFETY: checked, writable by the caller's obligation.
@@ -279,12 +291,17 @@ pub unsafe extern "C" fn ekv_read_view(
 /// its scales (int8 formats only; otherwise `scales` is untouched and may be NULL), 0xFFFFFFFF
 /// for pages released by a window; cleans the bound pages; writes the region to `out`. Each
 /// array needs the sequence's page count (`ekv_seq_info().pages`) entries; with fewer:
-/// `EKV_ERR_BUFFER_TOO_SMALL` and `out->pages` = entries needed.
+/// `EKV_ERR_BUFFER_TOO_SMALL` and `out->pages` = entries needed. The pages are cleaned before
+/// anything is written: on any other error nothing is.
+///
+/// The region is the data arena: for `ekv_cache_create` the `data` pointer given, for
+/// `ekv_cache_create_split` the data part of the buffer, which starts after the metadata at
+/// `buf + round_up(plan.meta_bytes, config.align)` (`out->cpu` reports it), not at `buf`.
 ///
 /// # Safety
 ///
 /// `cache`, `map`, `maint` as `ekv_read_view`; `values` / `scales` NULL (with capacity 0) or
-/// writable for their capacities; `out` NULL or writable.
+/// writable for their capacities; `out` (required) NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_bind_region(
     cache: *mut EkvCache,
@@ -435,14 +452,22 @@ unsafe fn ingest<T: super::rows::CElem>(
 }
 
 /// Copies positions `[start, start + n)` of `(seq, layer, kv)` into `staging`, head-major
-/// `[kv_heads][n][head_dim]` f32 (`n = staging_elems / (kv_heads × head_dim)`, whole cache
-/// lines), using `row` (`kv_heads × head_dim` floats) as scratch, then cleans `staging`
-/// through `maint` (NULL: no cache). Writes `n` to `rows` (may be NULL).
+/// `[kv_heads][n][head_dim]` f32 (`n = staging_elems / (kv_heads x head_dim)`, whole cache
+/// lines), using `row` (`kv_heads x head_dim` floats) as scratch, then cleans `staging`
+/// through `maint` (NULL: no cache). Writes `n` to `rows` (optional: may be NULL).
+///
+/// Errors: `EKV_ERR_SHAPE_MISMATCH` (`staging_elems` not a whole number >= 1 of rows,
+/// `row_elems` not one row), `EKV_ERR_MISALIGNED` (`staging` not whole cache lines),
+/// `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_LAYER_OUT_OF_RANGE`, `EKV_ERR_POSITION_OUT_OF_RANGE`
+/// (past the sequence, however far, or in pages released by a window): all checked before
+/// anything is written. `EKV_ERR_MAINTENANCE` from the final clean (which must follow the
+/// copy) is the one failure after which `staging` holds rows: not cleaned, a device must not
+/// read it; `rows` is not written.
 ///
 /// # Safety
 ///
 /// `cache`, `maint` as `ekv_read_view`; `staging` and `row` NULL (with 0) or writable for their
-/// lengths; `rows` NULL or writable.
+/// lengths; `rows` (optional) NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_gather_f32(
     cache: *mut EkvCache,
@@ -515,12 +540,17 @@ pub unsafe extern "C" fn ekv_gather_f16(
 /// Takes f32 K or V rows a device wrote into `staging` (token-major `[n][kv_heads][head_dim]`,
 /// whole cache lines): invalidates `staging` through `maint` (NULL: no cache), then writes the
 /// rows to positions `[start, start + n)` of `(seq, layer, kv)` (reserved), quantizing to the
-/// page format. Writes `n` to `rows` (may be NULL).
+/// page format. Writes `n` to `rows` (optional: may be NULL).
+///
+/// Errors: `EKV_ERR_SHAPE_MISMATCH` (`staging_elems` not a whole number >= 1 of rows),
+/// `EKV_ERR_MISALIGNED`, and the errors of `ekv_write_f32` for the same range
+/// (`EKV_ERR_POSITION_OUT_OF_RANGE` however far past the sequence, `EKV_ERR_OUT_OF_PAGES` for
+/// a copy-on-write...): all checked before the invalidate; the cache is unchanged on error.
 ///
 /// # Safety
 ///
 /// `cache`, `maint` as `ekv_read_view`; `staging` NULL (with 0) or writable for
-/// `staging_elems` floats; `rows` NULL or writable.
+/// `staging_elems` floats; `rows` (optional) NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_ingest_f32(
     cache: *mut EkvCache,
