@@ -349,7 +349,6 @@ fn sliding_window_releases_pages_and_keeps_results() {
     // Page 1 (positions 8..16) lies between the sinks and every window: released.
     const RELEASED: u32 = 12;
     let mut row = vec![0f32; KV_ROW];
-    let mut out = vec![0f32; Q_ROW];
     let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8)];
     let full = AttentionParams::new(SHAPE, Q_HEADS);
     assert_eq!(

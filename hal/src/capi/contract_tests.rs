@@ -17,10 +17,8 @@ const ROW: usize = HEAD_DIM;
 fn config() -> EkvConfig {
     let mut c = EkvConfig::default();
     // SAFETY: a valid, writable struct.
-    assert_eq!(
-        unsafe { ekv_config_init(&mut c, 2, 1, HEAD_DIM as u16) },
-        EKV_OK
-    );
+    let rc = unsafe { ekv_config_init(&mut c, 2, 1, HEAD_DIM as u16) };
+    assert_eq!(rc, EKV_OK);
     c.page_tokens = 4;
     c.max_seqs = 4;
     c.max_seq_tokens = 32;
@@ -56,9 +54,9 @@ impl Mem {
             },
             None => 8192,
         };
+        let (cache, data, meta) = (self.cache, self.data, self.meta);
         // SAFETY: storage and arenas stay allocated until `drop`, after the destroy.
-        let rc =
-            unsafe { ekv_cache_create(self.cache, cfg, self.data, data_bytes, self.meta, 4096) };
+        let rc = unsafe { ekv_cache_create(cache, cfg, data, data_bytes, meta, 4096) };
         assert_eq!(rc, EKV_OK);
     }
 
