@@ -1026,80 +1026,6 @@ ekv_status_t ekv_restore_from_buffer(ekv_cache_t *cache,
                                      size_t *n_tokens,
                                      ekv_seq_t *out);
 
-// A static, NUL-terminated English description of `status` (never NULL; unknown codes give
-// `"not an edgekv status code"`).
-const char *ekv_strerror(ekv_status_t status);
-
-// Writes the segments of `seq`'s pages in `pool` (`EKV_POOL_*`) of `layer` to `out`
-// (`capacity` entries) and their number to `count`. No cache maintenance. With `capacity`
-// too small: `EKV_ERR_BUFFER_TOO_SMALL`, `count` = entries needed, `out` untouched. `map` NULL
-// is the identity.
-//
-// # Safety
-//
-// `cache` NULL or readable `ekv_cache_t` storage; `map` NULL or readable; `out` NULL (with
-// `capacity` 0) or writable for `capacity` entries; `count` (required) NULL or writable.
-ekv_status_t ekv_segments(ekv_cache_t *cache,
-                          const ekv_address_map_t *map,
-                          ekv_seq_t seq,
-                          uint16_t layer,
-                          uint32_t pool,
-                          ekv_segment_t *out,
-                          size_t capacity,
-                          size_t *count);
-
-// The pages of `(seq, layer, kv)` ready for a device to read: every segment is cleaned
-// through `maint` (NULL: no cache), then the value segments are written to `values`, scale
-// segments (int8 formats) to `scales` and their counts to `n_values` / `n_scales`. With a
-// capacity too small: `EKV_ERR_BUFFER_TOO_SMALL`, both counts hold the entries needed, the
-// arrays are untouched and no maintenance ran. On any other error (`EKV_ERR_MAINTENANCE`
-// included) nothing is written.
-//
-// # Safety
-//
-// As `ekv_segments`, for both arrays and counts; `maint` NULL or a readable struct whose
-// callbacks are safe to call with its `ctx` and line-aligned ranges of the data arena.
-ekv_status_t ekv_read_view(ekv_cache_t *cache,
-                           const ekv_address_map_t *map,
-                           const ekv_maintenance_t *maint,
-                           ekv_seq_t seq,
-                           uint16_t layer,
-                           uint32_t kv,
-                           ekv_segment_t *values,
-                           size_t values_capacity,
-                           ekv_segment_t *scales,
-                           size_t scales_capacity,
-                           size_t *n_values,
-                           size_t *n_scales);
-
-// Binds the data arena as one device base region (Ethos-U style): writes to `values` the byte
-// offset from the region base of each page of `seq`'s `(layer, kv)` values, and to `scales` of
-// its scales (int8 formats only; otherwise `scales` is untouched and may be NULL), 0xFFFFFFFF
-// for pages released by a window; cleans the bound pages; writes the region to `out`. Each
-// array needs the sequence's page count (`ekv_seq_info().pages`) entries; with fewer:
-// `EKV_ERR_BUFFER_TOO_SMALL` and `out->pages` = entries needed. The pages are cleaned before
-// anything is written: on any other error nothing is.
-//
-// The region is the data arena: for `ekv_cache_create` the `data` pointer given, for
-// `ekv_cache_create_split` the data part of the buffer, which starts after the metadata at
-// `buf + round_up(plan.meta_bytes, config.align)` (`out->cpu` reports it), not at `buf`.
-//
-// # Safety
-//
-// `cache`, `map`, `maint` as `ekv_read_view`; `values` / `scales` NULL (with capacity 0) or
-// writable for their capacities; `out` (required) NULL or writable.
-ekv_status_t ekv_bind_region(ekv_cache_t *cache,
-                             const ekv_address_map_t *map,
-                             const ekv_maintenance_t *maint,
-                             ekv_seq_t seq,
-                             uint16_t layer,
-                             uint32_t kv,
-                             uint32_t *values,
-                             size_t values_capacity,
-                             uint32_t *scales,
-                             size_t scales_capacity,
-                             ekv_region_t *out);
-
 // Copies positions `[start, start + n)` of `(seq, layer, kv)` into `staging`, head-major
 // `[kv_heads][n][head_dim]` f32 (`n = staging_elems / (kv_heads x head_dim)`, whole cache
 // lines), using `row` (`kv_heads x head_dim` floats) as scratch, then cleans `staging`
@@ -1184,6 +1110,80 @@ ekv_status_t ekv_ingest_f16(ekv_cache_t *cache,
                             uint16_t *staging,
                             size_t staging_elems,
                             uint32_t *rows);
+
+// A static, NUL-terminated English description of `status` (never NULL; unknown codes give
+// `"not an edgekv status code"`).
+const char *ekv_strerror(ekv_status_t status);
+
+// Writes the segments of `seq`'s pages in `pool` (`EKV_POOL_*`) of `layer` to `out`
+// (`capacity` entries) and their number to `count`. No cache maintenance. With `capacity`
+// too small: `EKV_ERR_BUFFER_TOO_SMALL`, `count` = entries needed, `out` untouched. `map` NULL
+// is the identity.
+//
+// # Safety
+//
+// `cache` NULL or readable `ekv_cache_t` storage; `map` NULL or readable; `out` NULL (with
+// `capacity` 0) or writable for `capacity` entries; `count` (required) NULL or writable.
+ekv_status_t ekv_segments(ekv_cache_t *cache,
+                          const ekv_address_map_t *map,
+                          ekv_seq_t seq,
+                          uint16_t layer,
+                          uint32_t pool,
+                          ekv_segment_t *out,
+                          size_t capacity,
+                          size_t *count);
+
+// The pages of `(seq, layer, kv)` ready for a device to read: every segment is cleaned
+// through `maint` (NULL: no cache), then the value segments are written to `values`, scale
+// segments (int8 formats) to `scales` and their counts to `n_values` / `n_scales`. With a
+// capacity too small: `EKV_ERR_BUFFER_TOO_SMALL`, both counts hold the entries needed, the
+// arrays are untouched and no maintenance ran. On any other error (`EKV_ERR_MAINTENANCE`
+// included) nothing is written.
+//
+// # Safety
+//
+// As `ekv_segments`, for both arrays and counts; `maint` NULL or a readable struct whose
+// callbacks are safe to call with its `ctx` and line-aligned ranges of the data arena.
+ekv_status_t ekv_read_view(ekv_cache_t *cache,
+                           const ekv_address_map_t *map,
+                           const ekv_maintenance_t *maint,
+                           ekv_seq_t seq,
+                           uint16_t layer,
+                           uint32_t kv,
+                           ekv_segment_t *values,
+                           size_t values_capacity,
+                           ekv_segment_t *scales,
+                           size_t scales_capacity,
+                           size_t *n_values,
+                           size_t *n_scales);
+
+// Binds the data arena as one device base region (Ethos-U style): writes to `values` the byte
+// offset from the region base of each page of `seq`'s `(layer, kv)` values, and to `scales` of
+// its scales (int8 formats only; otherwise `scales` is untouched and may be NULL), 0xFFFFFFFF
+// for pages released by a window; cleans the bound pages; writes the region to `out`. Each
+// array needs the sequence's page count (`ekv_seq_info().pages`) entries; with fewer:
+// `EKV_ERR_BUFFER_TOO_SMALL` and `out->pages` = entries needed. The pages are cleaned before
+// anything is written: on any other error nothing is.
+//
+// The region is the data arena: for `ekv_cache_create` the `data` pointer given, for
+// `ekv_cache_create_split` the data part of the buffer, which starts after the metadata at
+// `buf + round_up(plan.meta_bytes, config.align)` (`out->cpu` reports it), not at `buf`.
+//
+// # Safety
+//
+// `cache`, `map`, `maint` as `ekv_read_view`; `values` / `scales` NULL (with capacity 0) or
+// writable for their capacities; `out` (required) NULL or writable.
+ekv_status_t ekv_bind_region(ekv_cache_t *cache,
+                             const ekv_address_map_t *map,
+                             const ekv_maintenance_t *maint,
+                             ekv_seq_t seq,
+                             uint16_t layer,
+                             uint32_t kv,
+                             uint32_t *values,
+                             size_t values_capacity,
+                             uint32_t *scales,
+                             size_t scales_capacity,
+                             ekv_region_t *out);
 
 #if defined(EDGEKV_ETHOSU)
 // Ethos-U driver hook: cleans `[p, p + bytes)` (NULL: the whole cache) before the NPU reads.

@@ -36,7 +36,8 @@ use crate::shape::Kv;
 /// `A` picks the allocator: [`FreeList`] (default; O(1), single pages) or
 /// [`Bitmap`](crate::Bitmap) (first fit, needed for [`SeqMode::Contiguous`](crate::SeqMode)).
 ///
-/// Every method that returns `Err` leaves the cache exactly as it was.
+/// Every method that returns `Err` leaves the cache exactly as it was and writes none of its
+/// output buffers.
 ///
 /// ```
 /// use edgekv::{ArenaBuf, CacheConfig, KvCache, Kv, SeqMode, Shape};

@@ -51,6 +51,7 @@ mod ptr;
 mod rows;
 mod seq;
 mod snapshot;
+mod staging;
 mod status;
 mod types;
 mod views;
@@ -84,6 +85,7 @@ pub use seq::{
     ekv_seq_slide, ekv_seq_truncate,
 };
 pub use snapshot::{ekv_restore_from_buffer, ekv_snapshot_size, ekv_snapshot_to_buffer};
+pub use staging::{ekv_gather_f16, ekv_gather_f32, ekv_ingest_f16, ekv_ingest_f32};
 #[cfg(feature = "ethosu")]
 pub(crate) use status::hal_code as hal_status;
 pub use status::*;
@@ -93,7 +95,4 @@ pub use types::{
     EKV_POOL_V_SCALES, EKV_POOL_V_VALUES, EKV_SEQ_CONTIGUOUS, EKV_SEQ_PAGED, EKV_V,
     EkvAttentionParams, EkvConfig, EkvFormat, EkvPlan, EkvPrefixHit, EkvSeq, EkvSeqInfo, EkvStats,
 };
-pub use views::{
-    EkvRegion, EkvSegment, ekv_bind_region, ekv_gather_f16, ekv_gather_f32, ekv_ingest_f16,
-    ekv_ingest_f32, ekv_read_view, ekv_segments,
-};
+pub use views::{EkvRegion, EkvSegment, ekv_bind_region, ekv_read_view, ekv_segments};
