@@ -5,7 +5,8 @@ use core::fmt;
 /// Why an edgekv call failed.
 ///
 /// Every fallible call returns one of these and leaves the cache exactly as it was before the
-/// call (all-or-nothing). The type is small and `Copy` so firmware can log or return it freely.
+/// call (all-or-nothing), with none of its output buffers written: calls check everything
+/// first, then write. The type is small and `Copy` so firmware can log or return it freely.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]

@@ -2,15 +2,19 @@
 
 use bytemuck::{Pod, Zeroable};
 
-/// A handle to a sequence in one cache: a slot index plus a generation, so a handle kept after
-/// [`free_sequence`](crate::KvCache::free_sequence) is rejected with
+/// A handle to a sequence in one cache: a slot index, a generation and the cache instance's
+/// epoch. A handle kept after [`free_sequence`](crate::KvCache::free_sequence) is rejected with
 /// [`Error::UnknownSequence`](crate::Error::UnknownSequence) even when the slot is reused (until
-/// its 16-bit generation wraps).
+/// that slot's 16-bit generation wraps: 65,536 create/free cycles of the same slot), and so is a
+/// handle of another cache instance — one created before in the same arenas included — as every
+/// cache gets its own epoch (from a process-wide 32-bit counter: distinct until 2³² caches were
+/// created).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct SeqId {
     pub(crate) slot: u16,
     pub(crate) generation: u16,
+    pub(crate) epoch: u32,
 }
 
 impl SeqId {
@@ -19,16 +23,18 @@ impl SeqId {
         self.slot
     }
 
-    /// Packs the handle into a `u32` (for C callers and logs).
-    pub const fn to_raw(self) -> u32 {
-        (self.generation as u32) << 16 | self.slot as u32
+    /// Packs the handle into a `u64` (for C callers and logs): slot in bits 0..16, generation in
+    /// bits 16..32, the cache's epoch in bits 32..64.
+    pub const fn to_raw(self) -> u64 {
+        (self.epoch as u64) << 32 | (self.generation as u64) << 16 | self.slot as u64
     }
 
     /// Unpacks a handle made by [`to_raw`](Self::to_raw); validity is checked on use.
-    pub const fn from_raw(raw: u32) -> Self {
+    pub const fn from_raw(raw: u64) -> Self {
         SeqId {
             slot: raw as u16,
             generation: (raw >> 16) as u16,
+            epoch: (raw >> 32) as u32,
         }
     }
 }

@@ -349,7 +349,6 @@ fn sliding_window_releases_pages_and_keeps_results() {
     // Page 1 (positions 8..16) lies between the sinks and every window: released.
     const RELEASED: u32 = 12;
     let mut row = vec![0f32; KV_ROW];
-    let mut out = vec![0f32; Q_ROW];
     let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8)];
     let full = AttentionParams::new(SHAPE, Q_HEADS);
     assert_eq!(
@@ -360,10 +359,19 @@ fn sliding_window_releases_pages_and_keeps_results() {
         c.write(s, 0, Kv::K, RELEASED, &row),
         Err(Error::PositionOutOfRange)
     );
-    assert_eq!(
-        c.attention(s, 0, n - 1, &q, &mut out, &full, &mut scratch),
-        Err(Error::PositionOutOfRange)
-    );
+    // A failed call writes no output: neither `out` nor `scratch` (one query and a chunk whose
+    // queries need the released page).
+    for queries in [1usize, 3] {
+        let q = values(6, queries * Q_ROW);
+        let mut out = vec![7.5f32; queries * Q_ROW];
+        scratch.fill(-3.25);
+        assert_eq!(
+            c.attention(s, 0, n - queries as u32, &q, &mut out, &full, &mut scratch),
+            Err(Error::PositionOutOfRange)
+        );
+        assert!(out.iter().all(|&x| x == 7.5), "out untouched on error");
+        assert!(scratch.iter().all(|&x| x == -3.25), "scratch untouched");
+    }
     assert_eq!(c.truncate(s, RELEASED + 1), Err(Error::PositionOutOfRange));
     assert_eq!(c.slide(s, &w, n + 1), Err(Error::PositionOutOfRange));
     let zero = edgekv::attention::Window {

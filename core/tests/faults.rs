@@ -76,7 +76,12 @@ fn state(c: &KvCache<'_>, seqs: &[SeqId]) -> State {
 /// A cache with history: a live 10-token sequence `a` (published prompt), a forked child, and —
 /// if `cached` — a freed 16-token published sequence whose pages sit in the cache; then a hog
 /// takes pages until exactly `avail` can still be had. Returns the live sequences (`a` first).
-fn scenario(c: &mut KvCache<'_>, cached: bool, avail: usize) -> Option<Vec<SeqId>> {
+fn scenario(
+    c: &mut KvCache<'_>,
+    cached: bool,
+    avail: usize,
+    prep: &dyn Fn(&mut KvCache<'_>, &[SeqId]),
+) -> Option<Vec<SeqId>> {
     let a = c.create_sequence(SeqMode::Paged).unwrap();
     c.reserve(a, 10).unwrap();
     for layer in 0..SHAPE.layers {
@@ -93,6 +98,7 @@ fn scenario(c: &mut KvCache<'_>, cached: bool, avail: usize) -> Option<Vec<SeqId
         c.commit_prompt(old, &p[..16]).unwrap();
         c.free_sequence(old).unwrap();
     }
+    prep(c, &[a, child]);
     let hog = c.create_sequence(SeqMode::Paged).unwrap();
     while c.pool().available() > avail {
         c.reserve(hog, P).unwrap();
@@ -105,6 +111,16 @@ fn scenario(c: &mut KvCache<'_>, cached: bool, avail: usize) -> Option<Vec<SeqId
 fn exhaust(
     what: &str,
     need: usize,
+    op: impl Fn(&mut KvCache<'_>, &[SeqId]) -> Result<Option<SeqId>, Error>,
+) {
+    exhaust_after(what, need, |_, _| {}, op);
+}
+
+/// As [`exhaust`], with `prep` run on `[a, child]` before the pool is filled up.
+fn exhaust_after(
+    what: &str,
+    need: usize,
+    prep: impl Fn(&mut KvCache<'_>, &[SeqId]),
     op: impl Fn(&mut KvCache<'_>, &[SeqId]) -> Result<Option<SeqId>, Error>,
 ) {
     let cfg = config();
@@ -129,7 +145,7 @@ fn exhaust(
             let mut meta = HeapArena::new(plan.meta.total, META_ALIGN).unwrap();
             let mut c: KvCache =
                 KvCache::new(cfg, data.as_uninit_mut(), meta.as_uninit_mut()).unwrap();
-            let Some(seqs) = scenario(&mut c, cached, avail) else {
+            let Some(seqs) = scenario(&mut c, cached, avail, &prep) else {
                 continue; // the scenario itself needs more pages than that leaves
             };
             let before = state(&c, &seqs);
@@ -164,6 +180,33 @@ fn reserve_is_all_or_nothing_at_every_fill_level() {
         exhaust(&format!("reserve {n}"), need, |c, s| {
             c.reserve(s[0], n).map(|_| None)
         });
+    }
+}
+
+#[test]
+fn reserve_secures_the_copy_on_write_of_a_shared_tail_at_every_fill_level() {
+    // The child truncated into its first page (shared with `a` and published) or its second:
+    // reserving more positions must copy that page now, so writing the reserved positions can
+    // no longer run out of pages. Reserve `n` from length `len`: `need` = the copy plus the
+    // new pages.
+    for (len, n, need) in [(2, 1, 1), (6, 2, 1), (6, 3, 2), (5, 7, 2), (3, 9, 3)] {
+        exhaust_after(
+            &format!("truncate to {len}, reserve {n}, write"),
+            need,
+            |c, s| c.truncate(s[1], len).unwrap(),
+            |c, s| {
+                let first = c.reserve(s[1], n)?;
+                assert_eq!(first, len);
+                // Secured: these writes must not fail, whatever the pool holds.
+                for layer in 0..SHAPE.layers {
+                    c.write_kv(s[1], layer, first, &rows(40 + n, n), &rows(41, n))
+                        .expect("a write into reserved positions");
+                }
+                c.write(s[1], 1, Kv::V, first, &rows(42, n))
+                    .expect("a rewrite of reserved positions");
+                Ok(None)
+            },
+        );
     }
 }
 

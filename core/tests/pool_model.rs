@@ -402,9 +402,18 @@ impl Model {
                 self.issued[i as usize % self.issued.len()]
             }
             // Generation 0 is never issued.
-            H::Live(i) | H::Any(i) => SeqId::from_raw(u32::from(i)),
-            H::Raw(raw) => SeqId::from_raw(raw),
+            H::Live(i) | H::Any(i) => SeqId::from_raw(self.epoch() | u64::from(i)),
+            // Forged in the cache's epoch (once known), so slot and generation are what is
+            // checked.
+            H::Raw(raw) => SeqId::from_raw(self.epoch() | u64::from(raw)),
         }
+    }
+
+    /// The cache's epoch bits of its handles (0 before the first one).
+    fn epoch(&self) -> u64 {
+        self.issued
+            .first()
+            .map_or(0, |id| id.to_raw() & 0xffff_ffff_0000_0000)
     }
 
     fn find(&self, id: SeqId) -> Option<usize> {
@@ -493,6 +502,14 @@ impl Model {
             .collect()
     }
 
+    /// Whether the page holding position `len` of sequence `i` (where its next reserved
+    /// positions land) exists and is shared: `reserve` copies it.
+    fn tail_shared(&self, i: usize) -> bool {
+        let s = &self.seqs[i];
+        let t = (s.len / self.p) as usize;
+        s.mode == SeqMode::Paged && t < s.pages.len() && self.refcount(s.pages[t]) > 1
+    }
+
     fn predict_write(&self, i: usize, start: u32, n: usize) -> Result<(), Error> {
         if self.shared_in(i, start, n).len() > self.free_pages() {
             return Err(Error::OutOfPages);
@@ -521,26 +538,26 @@ impl Model {
         before: &Snapshot,
     ) -> Result<usize, &'static [Error]> {
         let s = &self.seqs[i];
-        let Some(new_len) = s.len.checked_add(n) else {
-            return Err(&[Error::Overflow]);
-        };
-        if new_len > self.max_seq_tokens {
+        // Past max_seq_tokens, even past u32::MAX: SequenceFull.
+        let Some(new_len) = s.len.checked_add(n).filter(|&l| l <= self.max_seq_tokens) else {
             return Err(&[Error::SequenceFull]);
-        }
+        };
         let need = new_len.div_ceil(self.p) as usize;
         if need > self.table_len {
             return Err(&[Error::OutOfPages]);
         }
         let held = s.pages.len();
-        if need <= held {
-            return Ok(held);
-        }
         if s.mode == SeqMode::Paged {
-            return if need - held > self.free_pages() {
+            // A shared tail page is copied now, so the writes cannot run out of pages.
+            let copy = usize::from(n > 0 && self.tail_shared(i));
+            return if need.saturating_sub(held) + copy > self.free_pages() {
                 Err(&[Error::OutOfPages])
             } else {
-                Ok(need)
+                Ok(need.max(held))
             };
+        }
+        if need <= held {
+            return Ok(held);
         }
         // Contiguous growth (documented): capacity max(2 × held, need) rounded up to a power of
         // two, capped at the table length, in place if the pages after the run are free, else
@@ -764,6 +781,11 @@ fn apply<'a, A: PageAllocator<'a>>(
             let got = cache.reserve(id, n);
             match (got, expect, idx) {
                 (Ok(first), Ok(held), Some(i)) => {
+                    if n > 0 && m.tail_shared(i) {
+                        let t = (m.seqs[i].len / m.p) as usize;
+                        let fresh = m.fresh_page();
+                        m.seqs[i].pages[t] = fresh;
+                    }
                     let old_held = m.seqs[i].pages.len();
                     let fresh = m.fresh_pages(held.max(old_held));
                     let s = &mut m.seqs[i];

@@ -126,7 +126,7 @@ impl World {
         self.seqs
             .get(i as usize % (self.seqs.len() + 1))
             .copied()
-            .unwrap_or(u32::from(i).wrapping_mul(0x9E37_79B9))
+            .unwrap_or(u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15))
     }
 }
 

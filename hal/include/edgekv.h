@@ -4,9 +4,19 @@
  * Link libedgekv_capi.a (crate edgekv-capi) with -Wl,--gc-sections
  * (host builds also need -lpthread -ldl -lm).
  *
- * Conventions: every fallible call returns EKV_OK (0) or a negative EKV_ERR_* code and changes
- * nothing on error. Buffer lengths are in elements of the pointer's type unless named *_bytes.
- * A NULL buffer is allowed only with length 0. Calls on one cache must not run concurrently. */
+ * Needs C99 or later (// comments, stdint.h); plain ASCII; negative macros parenthesized
+ * (the generation adds the parentheses cbindgen leaves out, see host-tests/tests/capi.rs).
+ *
+ * Conventions: every fallible call returns EKV_OK (0) or a negative EKV_ERR_* code. A failed
+ * call changes nothing and writes none of its outputs: everything is checked first, then
+ * written. The documented exceptions: EKV_ERR_BUFFER_TOO_SMALL writes the entries needed to
+ * the call's count output, and ekv_gather_* failing in its final cache clean
+ * (EKV_ERR_MAINTENANCE) leaves the copied rows in staging (not cleaned).
+ * Outputs are "required" (NULL is EKV_ERR_NULL) unless documented "optional" (NULL: not
+ * wanted). Buffer lengths are in elements of the pointer's type unless named *_bytes; a NULL
+ * buffer is allowed only with length 0. Calls on one cache must not run concurrently.
+ * The ABI version this header describes is EKV_ABI_VERSION; ekv_abi_version() returns the
+ * library's. */
 
 #ifndef EDGEKV_H
 #define EDGEKV_H
@@ -15,7 +25,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#define EKV_ABI_VERSION 1
+#define EKV_ABI_VERSION 2
 
 // `uint64_t` words of `ekv_cache_t`: room for the cache state on 64-bit hosts, with margin
 // for growth (`ekv_cache_storage_size()` tells how much a build uses).
@@ -113,7 +123,7 @@ typedef struct {
   ekv_format_t k_format;
   // Storage format of value pages (default f32).
   ekv_format_t v_format;
-  // Data-arena alignment in bytes: a power of two ≥ 64 (default 64).
+  // Data-arena alignment in bytes: a power of two >= 64 (default 64).
   uint32_t align;
   // Longest sequence in tokens (default 8192).
   uint32_t max_seq_tokens;
@@ -249,15 +259,20 @@ typedef struct {
   // Passed to `clean_all` and `clean_invalidate_all`.
   void *ctx;
   // The address map of each base-pointer region 0..7 (a zeroed entry is the identity);
-  // other indices (the command stream's −1) use the identity.
+  // other indices (the command stream's -1) use the identity.
   ekv_address_map_t regions[8];
 } ekv_ethosu_hooks_t;
 #endif
 
-// A sequence handle: slot in the low 16 bits, generation in the high 16 bits. A handle kept
-// after `ekv_seq_free` is rejected with `EKV_ERR_UNKNOWN_SEQUENCE`, even when its slot is
-// reused (until the 16-bit generation wraps).
-typedef uint32_t ekv_seq_t;
+// A sequence handle, bound to one cache instance: slot in bits 0..16, generation in bits
+// 16..32, the cache instance's epoch in bits 32..64 (treat it as opaque). A handle is rejected
+// with `EKV_ERR_UNKNOWN_SEQUENCE` after `ekv_seq_free`, even when its slot is reused, and on
+// any other cache instance, including one created later in the same storage and arenas.
+// Limits: the generation is per slot and 16 bits wide, so a handle kept through exactly
+// 65,536 (or a multiple) create/free cycles of its slot in the same cache names the slot's
+// sequence again; epochs come from a 32-bit process-wide counter, so the same holds for a
+// cache created 2^32 caches later.
+typedef uint64_t ekv_seq_t;
 
 // A prefix hit from `ekv_prefix_lookup`, to pass to `ekv_prefix_attach` with the same prompt.
 typedef struct {
@@ -306,7 +321,7 @@ typedef struct {
   size_t cpu;
   // Device address of the first byte.
   uint64_t dev;
-  // Bytes: `pages` × the pool stride.
+  // Bytes: `pages` x the pool stride.
   size_t len;
   // Index in the sequence's page table of the first page.
   uint32_t first_page;
@@ -336,184 +351,184 @@ typedef int32_t (*ekv_maint_fn)(void *ctx, void *addr, size_t len);
 #define EKV_OK 0
 
 // A required pointer is NULL (or a buffer pointer is NULL with a nonzero length).
-#define EKV_ERR_NULL -1
+#define EKV_ERR_NULL (-1)
 
 // The cache handle is not a live cache: never created, destroyed, zeroed, moved or copied
 // after creation, or not an `ekv_cache_t` at all (detected by a magic word bound to the
 // storage's address).
-#define EKV_ERR_BAD_HANDLE -2
+#define EKV_ERR_BAD_HANDLE (-2)
 
 // A pointer is not aligned for its element type (`float`: 4, `uint16_t`: 2, `uint32_t`: 4,
 // structs: their alignment), or the cache storage is not aligned to
 // `ekv_cache_storage_align()`.
-#define EKV_ERR_MISALIGNED_POINTER -3
+#define EKV_ERR_MISALIGNED_POINTER (-3)
 
 // An enumeration argument or field is out of range (K/V selector, sequence mode, format kind,
 // allocator, pool, map kind), a reserved field is nonzero, or a window has sinks but no size.
-#define EKV_ERR_INVALID_ARGUMENT -4
+#define EKV_ERR_INVALID_ARGUMENT (-4)
 
 // Buffers that must be distinct overlap: an output overlaps an input, another output, the
 // cache storage or one of its arenas (or the two arenas overlap each other).
-#define EKV_ERR_OVERLAP -5
+#define EKV_ERR_OVERLAP (-5)
 
 // The cache is in use: a maintenance callback called back into the library with the same
 // cache, or `ekv_cache_create` was given the storage of a live cache (destroy it first).
-#define EKV_ERR_BUSY -6
+#define EKV_ERR_BUSY (-6)
 
 // A cache-maintenance callback returned nonzero; the view stopped there.
-#define EKV_ERR_MAINTENANCE -7
+#define EKV_ERR_MAINTENANCE (-7)
 
 // A buffer length times its element size does not fit in the address space.
-#define EKV_ERR_BAD_LENGTH -8
+#define EKV_ERR_BAD_LENGTH (-8)
 
 // No Ethos-U hooks are registered (`ekv_ethosu_last_error`).
-#define EKV_ERR_NOT_REGISTERED -9
+#define EKV_ERR_NOT_REGISTERED (-9)
 
 // An error this version of the ABI has no code for (a newer library variant).
-#define EKV_ERR_UNKNOWN -99
+#define EKV_ERR_UNKNOWN (-99)
 
-// A configured size is zero (layers, heads, head_dim, page_tokens, sequences…).
-#define EKV_ERR_ZERO_SIZE -101
+// A configured size is zero (layers, heads, head_dim, page_tokens, sequences...).
+#define EKV_ERR_ZERO_SIZE (-101)
 
 // `page_tokens` is not a power of two.
-#define EKV_ERR_PAGE_TOKENS_NOT_POWER_OF_TWO -102
+#define EKV_ERR_PAGE_TOKENS_NOT_POWER_OF_TWO (-102)
 
 // The data-arena alignment is not a power of two of at least 64.
-#define EKV_ERR_INVALID_ALIGNMENT -103
+#define EKV_ERR_INVALID_ALIGNMENT (-103)
 
 // A size computation overflowed.
-#define EKV_ERR_OVERFLOW -104
+#define EKV_ERR_OVERFLOW (-104)
 
 // An arena is smaller than the plan needs.
-#define EKV_ERR_ARENA_TOO_SMALL -105
+#define EKV_ERR_ARENA_TOO_SMALL (-105)
 
 // An arena does not start at the alignment the plan needs (data: `align`, metadata: 8).
-#define EKV_ERR_MISALIGNED_ARENA -106
+#define EKV_ERR_MISALIGNED_ARENA (-106)
 
 // Not enough free or evictable pages.
-#define EKV_ERR_OUT_OF_PAGES -107
+#define EKV_ERR_OUT_OF_PAGES (-107)
 
 // No contiguous run of free pages of the needed length.
-#define EKV_ERR_NO_CONTIGUOUS_RUN -108
+#define EKV_ERR_NO_CONTIGUOUS_RUN (-108)
 
 // The allocator cannot hand out contiguous runs (use `EKV_ALLOC_BITMAP`).
-#define EKV_ERR_CONTIGUOUS_UNSUPPORTED -109
+#define EKV_ERR_CONTIGUOUS_UNSUPPORTED (-109)
 
 // All sequence slots are in use.
-#define EKV_ERR_TOO_MANY_SEQUENCES -110
+#define EKV_ERR_TOO_MANY_SEQUENCES (-110)
 
 // Unknown or freed sequence (a stale `ekv_seq_t`).
-#define EKV_ERR_UNKNOWN_SEQUENCE -111
+#define EKV_ERR_UNKNOWN_SEQUENCE (-111)
 
 // The sequence would exceed `max_seq_tokens`.
-#define EKV_ERR_SEQUENCE_FULL -112
+#define EKV_ERR_SEQUENCE_FULL (-112)
 
 // A token position lies outside the sequence's reserved range.
-#define EKV_ERR_POSITION_OUT_OF_RANGE -113
+#define EKV_ERR_POSITION_OUT_OF_RANGE (-113)
 
 // The layer index is not below `layers`.
-#define EKV_ERR_LAYER_OUT_OF_RANGE -114
+#define EKV_ERR_LAYER_OUT_OF_RANGE (-114)
 
 // A buffer has the wrong length for the call (not whole rows, K and V of different lengths,
-// attention scratch too short…).
-#define EKV_ERR_LENGTH_MISMATCH -115
+// attention scratch too short...).
+#define EKV_ERR_LENGTH_MISMATCH (-115)
 
 // `truncate` was asked to grow a sequence.
-#define EKV_ERR_TRUNCATE_BEYOND_LENGTH -116
+#define EKV_ERR_TRUNCATE_BEYOND_LENGTH (-116)
 
 // A page id is out of range or in the wrong state.
-#define EKV_ERR_INVALID_PAGE -117
+#define EKV_ERR_INVALID_PAGE (-117)
 
 // Quantized format parameters do not fit the shape.
-#define EKV_ERR_INVALID_FORMAT -118
+#define EKV_ERR_INVALID_FORMAT (-118)
 
 // `chunk_tokens` is not a multiple of `page_tokens`.
-#define EKV_ERR_INVALID_CHUNK_SIZE -119
+#define EKV_ERR_INVALID_CHUNK_SIZE (-119)
 
 // The cache was configured without a prefix index.
-#define EKV_ERR_NO_PREFIX_INDEX -120
+#define EKV_ERR_NO_PREFIX_INDEX (-120)
 
 // The call needs a paged sequence.
-#define EKV_ERR_NOT_PAGED -121
+#define EKV_ERR_NOT_PAGED (-121)
 
 // The call needs an empty sequence.
-#define EKV_ERR_SEQUENCE_NOT_EMPTY -122
+#define EKV_ERR_SEQUENCE_NOT_EMPTY (-122)
 
 // Prompt tokens differ from the sequence's published pages, or are longer than the sequence.
-#define EKV_ERR_PROMPT_MISMATCH -123
+#define EKV_ERR_PROMPT_MISMATCH (-123)
 
 // The prefix hit is stale (pages evicted, or another prompt): look up again.
-#define EKV_ERR_STALE_HIT -124
+#define EKV_ERR_STALE_HIT (-124)
 
 // Query heads are not a nonzero multiple of the KV heads.
-#define EKV_ERR_HEAD_MISMATCH -125
+#define EKV_ERR_HEAD_MISMATCH (-125)
 
 // A page format this build leaves out (its cargo feature is off).
-#define EKV_ERR_FORMAT_DISABLED -126
+#define EKV_ERR_FORMAT_DISABLED (-126)
 
 // A snapshot image does not start with the magic bytes.
-#define EKV_ERR_BAD_MAGIC -127
+#define EKV_ERR_BAD_MAGIC (-127)
 
 // A snapshot image has a layout version this build does not read.
-#define EKV_ERR_UNSUPPORTED_VERSION -128
+#define EKV_ERR_UNSUPPORTED_VERSION (-128)
 
 // A snapshot header's fields contradict each other.
-#define EKV_ERR_CORRUPT_SNAPSHOT -129
+#define EKV_ERR_CORRUPT_SNAPSHOT (-129)
 
 // The flash ends before the snapshot image does.
-#define EKV_ERR_TRUNCATED -130
+#define EKV_ERR_TRUNCATED (-130)
 
 // A snapshot image's CRC-32 does not match its bytes.
-#define EKV_ERR_CRC_MISMATCH -131
+#define EKV_ERR_CRC_MISMATCH (-131)
 
 // A snapshot was written for another model or namespace.
-#define EKV_ERR_FINGERPRINT_MISMATCH -132
+#define EKV_ERR_FINGERPRINT_MISMATCH (-132)
 
 // A snapshot's shape, formats or page size differ from the cache's.
-#define EKV_ERR_CONFIG_MISMATCH -133
+#define EKV_ERR_CONFIG_MISMATCH (-133)
 
 // A snapshot does not fit the flash at that offset, or the flash geometry is unsupported.
-#define EKV_ERR_FLASH_BOUNDS -134
+#define EKV_ERR_FLASH_BOUNDS (-134)
 
 // The flash driver reported an error.
-#define EKV_ERR_FLASH -135
+#define EKV_ERR_FLASH (-135)
 
 // The sequence has pages released by a sliding window.
-#define EKV_ERR_WINDOWED_SEQUENCE -136
+#define EKV_ERR_WINDOWED_SEQUENCE (-136)
 
 // A range is not contiguously mapped to device addresses.
-#define EKV_ERR_UNMAPPED -201
+#define EKV_ERR_UNMAPPED (-201)
 
 // Address arithmetic overflowed.
-#define EKV_ERR_ADDRESS_OVERFLOW -202
+#define EKV_ERR_ADDRESS_OVERFLOW (-202)
 
 // A range is not aligned to cache lines.
-#define EKV_ERR_MISALIGNED -203
+#define EKV_ERR_MISALIGNED (-203)
 
 // A cache line size is not a nonzero power of two.
-#define EKV_ERR_INVALID_LINE_SIZE -204
+#define EKV_ERR_INVALID_LINE_SIZE (-204)
 
 // An address-map window has length zero.
-#define EKV_ERR_EMPTY_WINDOW -205
+#define EKV_ERR_EMPTY_WINDOW (-205)
 
 // Address-map windows overlap in CPU address space.
-#define EKV_ERR_WINDOW_OVERLAP -206
+#define EKV_ERR_WINDOW_OVERLAP (-206)
 
 // An output buffer is too short; the call's count output (where it has one) holds the
 // entries needed.
-#define EKV_ERR_BUFFER_TOO_SMALL -207
+#define EKV_ERR_BUFFER_TOO_SMALL (-207)
 
 // A buffer's length does not match the shape it must hold (staging tensors).
-#define EKV_ERR_SHAPE_MISMATCH -208
+#define EKV_ERR_SHAPE_MISMATCH (-208)
 
 // The operation needs the memory itself, not an address.
-#define EKV_ERR_UNSUPPORTED -209
+#define EKV_ERR_UNSUPPORTED (-209)
 
 // Unknown NPU job.
-#define EKV_ERR_UNKNOWN_JOB -210
+#define EKV_ERR_UNKNOWN_JOB (-210)
 
 // The NPU queue is full.
-#define EKV_ERR_QUEUE_FULL -211
+#define EKV_ERR_QUEUE_FULL (-211)
 
 #ifdef __cplusplus
 extern "C" {
@@ -525,7 +540,7 @@ extern "C" {
 //
 // # Safety
 //
-// `config` is NULL or points to writable memory for an `ekv_config_t`.
+// `config` (required) is NULL or points to writable memory for an `ekv_config_t`.
 ekv_status_t ekv_config_init(ekv_config_t *config,
                              uint16_t layers,
                              uint16_t kv_heads,
@@ -536,8 +551,8 @@ ekv_status_t ekv_config_init(ekv_config_t *config,
 //
 // # Safety
 //
-// `config` is NULL or points to an `ekv_config_t`; `out` is NULL or points to writable memory
-// for an `ekv_plan_t`.
+// `config` is NULL or points to an `ekv_config_t`; `out` (required) is NULL or points to
+// writable memory for an `ekv_plan_t`.
 ekv_status_t ekv_plan(const ekv_config_t *config, size_t data_bytes, ekv_plan_t *out);
 
 // The plan for exactly `pages` pages: the arena sizes follow.
@@ -565,7 +580,12 @@ ekv_status_t ekv_plan_for(const ekv_config_t *config,
                           uint16_t seqs,
                           ekv_plan_t *out);
 
-// Bytes of `ekv_cache_t` this build of the library uses (≤ `sizeof(ekv_cache_t)`).
+// The ABI version the library implements: equal to the header's `EKV_ABI_VERSION` when header
+// and library match (check it at start-up; a mismatch means structs, handles or calls may
+// differ).
+uint32_t ekv_abi_version(void);
+
+// Bytes of `ekv_cache_t` this build of the library uses (<= `sizeof(ekv_cache_t)`).
 size_t ekv_cache_storage_size(void);
 
 // Alignment `ekv_cache_t` storage needs (that of `ekv_cache_t`).
@@ -577,7 +597,7 @@ size_t ekv_cache_storage_align(void);
 // Errors: `EKV_ERR_NULL`, `EKV_ERR_MISALIGNED_POINTER` (storage), `EKV_ERR_INVALID_ARGUMENT`
 // (config enums), `EKV_ERR_OVERLAP` (storage, data and metadata must be disjoint),
 // `EKV_ERR_BUSY` (the storage holds a live cache), the planner's errors
-// (`EKV_ERR_ARENA_TOO_SMALL`, `EKV_ERR_MISALIGNED_ARENA`, `EKV_ERR_ZERO_SIZE`…).
+// (`EKV_ERR_ARENA_TOO_SMALL`, `EKV_ERR_MISALIGNED_ARENA`, `EKV_ERR_ZERO_SIZE`...).
 //
 // # Safety
 //
@@ -614,7 +634,7 @@ ekv_status_t ekv_cache_create_split(ekv_cache_t *cache,
 ekv_status_t ekv_cache_destroy(ekv_cache_t *cache);
 
 // Whether `cache` holds a live cache: `EKV_OK`, or why not (`EKV_ERR_NULL`,
-// `EKV_ERR_BAD_HANDLE`, `EKV_ERR_BUSY`…).
+// `EKV_ERR_BAD_HANDLE`, `EKV_ERR_BUSY`...).
 //
 // # Safety
 //
@@ -625,7 +645,8 @@ ekv_status_t ekv_cache_check(ekv_cache_t *cache);
 //
 // # Safety
 //
-// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` is NULL or writable.
+// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` (required) is NULL or
+// writable.
 ekv_status_t ekv_cache_stats(ekv_cache_t *cache, ekv_stats_t *out);
 
 // The plan of a live cache (page count, arena sizes, geometry).
@@ -662,12 +683,12 @@ ekv_status_t ekv_ethosu_last_error(void);
 
 // Commits positions `[0, n)` of a sequence as prompt with these token ids (prefilled in
 // chunk-aligned steps) and publishes its whole chunks for reuse; writes the pages newly
-// published to `published` (may be NULL).
+// published to `published` (optional: may be NULL).
 //
 // # Safety
 //
 // `cache` is NULL or points to readable `ekv_cache_t` storage; `tokens` NULL (with `n` 0) or
-// `n` readable `uint32_t`s; `published` NULL or writable.
+// `n` readable `uint32_t`s; `published` (optional) NULL or writable.
 ekv_status_t ekv_commit_prompt(ekv_cache_t *cache,
                                ekv_seq_t seq,
                                const uint32_t *tokens,
@@ -680,7 +701,7 @@ ekv_status_t ekv_commit_prompt(ekv_cache_t *cache,
 // # Safety
 //
 // `cache` as `ekv_commit_prompt`; `tokens` NULL (with `n` 0) or `n` readable `uint32_t`s;
-// `hit` NULL or writable.
+// `hit` (required) NULL or writable.
 ekv_status_t ekv_prefix_lookup(ekv_cache_t *cache,
                                const uint32_t *tokens,
                                size_t n,
@@ -688,15 +709,15 @@ ekv_status_t ekv_prefix_lookup(ekv_cache_t *cache,
 
 // Attaches a hit of `ekv_prefix_lookup` for the same prompt to an empty paged sequence: its
 // first `hit.tokens` positions become the hit's pages (shared), committed as prompt. Writes the
-// positions attached to `attached` (may be NULL); prefill continues from there.
+// positions attached to `attached` (optional: may be NULL); prefill continues from there.
 //
 // The hit is verified again: the prompt is looked up anew and must give the same hit, else
 // `EKV_ERR_STALE_HIT` (pages evicted meanwhile, or another prompt).
 //
 // # Safety
 //
-// `cache` and `tokens` as `ekv_prefix_lookup`; `hit` NULL or readable; `attached` NULL or
-// writable.
+// `cache` and `tokens` as `ekv_prefix_lookup`; `hit` NULL or readable; `attached`
+// (optional) NULL or writable.
 ekv_status_t ekv_prefix_attach(ekv_cache_t *cache,
                                ekv_seq_t seq,
                                const ekv_prefix_hit_t *hit,
@@ -707,12 +728,12 @@ ekv_status_t ekv_prefix_attach(ekv_cache_t *cache,
 // The single-conversation path: `held` are the token ids at the sequence's positions, `prompt`
 // the new prompt. Keeps the longest reusable common prefix (chunk aligned, below the prompt's
 // length, inside the committed prompt), truncates the sequence there and writes the positions
-// kept to `kept` (may be NULL).
+// kept to `kept` (optional: may be NULL).
 //
 // # Safety
 //
 // `cache` as `ekv_commit_prompt`; `held` and `prompt` NULL (with length 0) or readable for
-// their lengths; `kept` NULL or writable.
+// their lengths; `kept` (optional) NULL or writable.
 ekv_status_t ekv_reuse_prefix(ekv_cache_t *cache,
                               ekv_seq_t seq,
                               const uint32_t *held,
@@ -721,7 +742,7 @@ ekv_status_t ekv_reuse_prefix(ekv_cache_t *cache,
                               size_t n_prompt,
                               uint32_t *kept);
 
-// Writes `elems` f32 values (`n` whole token rows of `kv_heads × head_dim`) to positions
+// Writes `elems` f32 values (`n` whole token rows of `kv_heads x head_dim`) to positions
 // `[start, start + n)` of layer `layer`'s K or V (`EKV_K` / `EKV_V`); positions must be
 // reserved. Rows are converted (rounded to nearest even) or quantized to the page format;
 // shared pages are copied first.
@@ -810,13 +831,26 @@ ekv_status_t ekv_read_f16(ekv_cache_t *cache,
 //
 // # Safety
 //
-// `params` is NULL or writable for an `ekv_attention_params_t`.
+// `params` (required) is NULL or writable for an `ekv_attention_params_t`.
 ekv_status_t ekv_attention_params_init(ekv_attention_params_t *params,
                                        uint16_t q_heads,
                                        uint16_t head_dim);
 
-// The `float`s of scratch `ekv_attention` needs: `q_heads × (page_tokens + 2)`.
+// The `float`s of scratch `ekv_attention` needs: `q_heads x (page_tokens + 2)` (the same
+// as `ekv_cache_attention_scratch_len`, which takes `page_tokens` from the cache).
 size_t ekv_attention_scratch_len(uint16_t q_heads, uint16_t page_tokens);
+
+// The `float`s of scratch `ekv_attention` needs on this cache with `q_heads` query heads
+// (`q_heads x (page_tokens + 2)` with the cache's `page_tokens`), written to `out`.
+//
+// Errors: `EKV_ERR_NULL`, `EKV_ERR_BAD_HANDLE`, `EKV_ERR_HEAD_MISMATCH` (`q_heads` not a
+// nonzero multiple of the cache's `kv_heads`).
+//
+// # Safety
+//
+// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` (required) is NULL or
+// writable.
+ekv_status_t ekv_cache_attention_scratch_len(ekv_cache_t *cache, uint16_t q_heads, size_t *out);
 
 // Causal attention of `n` query rows at absolute positions `[start, start + n)` of `seq` over
 // its keys and values in `layer`. `q` and `out` are `[n][q_heads][head_dim]` floats (`q_elems`
@@ -846,7 +880,8 @@ ekv_status_t ekv_attention(ekv_cache_t *cache,
 //
 // # Safety
 //
-// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` is NULL or writable.
+// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` (required) is NULL or
+// writable.
 ekv_status_t ekv_seq_create(ekv_cache_t *cache, uint32_t mode, ekv_seq_t *out);
 
 // Frees a sequence, releasing its pages (published pages stay cached for reuse).
@@ -857,7 +892,10 @@ ekv_status_t ekv_seq_create(ekv_cache_t *cache, uint32_t mode, ekv_seq_t *out);
 ekv_status_t ekv_seq_free(ekv_cache_t *cache, ekv_seq_t seq);
 
 // Forks a sequence: the child (written to `out`) sees the same positions and data; full pages
-// are shared, the partial tail page is copied.
+// are shared, the partial tail page is copied. Forking a sequence with pages released by
+// `ekv_seq_slide` is allowed: the child has the same released positions (attention under the
+// same window, or a narrower one, works; reads of released positions are
+// `EKV_ERR_POSITION_OUT_OF_RANGE` as for the parent).
 //
 // # Safety
 //
@@ -872,16 +910,23 @@ ekv_status_t ekv_seq_fork(ekv_cache_t *cache, ekv_seq_t seq, ekv_seq_t *out);
 ekv_status_t ekv_seq_truncate(ekv_cache_t *cache, ekv_seq_t seq, uint32_t len);
 
 // Reserves `n` more positions at the end of a sequence (all or nothing) and writes the first
-// new position to `first` (may be NULL).
+// new position to `first` (optional: may be NULL). It also secures the pages the writes into
+// the new positions need: a shared or published tail page is copied now, so writing the
+// reserved positions cannot fail with `EKV_ERR_OUT_OF_PAGES` (until the sequence is forked or
+// its pages are published by `ekv_commit_prompt` again).
+//
+// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_SEQUENCE_FULL` past `max_seq_tokens` (however
+// far, even past `UINT32_MAX`), `EKV_ERR_OUT_OF_PAGES` (new pages plus the tail copy),
+// `EKV_ERR_NO_CONTIGUOUS_RUN`.
 //
 // # Safety
 //
-// `cache` as `ekv_seq_free`; `first` NULL or writable.
+// `cache` as `ekv_seq_free`; `first` (optional) NULL or writable.
 ekv_status_t ekv_seq_reserve(ekv_cache_t *cache, ekv_seq_t seq, uint32_t n, uint32_t *first);
 
-// Releases the pages of a paged sequence that no query at a position ≥ `from` can see under
+// Releases the pages of a paged sequence that no query at a position >= `from` can see under
 // the window (`sinks` leading positions, `window` most recent); writes the pages released to
-// `released` (may be NULL).
+// `released` (optional: may be NULL).
 //
 // # Safety
 //
@@ -908,89 +953,96 @@ ekv_status_t ekv_seq_info(ekv_cache_t *cache, ekv_seq_t seq, ekv_seq_info_t *out
 // # Safety
 //
 // `cache` as `ekv_seq_free`; `pages` NULL (with `capacity` 0) or writable for `capacity`
-// `uint16_t`s; `count` NULL or writable.
+// `uint16_t`s; `count` (required) NULL or writable.
 ekv_status_t ekv_seq_page_table(ekv_cache_t *cache,
                                 ekv_seq_t seq,
                                 uint16_t *pages,
                                 size_t capacity,
                                 size_t *count);
 
-// A static, NUL-terminated English description of `status` (never NULL; unknown codes give
-// `"not an edgekv status code"`).
-const char *ekv_strerror(ekv_status_t status);
-
-// Writes the segments of `seq`'s pages in `pool` (`EKV_POOL_*`) of `layer` to `out`
-// (`capacity` entries) and their number to `count`. No cache maintenance. With `capacity`
-// too small: `EKV_ERR_BUFFER_TOO_SMALL`, `count` = entries needed, `out` untouched. `map` NULL
-// is the identity.
+// Bytes of the snapshot image of `seq` in its current length (header, one token id per
+// position, its pages in every layer, CRC-32), written to `out` (required): the `buf_bytes`
+// `ekv_snapshot_to_buffer` needs.
+//
+// Errors: `EKV_ERR_NULL`, `EKV_ERR_BAD_HANDLE`, `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_OVERFLOW`
+// (an image past 4 GiB).
 //
 // # Safety
 //
-// `cache` NULL or readable `ekv_cache_t` storage; `map` NULL or readable; `out` NULL (with
-// `capacity` 0) or writable for `capacity` entries; `count` NULL or writable.
-ekv_status_t ekv_segments(ekv_cache_t *cache,
-                          const ekv_address_map_t *map,
-                          ekv_seq_t seq,
-                          uint16_t layer,
-                          uint32_t pool,
-                          ekv_segment_t *out,
-                          size_t capacity,
-                          size_t *count);
+// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` (required) is NULL or
+// writable.
+ekv_status_t ekv_snapshot_size(ekv_cache_t *cache, ekv_seq_t seq, size_t *out);
 
-// The pages of `(seq, layer, kv)` ready for a device to read: their value segments to
-// `values`, scale segments (int8 formats) to `scales`, counts to `n_values` / `n_scales`, then
-// every segment is cleaned through `maint` (NULL: no cache). With a capacity too small:
-// `EKV_ERR_BUFFER_TOO_SMALL` and both counts hold the entries needed; no maintenance ran.
+// Writes the snapshot image of `seq` with its `tokens` (one id per position, which the cache
+// does not keep) and `fingerprint` (model / namespace) into `buf`, and its size to
+// `image_bytes` (optional: may be NULL). The cache is not changed. Everything is checked
+// before `buf` is written: on error it is untouched.
+//
+// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_BUFFER_TOO_SMALL` (`buf_bytes` below
+// `ekv_snapshot_size`; `image_bytes` then holds the bytes needed), `EKV_ERR_LENGTH_MISMATCH`
+// (`n_tokens` not the sequence's length), `EKV_ERR_WINDOWED_SEQUENCE` (pages released by
+// `ekv_seq_slide`), `EKV_ERR_OVERFLOW`, `EKV_ERR_OVERLAP`, `EKV_ERR_NULL`.
 //
 // # Safety
 //
-// As `ekv_segments`, for both arrays and counts; `maint` NULL or a readable struct whose
-// callbacks are safe to call with its `ctx` and line-aligned ranges of the data arena.
-ekv_status_t ekv_read_view(ekv_cache_t *cache,
-                           const ekv_address_map_t *map,
-                           const ekv_maintenance_t *maint,
-                           ekv_seq_t seq,
-                           uint16_t layer,
-                           uint32_t kv,
-                           ekv_segment_t *values,
-                           size_t values_capacity,
-                           ekv_segment_t *scales,
-                           size_t scales_capacity,
-                           size_t *n_values,
-                           size_t *n_scales);
+// `cache` as `ekv_snapshot_size`; `tokens` NULL (with `n_tokens` 0) or `n_tokens` readable
+// `uint32_t`s; `buf` NULL (with 0) or `buf_bytes` writable bytes; `image_bytes` (optional)
+// NULL or writable.
+ekv_status_t ekv_snapshot_to_buffer(ekv_cache_t *cache,
+                                    ekv_seq_t seq,
+                                    const uint32_t *tokens,
+                                    size_t n_tokens,
+                                    uint64_t fingerprint,
+                                    void *buf,
+                                    size_t buf_bytes,
+                                    size_t *image_bytes);
 
-// Binds the data arena as one device base region (Ethos-U style): writes to `values` the byte
-// offset from the region base of each page of `seq`'s `(layer, kv)` values, and to `scales` of
-// its scales (int8 formats only; otherwise `scales` is untouched and may be NULL), 0xFFFFFFFF
-// for pages released by a window; cleans the bound pages; writes the region to `out`. Each
-// array needs the sequence's page count (`ekv_seq_info().pages`) entries; with fewer:
-// `EKV_ERR_BUFFER_TOO_SMALL` and `out->pages` = entries needed.
+// Restores an image from `buf` (as `ekv_snapshot_to_buffer` wrote it) into a new paged
+// sequence, whose handle goes to `out` (required); its token ids go to `tokens` (`capacity`
+// entries) and their number to `n_tokens` (optional: may be NULL). Everything is verified
+// before the pool is touched (magic, version, header, CRC-32, `fingerprint`, shape / formats /
+// page size), then the pages are allocated all or nothing; with a prefix index the image's
+// whole chunks are published as a committed prompt. On error the cache and the outputs are as
+// they were.
+//
+// Errors: `EKV_ERR_TRUNCATED`, `EKV_ERR_BAD_MAGIC`, `EKV_ERR_UNSUPPORTED_VERSION`,
+// `EKV_ERR_CORRUPT_SNAPSHOT`, `EKV_ERR_CRC_MISMATCH`, `EKV_ERR_FINGERPRINT_MISMATCH`,
+// `EKV_ERR_CONFIG_MISMATCH`, `EKV_ERR_LENGTH_MISMATCH` (`capacity` below the image's token
+// count), `EKV_ERR_TOO_MANY_SEQUENCES`, `EKV_ERR_SEQUENCE_FULL`, `EKV_ERR_OUT_OF_PAGES`,
+// `EKV_ERR_OVERLAP`, `EKV_ERR_NULL`.
 //
 // # Safety
 //
-// `cache`, `map`, `maint` as `ekv_read_view`; `values` / `scales` NULL (with capacity 0) or
-// writable for their capacities; `out` NULL or writable.
-ekv_status_t ekv_bind_region(ekv_cache_t *cache,
-                             const ekv_address_map_t *map,
-                             const ekv_maintenance_t *maint,
-                             ekv_seq_t seq,
-                             uint16_t layer,
-                             uint32_t kv,
-                             uint32_t *values,
-                             size_t values_capacity,
-                             uint32_t *scales,
-                             size_t scales_capacity,
-                             ekv_region_t *out);
+// `cache` as `ekv_snapshot_size`; `buf` NULL (with 0) or `buf_bytes` readable bytes that
+// nothing writes during the call; `tokens` NULL (with `capacity` 0) or writable for
+// `capacity` `uint32_t`s; `n_tokens` (optional) NULL or writable; `out` (required) NULL or
+// writable.
+ekv_status_t ekv_restore_from_buffer(ekv_cache_t *cache,
+                                     const void *buf,
+                                     size_t buf_bytes,
+                                     uint64_t fingerprint,
+                                     uint32_t *tokens,
+                                     size_t capacity,
+                                     size_t *n_tokens,
+                                     ekv_seq_t *out);
 
 // Copies positions `[start, start + n)` of `(seq, layer, kv)` into `staging`, head-major
-// `[kv_heads][n][head_dim]` f32 (`n = staging_elems / (kv_heads × head_dim)`, whole cache
-// lines), using `row` (`kv_heads × head_dim` floats) as scratch, then cleans `staging`
-// through `maint` (NULL: no cache). Writes `n` to `rows` (may be NULL).
+// `[kv_heads][n][head_dim]` f32 (`n = staging_elems / (kv_heads x head_dim)`, whole cache
+// lines), using `row` (`kv_heads x head_dim` floats) as scratch, then cleans `staging`
+// through `maint` (NULL: no cache). Writes `n` to `rows` (optional: may be NULL).
+//
+// Errors: `EKV_ERR_SHAPE_MISMATCH` (`staging_elems` not a whole number >= 1 of rows,
+// `row_elems` not one row), `EKV_ERR_MISALIGNED` (`staging` not whole cache lines),
+// `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_LAYER_OUT_OF_RANGE`, `EKV_ERR_POSITION_OUT_OF_RANGE`
+// (past the sequence, however far, or in pages released by a window): all checked before
+// anything is written. `EKV_ERR_MAINTENANCE` from the final clean (which must follow the
+// copy) is the one failure after which `staging` holds rows: not cleaned, a device must not
+// read it; `rows` is not written.
 //
 // # Safety
 //
 // `cache`, `maint` as `ekv_read_view`; `staging` and `row` NULL (with 0) or writable for their
-// lengths; `rows` NULL or writable.
+// lengths; `rows` (optional) NULL or writable.
 ekv_status_t ekv_gather_f32(ekv_cache_t *cache,
                             const ekv_maintenance_t *maint,
                             ekv_seq_t seq,
@@ -1023,12 +1075,17 @@ ekv_status_t ekv_gather_f16(ekv_cache_t *cache,
 // Takes f32 K or V rows a device wrote into `staging` (token-major `[n][kv_heads][head_dim]`,
 // whole cache lines): invalidates `staging` through `maint` (NULL: no cache), then writes the
 // rows to positions `[start, start + n)` of `(seq, layer, kv)` (reserved), quantizing to the
-// page format. Writes `n` to `rows` (may be NULL).
+// page format. Writes `n` to `rows` (optional: may be NULL).
+//
+// Errors: `EKV_ERR_SHAPE_MISMATCH` (`staging_elems` not a whole number >= 1 of rows),
+// `EKV_ERR_MISALIGNED`, and the errors of `ekv_write_f32` for the same range
+// (`EKV_ERR_POSITION_OUT_OF_RANGE` however far past the sequence, `EKV_ERR_OUT_OF_PAGES` for
+// a copy-on-write...): all checked before the invalidate; the cache is unchanged on error.
 //
 // # Safety
 //
 // `cache`, `maint` as `ekv_read_view`; `staging` NULL (with 0) or writable for
-// `staging_elems` floats; `rows` NULL or writable.
+// `staging_elems` floats; `rows` (optional) NULL or writable.
 ekv_status_t ekv_ingest_f32(ekv_cache_t *cache,
                             const ekv_maintenance_t *maint,
                             ekv_seq_t seq,
@@ -1053,6 +1110,80 @@ ekv_status_t ekv_ingest_f16(ekv_cache_t *cache,
                             uint16_t *staging,
                             size_t staging_elems,
                             uint32_t *rows);
+
+// A static, NUL-terminated English description of `status` (never NULL; unknown codes give
+// `"not an edgekv status code"`).
+const char *ekv_strerror(ekv_status_t status);
+
+// Writes the segments of `seq`'s pages in `pool` (`EKV_POOL_*`) of `layer` to `out`
+// (`capacity` entries) and their number to `count`. No cache maintenance. With `capacity`
+// too small: `EKV_ERR_BUFFER_TOO_SMALL`, `count` = entries needed, `out` untouched. `map` NULL
+// is the identity.
+//
+// # Safety
+//
+// `cache` NULL or readable `ekv_cache_t` storage; `map` NULL or readable; `out` NULL (with
+// `capacity` 0) or writable for `capacity` entries; `count` (required) NULL or writable.
+ekv_status_t ekv_segments(ekv_cache_t *cache,
+                          const ekv_address_map_t *map,
+                          ekv_seq_t seq,
+                          uint16_t layer,
+                          uint32_t pool,
+                          ekv_segment_t *out,
+                          size_t capacity,
+                          size_t *count);
+
+// The pages of `(seq, layer, kv)` ready for a device to read: every segment is cleaned
+// through `maint` (NULL: no cache), then the value segments are written to `values`, scale
+// segments (int8 formats) to `scales` and their counts to `n_values` / `n_scales`. With a
+// capacity too small: `EKV_ERR_BUFFER_TOO_SMALL`, both counts hold the entries needed, the
+// arrays are untouched and no maintenance ran. On any other error (`EKV_ERR_MAINTENANCE`
+// included) nothing is written.
+//
+// # Safety
+//
+// As `ekv_segments`, for both arrays and counts; `maint` NULL or a readable struct whose
+// callbacks are safe to call with its `ctx` and line-aligned ranges of the data arena.
+ekv_status_t ekv_read_view(ekv_cache_t *cache,
+                           const ekv_address_map_t *map,
+                           const ekv_maintenance_t *maint,
+                           ekv_seq_t seq,
+                           uint16_t layer,
+                           uint32_t kv,
+                           ekv_segment_t *values,
+                           size_t values_capacity,
+                           ekv_segment_t *scales,
+                           size_t scales_capacity,
+                           size_t *n_values,
+                           size_t *n_scales);
+
+// Binds the data arena as one device base region (Ethos-U style): writes to `values` the byte
+// offset from the region base of each page of `seq`'s `(layer, kv)` values, and to `scales` of
+// its scales (int8 formats only; otherwise `scales` is untouched and may be NULL), 0xFFFFFFFF
+// for pages released by a window; cleans the bound pages; writes the region to `out`. Each
+// array needs the sequence's page count (`ekv_seq_info().pages`) entries; with fewer:
+// `EKV_ERR_BUFFER_TOO_SMALL` and `out->pages` = entries needed. The pages are cleaned before
+// anything is written: on any other error nothing is.
+//
+// The region is the data arena: for `ekv_cache_create` the `data` pointer given, for
+// `ekv_cache_create_split` the data part of the buffer, which starts after the metadata at
+// `buf + round_up(plan.meta_bytes, config.align)` (`out->cpu` reports it), not at `buf`.
+//
+// # Safety
+//
+// `cache`, `map`, `maint` as `ekv_read_view`; `values` / `scales` NULL (with capacity 0) or
+// writable for their capacities; `out` (required) NULL or writable.
+ekv_status_t ekv_bind_region(ekv_cache_t *cache,
+                             const ekv_address_map_t *map,
+                             const ekv_maintenance_t *maint,
+                             ekv_seq_t seq,
+                             uint16_t layer,
+                             uint32_t kv,
+                             uint32_t *values,
+                             size_t values_capacity,
+                             uint32_t *scales,
+                             size_t scales_capacity,
+                             ekv_region_t *out);
 
 #if defined(EDGEKV_ETHOSU)
 // Ethos-U driver hook: cleans `[p, p + bytes)` (NULL: the whole cache) before the NPU reads.

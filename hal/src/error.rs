@@ -5,8 +5,11 @@ use core::fmt;
 /// Why a HAL operation was refused.
 ///
 /// Every fallible operation in this crate checks its inputs before touching
-/// anything, so an error always means *nothing was done*: no address was
-/// handed out and no cache line was cleaned or invalidated.
+/// anything, so an error from a check means *nothing was done*: no address was
+/// handed out, no cache line was cleaned or invalidated and no output written.
+/// A failure of the cache-maintenance implementation itself stops the operation
+/// before its outputs are written too, except in [`gather`](crate::gather),
+/// whose clean must follow the copy into the staging tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]

@@ -341,9 +341,10 @@ fn gather_and_ingest_refuse_bad_input_before_any_maintenance() {
             HalError::Cache(Error::PositionOutOfRange),
         ),
         (
+            // However far past the end: the same code as `KvCache::write` gives.
             "overflow",
             Box::new(move |c, m, st| ingest(c, m, s, 0, Kv::K, u32::MAX, &mut st[..2 * ROW])),
-            HalError::Overflow,
+            HalError::Cache(Error::PositionOutOfRange),
         ),
     ];
     for (what, call, err) in bad {
@@ -401,6 +402,113 @@ fn gather_and_ingest_refuse_bad_input_before_any_maintenance() {
         assert_eq!(got, Err(err), "{what}");
     }
     assert_eq!(m.calls, 2, "no maintenance after a refused gather");
+    // A refused gather writes nothing: not `staging`, not `row`.
+    out.0.fill(5.0);
+    row.fill(6.0);
+    for start in [1, 11, u32::MAX] {
+        assert_eq!(
+            gather(&cache, &mut m, s, 0, Kv::K, start, &mut out.0, &mut row),
+            Err(HalError::Cache(Error::PositionOutOfRange))
+        );
+        assert!(out.0.iter().all(|&x| x == 5.0) && row.iter().all(|&x| x == 6.0));
+    }
+    // Released positions: the same, and ingest refuses them before the invalidate.
+    let w = Window {
+        sinks: 0,
+        window: 4,
+    };
+    assert!(cache.slide(s, &w, 12).unwrap() > 0);
+    assert_eq!(
+        gather(&cache, &mut m, s, 0, Kv::K, 0, &mut out.0[..ROW], &mut row),
+        Err(HalError::Cache(Error::PositionOutOfRange))
+    );
+    assert!(out.0.iter().all(|&x| x == 5.0) && row.iter().all(|&x| x == 6.0));
+    assert_eq!(
+        ingest(&mut cache, &mut m, s, 0, Kv::K, 0, &mut out.0[..ROW]),
+        Err(HalError::Cache(Error::PositionOutOfRange))
+    );
+    assert_eq!(m.calls, 2, "no maintenance");
+}
+
+/// Maintenance that succeeds `left` times, then fails.
+struct FailAfter {
+    left: usize,
+}
+
+impl CacheMaintenance for FailAfter {
+    fn line_size(&self) -> usize {
+        32
+    }
+    fn clean(&mut self, _: usize, _: usize) -> Result<(), HalError> {
+        self.left = self.left.checked_sub(1).ok_or(HalError::Unsupported)?;
+        Ok(())
+    }
+    fn invalidate(&mut self, a: usize, n: usize) -> Result<(), HalError> {
+        self.clean(a, n)
+    }
+    fn clean_invalidate(&mut self, a: usize, n: usize) -> Result<(), HalError> {
+        self.clean(a, n)
+    }
+}
+
+#[test]
+fn views_whose_maintenance_fails_write_no_output() {
+    let cfg = config(ElementFormat::Q8_0);
+    let mut a = arenas(&cfg, 8);
+    let mut cache: KvCache =
+        KvCache::new(cfg, a.data.as_uninit_mut(), a.meta.as_uninit_mut()).unwrap();
+    let s = cache.create_sequence(SeqMode::Paged).unwrap();
+    let gap = cache.create_sequence(SeqMode::Paged).unwrap();
+    cache.reserve(s, 4).unwrap();
+    cache.reserve(gap, 4).unwrap();
+    cache.reserve(s, 8).unwrap(); // two pages apart: two segments per pool
+    let junk = Segment {
+        cpu: 1,
+        dev: DevAddr(1),
+        len: 1,
+        first_page: 1,
+        pages: 1,
+    };
+    for left in 0..4 {
+        let (mut v, mut sc) = ([junk; 4], [junk; 4]);
+        let r = read_view(
+            &cache,
+            &IdentityMap,
+            &mut FailAfter { left },
+            s,
+            0,
+            Kv::K,
+            &mut v,
+            &mut sc,
+        );
+        assert_eq!(r, Err(HalError::Unsupported), "after {left} cleans");
+        assert_eq!((v, sc), ([junk; 4], [junk; 4]), "no segments written");
+        let (mut k, mut ks) = ([9u32; 4], [9u32; 4]);
+        let r = bind_region(
+            &cache,
+            &IdentityMap,
+            &mut FailAfter { left },
+            s,
+            0,
+            Kv::K,
+            &mut k,
+            &mut ks,
+        );
+        assert_eq!(r, Err(HalError::Unsupported), "after {left} cleans");
+        assert_eq!((k, ks), ([9; 4], [9; 4]), "no offsets written");
+    }
+    let (mut v, mut sc) = ([junk; 4], [junk; 4]);
+    let r = read_view(
+        &cache,
+        &IdentityMap,
+        &mut FailAfter { left: 4 },
+        s,
+        0,
+        Kv::K,
+        &mut v,
+        &mut sc,
+    );
+    assert_eq!(r.map(|r| (r.values, r.scales)), Ok((2, 2)));
 }
 
 #[test]

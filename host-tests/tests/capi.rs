@@ -24,7 +24,46 @@ fn generate_header() -> String {
         .expect("cbindgen generates the header");
     let mut out = Vec::new();
     bindings.write(&mut out);
-    String::from_utf8(out).expect("utf-8 header")
+    parenthesize_negative_defines(&String::from_utf8(out).expect("utf-8 header"))
+}
+
+/// cbindgen writes `#define EKV_ERR_NULL -1`; safety-minded C rules (MISRA C:2012 rule 20.7's
+/// spirit, CERT PRE02-C) want macro bodies that are expressions in parentheses, so that
+/// `x-EKV_ERR_NULL` or `sizeof EKV_ERR_NULL` mean what they say: `#define EKV_ERR_NULL (-1)`.
+/// cbindgen drops parentheses around a literal, so the header generation adds them.
+fn parenthesize_negative_defines(header: &str) -> String {
+    let mut out = String::with_capacity(header.len() + 256);
+    for line in header.split_inclusive('\n') {
+        let body = line.trim_end_matches('\n');
+        let mut words = body.splitn(3, ' ');
+        match (words.next(), words.next(), words.next()) {
+            (Some("#define"), Some(name), Some(value))
+                if value.starts_with('-') && value[1..].bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                out.push_str(&format!("#define {name} ({value})"));
+                out.push_str(&line[body.len()..]);
+            }
+            _ => out.push_str(line),
+        }
+    }
+    out
+}
+
+#[test]
+fn header_is_ascii_with_parenthesized_negative_macros() {
+    let header = std::fs::read_to_string(root().join("hal/include/edgekv.h")).expect("header");
+    for (i, line) in header.lines().enumerate() {
+        assert!(line.is_ascii(), "line {}: not ASCII: {line}", i + 1);
+        if let Some(rest) = line.strip_prefix("#define ") {
+            let value = rest.split_once(' ').map_or("", |(_, v)| v);
+            assert!(
+                !value.starts_with('-'),
+                "line {}: bare negative: {line}",
+                i + 1
+            );
+        }
+    }
+    assert!(header.contains("#define EKV_ERR_NULL (-1)"));
 }
 
 #[test]
@@ -98,28 +137,64 @@ fn c_program_runs_against_the_staticlib() {
         "cargo build -p edgekv-capi",
     );
     let lib = dir.join("debug/libedgekv_capi.a");
-    let exe = dir.join("capi_test");
     let src = root().join("host-tests/tests/c/capi_test.c");
-    run(
-        Command::new(&cc)
-            .args([
-                "-std=c11",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-O1",
-                "-DEDGEKV_ETHOSU",
-            ])
-            .arg("-I")
-            .arg(root().join("hal/include"))
-            .arg(&src)
-            .arg(&lib)
-            .args(["-Wl,--gc-sections", "-lpthread", "-ldl", "-lm", "-o"])
-            .arg(&exe),
-        "compiling capi_test.c",
-    );
-    let out = run(&mut Command::new(&exe), "capi_test");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    assert!(stdout.contains("0 failed"), "capi_test output:\n{stdout}");
+    // Strict C99 (the header's stated minimum), pedantic, every warning an error.
+    const STRICT: [&str; 6] = [
+        "-std=c99",
+        "-pedantic",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-DEDGEKV_ETHOSU",
+    ];
+    let build = |exe: &Path, extra: &[&str]| {
+        run(
+            Command::new(&cc)
+                .args(STRICT)
+                .args(extra)
+                .arg("-I")
+                .arg(root().join("hal/include"))
+                .arg(&src)
+                .arg(&lib)
+                .args(["-Wl,--gc-sections", "-lpthread", "-ldl", "-lm", "-o"])
+                .arg(exe),
+            "compiling capi_test.c",
+        );
+    };
+    let check = |exe: &Path| {
+        let out = run(&mut Command::new(exe), "capi_test");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        println!("{stdout}");
+        assert!(stdout.contains(" 0 failed"), "capi_test output:\n{stdout}");
+    };
+    let exe = dir.join("capi_test");
+    build(&exe, &["-O1"]);
+    check(&exe);
+
+    // Again under AddressSanitizer and UndefinedBehaviorSanitizer, where the compiler has them
+    // (gcc and clang on Linux hosts; probed with an empty program).
+    let probe_src = dir.join("sanitizer_probe.c");
+    let probe = dir.join("sanitizer_probe");
+    std::fs::write(&probe_src, "int main(void) { return 0; }\n").expect("write probe");
+    const SANITIZE: [&str; 4] = [
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=all",
+        "-fno-omit-frame-pointer",
+        "-O1",
+    ];
+    let usable = Command::new(&cc)
+        .args(SANITIZE)
+        .arg(&probe_src)
+        .arg("-o")
+        .arg(&probe)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new(&probe).status().is_ok_and(|s| s.success());
+    if !usable {
+        eprintln!("SKIPPED: {cc} cannot build and run -fsanitize=address,undefined programs here");
+        return;
+    }
+    let exe = dir.join("capi_test_sanitized");
+    build(&exe, &SANITIZE);
+    check(&exe);
 }

@@ -33,7 +33,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// not a nonzero multiple of kv_heads), [`LengthMismatch`](Error::LengthMismatch) (`q` not a
     /// whole number of rows, `out` of another length, `scratch` too short),
     /// [`PositionOutOfRange`](Error::PositionOutOfRange) (queries past the reserved positions, or
-    /// a kept key in a released page), [`ZeroSize`](Error::ZeroSize) (a window of 0).
+    /// a kept key in a released page), [`ZeroSize`](Error::ZeroSize) (a window of 0). Everything,
+    /// every key page any query needs included, is checked before anything is computed: on
+    /// error neither `out` nor `scratch` was written.
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
@@ -75,9 +77,11 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let scratch = scratch
             .get_mut(..scratch_len(params.q_heads, self.config.page_tokens))
             .ok_or(Error::LengthMismatch)?;
+        let table = self.table(slot);
+        // Every key page any query needs, checked before `out` is written.
+        self.check_key_pages(table, start, end, params.window)?;
         let (max, rest) = scratch.split_at_mut(q_heads);
         let (sum, scores) = rest.split_at_mut(q_heads);
-        let table = self.table(slot);
         let g = &self.plan.geometry;
         let (k_row, v_row) = (g.k_row_bytes, g.v_row_bytes);
         let (k_srow, v_srow) = (g.k_scale_row_bytes, g.v_scale_row_bytes);
@@ -115,10 +119,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 if !(j0..j1).any(kept) {
                     continue;
                 }
+                // Present and in range: `check_key_pages` made sure before `out` was touched.
                 let page = table.get(page_index).copied().unwrap_or(NO_PAGE);
-                if page == NO_PAGE {
-                    return Err(Error::PositionOutOfRange);
-                }
                 let kv = self.page_slices(layer, page)?;
                 let keys = Keys {
                     kv: &kv,

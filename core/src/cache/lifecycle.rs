@@ -41,6 +41,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         SeqId {
             slot: slot as u16,
             generation,
+            epoch: self.epoch,
         }
     }
 
@@ -66,26 +67,53 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Reserves `n` more positions at the end of a sequence, allocating pages for every layer as
     /// needed, and returns the first new position. All or nothing.
     ///
-    /// Errors: [`UnknownSequence`](Error::UnknownSequence), [`Overflow`](Error::Overflow),
-    /// [`SequenceFull`](Error::SequenceFull) past `max_seq_tokens`,
-    /// [`OutOfPages`](Error::OutOfPages), and for contiguous sequences
-    /// [`NoContiguousRun`](Error::NoContiguousRun).
+    /// A successful reserve also secures the pages the writes into the new positions
+    /// `[first, first + n)` need: when the sequence's partial tail page is shared (a fork
+    /// truncated into a shared page, an attached prefix) or published for prefix reuse, it is
+    /// copied now (copy-on-write ahead of time), so [`write`](Self::write) /
+    /// [`write_kv`](Self::write_kv) of those positions cannot fail with
+    /// [`OutOfPages`](Error::OutOfPages) — until something shares the sequence's pages again
+    /// ([`fork`](Self::fork) of it, [`commit_prompt`](Self::commit_prompt) publishing the
+    /// reserved pages). Rewriting positions before `first` may still need a copy.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence); [`SequenceFull`](Error::SequenceFull) past
+    /// `max_seq_tokens` (however far past, even beyond `u32::MAX`);
+    /// [`OutOfPages`](Error::OutOfPages) when the new pages plus the tail-page copy do not fit;
+    /// and for contiguous sequences [`NoContiguousRun`](Error::NoContiguousRun).
     pub fn reserve(&mut self, seq: SeqId, n: u32) -> Result<u32> {
         let slot = self.slot(seq)?;
         let rec = self.records[slot];
-        let new_len = rec.len.checked_add(n).ok_or(Error::Overflow)?;
-        if new_len > self.config.max_seq_tokens {
-            return Err(Error::SequenceFull);
-        }
+        // Past `max_seq_tokens` is `SequenceFull`, however far past (even past `u32::MAX`).
+        let new_len = rec
+            .len
+            .checked_add(n)
+            .filter(|&l| l <= self.config.max_seq_tokens)
+            .ok_or(Error::SequenceFull)?;
         let need = self.pages_for(new_len);
         if need > self.plan.table_len {
             return Err(Error::OutOfPages);
         }
         let held = rec.held as usize;
-        if need > held {
-            if rec.contiguous() {
+        if rec.contiguous() {
+            // Contiguous sequences never share pages: nothing to copy.
+            if need > held {
                 self.grow_contiguous(slot, need)?;
-            } else {
+            }
+        } else {
+            // The tail page the first new positions land in, if it is shared or published.
+            let copy = n > 0 && self.needs_copy(slot, rec.len as usize / self.page_len());
+            let new = need.saturating_sub(held);
+            if new + usize::from(copy) > self.pool.available() {
+                return Err(Error::OutOfPages);
+            }
+            if copy {
+                // Cannot fail: availability checked above.
+                self.make_writable(slot, rec.len, 1)?;
+            }
+            if new > 0 {
+                // Cannot fail either (a copy frees at least as much as it takes).
                 self.alloc_into_table(slot, held, need)?;
             }
         }

@@ -18,6 +18,7 @@ pub use stats::Stats;
 pub use verify::InvariantViolation;
 
 use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::alloc::{FreeList, PageAllocator, PageId};
 use crate::arena::zeroed;
@@ -35,7 +36,8 @@ use crate::shape::Kv;
 /// `A` picks the allocator: [`FreeList`] (default; O(1), single pages) or
 /// [`Bitmap`](crate::Bitmap) (first fit, needed for [`SeqMode::Contiguous`](crate::SeqMode)).
 ///
-/// Every method that returns `Err` leaves the cache exactly as it was.
+/// Every method that returns `Err` leaves the cache exactly as it was and writes none of its
+/// output buffers.
 ///
 /// ```
 /// use edgekv::{ArenaBuf, CacheConfig, KvCache, Kv, SeqMode, Shape};
@@ -63,6 +65,29 @@ pub struct KvCache<'a, A: PageAllocator<'a> = FreeList<'a>> {
     tables: &'a mut [PageId],
     live: u16,
     hasher: PageHasher,
+    /// This instance's epoch, part of every handle it gives out (see [`SeqId`]).
+    epoch: u32,
+}
+
+/// The epoch of the last cache created in this process.
+static EPOCH: AtomicU32 = AtomicU32::new(0);
+
+/// A new cache instance's epoch: distinct from every other one of this process until the 32-bit
+/// counter wraps (never 0). Without atomic read-modify-write (Armv6-M) the counter is a load and
+/// a store: create caches from one execution context there.
+fn next_epoch() -> u32 {
+    #[cfg(target_has_atomic = "32")]
+    let prev = EPOCH.fetch_add(1, Ordering::Relaxed);
+    #[cfg(not(target_has_atomic = "32"))]
+    let prev = {
+        let e = EPOCH.load(Ordering::Relaxed);
+        EPOCH.store(e.wrapping_add(1), Ordering::Relaxed);
+        e
+    };
+    match prev.wrapping_add(1) {
+        0 => next_epoch(),
+        e => e,
+    }
 }
 
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
@@ -178,6 +203,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             tables,
             live: 0,
             hasher: page_hash,
+            epoch: next_epoch(),
         })
     }
 
@@ -252,7 +278,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     fn slot(&self, seq: SeqId) -> Result<usize> {
         let slot = seq.slot as usize;
         match self.records.get(slot) {
-            Some(r) if r.live() && r.generation == seq.generation => Ok(slot),
+            Some(r) if r.live() && r.generation == seq.generation && seq.epoch == self.epoch => {
+                Ok(slot)
+            }
             _ => Err(Error::UnknownSequence),
         }
     }
@@ -266,6 +294,12 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     #[inline]
     fn table_entry(&mut self, slot: usize, index: usize) -> &mut PageId {
         &mut self.tables[slot * self.plan.table_len + index]
+    }
+
+    /// Tokens per page.
+    #[inline]
+    fn page_len(&self) -> usize {
+        self.config.page_tokens as usize
     }
 
     #[inline]

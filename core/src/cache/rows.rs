@@ -85,6 +85,38 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         Ok(())
     }
 
+    /// Checks a [`read`](Self::read) of `elems` elements at `start` of `(seq, layer)` without
+    /// reading: `Ok` means that read succeeds. For callers that must check everything before
+    /// writing any output (device views filling a staging tensor row by row).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`read`](Self::read): [`UnknownSequence`](Error::UnknownSequence),
+    /// [`LayerOutOfRange`](Error::LayerOutOfRange), [`LengthMismatch`](Error::LengthMismatch),
+    /// [`PositionOutOfRange`](Error::PositionOutOfRange).
+    pub fn check_read(&self, seq: SeqId, layer: u16, start: u32, elems: usize) -> Result<()> {
+        let slot = self.slot(seq)?;
+        self.check_rows(slot, layer, start, elems).map(|_| ())
+    }
+
+    /// Checks a [`write`](Self::write) of `elems` elements at `start` of `(seq, layer)` without
+    /// writing: `Ok` means that write succeeds (copy-on-write pages included), as long as the
+    /// cache is not changed in between.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`write`](Self::write): [`UnknownSequence`](Error::UnknownSequence),
+    /// [`LayerOutOfRange`](Error::LayerOutOfRange), [`LengthMismatch`](Error::LengthMismatch),
+    /// [`PositionOutOfRange`](Error::PositionOutOfRange), [`OutOfPages`](Error::OutOfPages).
+    pub fn check_write(&self, seq: SeqId, layer: u16, start: u32, elems: usize) -> Result<()> {
+        let slot = self.slot(seq)?;
+        let n = self.check_rows(slot, layer, start, elems)?;
+        if self.copies_needed(slot, start, n) > self.pool.available() {
+            return Err(Error::OutOfPages);
+        }
+        Ok(())
+    }
+
     /// Validates a row access and returns the row count.
     fn check_rows(&self, slot: usize, layer: u16, start: u32, elems: usize) -> Result<usize> {
         if layer >= self.config.shape.layers {
@@ -133,15 +165,11 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             // Contiguous sequences never share pages.
             return Ok(());
         }
-        let p = self.config.page_tokens as usize;
+        let p = self.page_len();
         let first = start as usize / p;
         let last = (start as usize + n - 1) / p;
-        let needs_copy = |cache: &Self, i: usize| {
-            let page = cache.table(slot)[i];
-            matches!(cache.pool.state(page), Some(PageState::Used(rc)) if rc > 1)
-                || cache.pool.is_registered(page)
-        };
-        let copies = (first..=last).filter(|&i| needs_copy(self, i)).count();
+        let needs_copy = |cache: &Self, i: usize| cache.needs_copy(slot, i);
+        let copies = self.copies_needed(slot, start, n);
         if copies == 0 {
             return Ok(());
         }
@@ -158,6 +186,32 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             }
         }
         Ok(())
+    }
+
+    /// Pages a write of rows `[start, start + n)` (validated) must copy first.
+    fn copies_needed(&self, slot: usize, start: u32, n: usize) -> usize {
+        if n == 0 {
+            return 0;
+        }
+        let p = self.page_len();
+        let (first, last) = (start as usize / p, (start as usize + n - 1) / p);
+        (first..=last).filter(|&i| self.needs_copy(slot, i)).count()
+    }
+
+    /// Whether table entry `index` of `slot` holds a page a write must copy first: shared with
+    /// another sequence or published for prefix reuse (`false` past the held pages, for released
+    /// pages and for contiguous sequences).
+    pub(super) fn needs_copy(&self, slot: usize, index: usize) -> bool {
+        if self.records[slot].contiguous() {
+            return false;
+        }
+        match self.table(slot).get(index) {
+            Some(&page) if page != NO_PAGE => {
+                matches!(self.pool.state(page), Some(PageState::Used(rc)) if rc > 1)
+                    || self.pool.is_registered(page)
+            }
+            _ => false,
+        }
     }
 
     /// Encodes validated rows into their pages (quantizing for quantized formats). Fails only if

@@ -419,6 +419,37 @@ fn registered_pages_are_cached_revived_and_evicted() {
 }
 
 #[test]
+fn handles_are_bound_to_their_cache_instance() {
+    let cfg = cfg();
+    let mut a = arenas(&cfg, 6);
+    let old = {
+        let mut c: KvCache<'_> = cache(&mut a, cfg, 6);
+        let s = c.create_sequence(SeqMode::Paged).unwrap();
+        c.reserve(s, 3).unwrap();
+        s
+    };
+    // A new cache in the same arenas: the old handle names the same slot and generation, but
+    // another instance.
+    let mut c: KvCache<'_> = cache(&mut a, cfg, 6);
+    let new = c.create_sequence(SeqMode::Paged).unwrap();
+    assert_eq!(
+        (new.slot(), new.to_raw() as u32),
+        (old.slot(), old.to_raw() as u32)
+    );
+    assert_ne!(new, old);
+    assert_eq!(c.seq_len(old), Err(Error::UnknownSequence));
+    assert_eq!(c.reserve(old, 1), Err(Error::UnknownSequence));
+    assert_eq!(c.free_sequence(old), Err(Error::UnknownSequence));
+    assert_eq!(c.seq_len(new), Ok(0));
+    // And a handle of another live cache.
+    let mut b = arenas(&cfg, 6);
+    let mut other: KvCache<'_> = cache(&mut b, cfg, 6);
+    let theirs = other.create_sequence(SeqMode::Paged).unwrap();
+    assert_eq!(c.seq_len(theirs), Err(Error::UnknownSequence));
+    assert_eq!(SeqId::from_raw(theirs.to_raw()), theirs);
+}
+
+#[test]
 fn failing_calls_change_nothing() {
     let cfg = cfg().with_sequences(3, 40);
     let mut a = arenas(&cfg, 6);
@@ -435,11 +466,12 @@ fn failing_calls_change_nothing() {
     let mut out = [0f32; ROW];
     let errs: Vec<(Error, Error)> = std::vec![
         (c.reserve(s, 100).unwrap_err(), Error::SequenceFull),
-        (c.reserve(s, u32::MAX).unwrap_err(), Error::Overflow),
+        // Past max_seq_tokens however far (even past u32::MAX): one mistake, one code.
+        (c.reserve(s, u32::MAX).unwrap_err(), Error::SequenceFull),
         (c.reserve(s, 20).unwrap_err(), Error::OutOfPages),
         (c.reserve(stale, 1).unwrap_err(), Error::UnknownSequence),
         (
-            c.reserve(SeqId::from_raw(0xffff_ffff), 1).unwrap_err(),
+            c.reserve(SeqId::from_raw(u64::MAX), 1).unwrap_err(),
             Error::UnknownSequence
         ),
         (

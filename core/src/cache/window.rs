@@ -1,7 +1,7 @@
 //! Sliding windows with attention sinks: releasing pages no later query can see.
 
 use super::KvCache;
-use crate::alloc::{NO_PAGE, PageAllocator};
+use crate::alloc::{NO_PAGE, PageAllocator, PageId};
 use crate::attention::Window;
 use crate::error::{Error, Result};
 use crate::sequence::SeqId;
@@ -46,5 +46,49 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             }
         }
         Ok(released)
+    }
+
+    /// Checks that every page holding a key some query in `[start, end)` attends to (under
+    /// `window`, if any) is present in `table` and a valid page id: the attention loop then
+    /// cannot fail half-way, with part of `out` written.
+    pub(super) fn check_key_pages(
+        &self,
+        table: &[PageId],
+        start: u32,
+        end: u32,
+        window: Option<Window>,
+    ) -> Result<()> {
+        let shift = self.config.page_tokens.trailing_zeros();
+        let num_pages = self.plan.num_pages;
+        // Keys `[first, last]` (inclusive) must all be in pages that are held.
+        let held = |first: u32, last: u32| -> Result<()> {
+            let pages = (first >> shift) as usize..=(last >> shift) as usize;
+            match table.get(pages) {
+                Some(t) if t.iter().all(|&pg| pg != NO_PAGE) => {
+                    if t.iter().all(|&pg| pg < num_pages) {
+                        Ok(())
+                    } else {
+                        Err(Error::InvalidPage)
+                    }
+                }
+                _ => Err(Error::PositionOutOfRange),
+            }
+        };
+        match window {
+            // Full causal: the last query sees every key the others see.
+            None if end > start => held(0, end - 1),
+            None => Ok(()),
+            Some(w) => {
+                for t in start..end {
+                    // Sinks `[0, min(sinks, t + 1))`, then the window `[t + 1 - window, t]`.
+                    let sinks = w.sinks.min(t + 1);
+                    if sinks > 0 {
+                        held(0, sinks - 1)?;
+                    }
+                    held((t + 1).saturating_sub(w.window).max(sinks).min(t), t)?;
+                }
+                Ok(())
+            }
+        }
     }
 }

@@ -16,7 +16,7 @@ use super::types::{AllocKind, EkvConfig, EkvPlan, EkvStats};
 ///
 /// # Safety
 ///
-/// `config` is NULL or points to writable memory for an `ekv_config_t`.
+/// `config` (required) is NULL or points to writable memory for an `ekv_config_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_config_init(
     config: *mut EkvConfig,
@@ -47,7 +47,7 @@ fn plan_with(
 ///
 /// # Safety
 ///
-/// `config` is NULL or points to an `ekv_config_t`; `out` is NULL or writable.
+/// `config` is NULL or points to an `ekv_config_t`; `out` (required) is NULL or writable.
 unsafe fn plan_call(
     config: *const EkvConfig,
     out: *mut EkvPlan,
@@ -69,8 +69,8 @@ unsafe fn plan_call(
 ///
 /// # Safety
 ///
-/// `config` is NULL or points to an `ekv_config_t`; `out` is NULL or points to writable memory
-/// for an `ekv_plan_t`.
+/// `config` is NULL or points to an `ekv_config_t`; `out` (required) is NULL or points to
+/// writable memory for an `ekv_plan_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_plan(
     config: *const EkvConfig,
@@ -133,7 +133,20 @@ pub unsafe extern "C" fn ekv_plan_for(
     }
 }
 
-/// Bytes of `ekv_cache_t` this build of the library uses (≤ `sizeof(ekv_cache_t)`).
+/// The ABI version of this library (`EKV_ABI_VERSION` of the header it was built with): a
+/// program compares it with the `EKV_ABI_VERSION` it was compiled against before any other
+/// call, to catch a header / library mismatch at run time.
+pub(crate) const ABI_VERSION: u32 = 2;
+
+/// The ABI version the library implements: equal to the header's `EKV_ABI_VERSION` when header
+/// and library match (check it at start-up; a mismatch means structs, handles or calls may
+/// differ).
+#[unsafe(no_mangle)]
+pub extern "C" fn ekv_abi_version() -> u32 {
+    ABI_VERSION
+}
+
+/// Bytes of `ekv_cache_t` this build of the library uses (<= `sizeof(ekv_cache_t)`).
 #[unsafe(no_mangle)]
 pub extern "C" fn ekv_cache_storage_size() -> usize {
     handle::state_size()
@@ -151,7 +164,7 @@ pub extern "C" fn ekv_cache_storage_align() -> usize {
 /// Errors: `EKV_ERR_NULL`, `EKV_ERR_MISALIGNED_POINTER` (storage), `EKV_ERR_INVALID_ARGUMENT`
 /// (config enums), `EKV_ERR_OVERLAP` (storage, data and metadata must be disjoint),
 /// `EKV_ERR_BUSY` (the storage holds a live cache), the planner's errors
-/// (`EKV_ERR_ARENA_TOO_SMALL`, `EKV_ERR_MISALIGNED_ARENA`, `EKV_ERR_ZERO_SIZE`…).
+/// (`EKV_ERR_ARENA_TOO_SMALL`, `EKV_ERR_MISALIGNED_ARENA`, `EKV_ERR_ZERO_SIZE`...).
 ///
 /// # Safety
 ///
@@ -252,7 +265,7 @@ pub unsafe extern "C" fn ekv_cache_destroy(cache: *mut EkvCache) -> EkvStatus {
 }
 
 /// Whether `cache` holds a live cache: `EKV_OK`, or why not (`EKV_ERR_NULL`,
-/// `EKV_ERR_BAD_HANDLE`, `EKV_ERR_BUSY`…).
+/// `EKV_ERR_BAD_HANDLE`, `EKV_ERR_BUSY`...).
 ///
 /// # Safety
 ///
@@ -290,7 +303,8 @@ pub(crate) unsafe fn query<T>(
 ///
 /// # Safety
 ///
-/// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` is NULL or writable.
+/// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` (required) is NULL or
+/// writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_cache_stats(cache: *mut EkvCache, out: *mut EkvStats) -> EkvStatus {
     // SAFETY: the caller's obligation (see `# Safety`).

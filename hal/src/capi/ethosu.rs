@@ -29,7 +29,7 @@ pub struct EkvEthosuHooks {
     /// Passed to `clean_all` and `clean_invalidate_all`.
     pub ctx: *mut c_void,
     /// The address map of each base-pointer region 0..7 (a zeroed entry is the identity);
-    /// other indices (the command stream's −1) use the identity.
+    /// other indices (the command stream's -1) use the identity.
     pub regions: [EkvAddressMap; 8],
 }
 

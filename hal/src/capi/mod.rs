@@ -8,11 +8,13 @@
 //!   the metadata arena. `ekv_plan*` size the arenas; `ekv_cache_create` builds a cache in them.
 //! * **Status codes.** Every fallible call returns `EKV_OK` (0) or a negative `EKV_ERR_*` code,
 //!   one per `edgekv::Error` and `HalError` variant plus the ABI's own (`EKV_ERR_NULL`,
-//!   `EKV_ERR_BAD_HANDLE`, `EKV_ERR_MISALIGNED_POINTER`, `EKV_ERR_OVERLAP`…);
-//!   `ekv_strerror` describes them. A failed call changes nothing and writes no output (except
-//!   the documented "entries needed" counts of `EKV_ERR_BUFFER_TOO_SMALL`).
-//! * **Handles.** Sequences are `uint32_t` (slot | generation << 16): a freed handle is
-//!   `EKV_ERR_UNKNOWN_SEQUENCE`, even after its slot is reused.
+//!   `EKV_ERR_BAD_HANDLE`, `EKV_ERR_MISALIGNED_POINTER`, `EKV_ERR_OVERLAP`...);
+//!   `ekv_strerror` describes them. A failed call changes nothing and writes no output: every
+//!   call checks everything first, then writes (except the documented "entries needed" counts
+//!   of `EKV_ERR_BUFFER_TOO_SMALL`, and a gather whose final clean fails after the copy).
+//! * **Handles.** Sequences are `uint64_t` (slot | generation << 16 | cache epoch << 32): a
+//!   freed handle, or one of another cache instance (an earlier one in the same storage
+//!   included), is `EKV_ERR_UNKNOWN_SEQUENCE`, even after its slot is reused.
 //! * **Buffers** are a pointer plus a length in *elements* of the pointer's type (floats,
 //!   `uint16_t`s, token ids, structs); bytes only for arenas. Calls never keep them.
 //!
@@ -48,17 +50,21 @@ mod prefix;
 mod ptr;
 mod rows;
 mod seq;
+mod snapshot;
+mod staging;
 mod status;
 mod types;
 mod views;
 
 #[cfg(test)]
+mod contract_tests;
+#[cfg(test)]
 mod tests;
 
 pub use cache::{
-    ekv_cache_check, ekv_cache_create, ekv_cache_create_split, ekv_cache_destroy, ekv_cache_plan,
-    ekv_cache_stats, ekv_cache_storage_align, ekv_cache_storage_size, ekv_config_init, ekv_plan,
-    ekv_plan_for, ekv_plan_pages, ekv_plan_split, ekv_set_namespace,
+    ekv_abi_version, ekv_cache_check, ekv_cache_create, ekv_cache_create_split, ekv_cache_destroy,
+    ekv_cache_plan, ekv_cache_stats, ekv_cache_storage_align, ekv_cache_storage_size,
+    ekv_config_init, ekv_plan, ekv_plan_for, ekv_plan_pages, ekv_plan_split, ekv_set_namespace,
 };
 #[cfg(feature = "ethosu")]
 pub use ethosu::{EkvEthosuHooks, ekv_ethosu_last_error, ekv_ethosu_register};
@@ -70,13 +76,16 @@ pub use map::{
 };
 pub use prefix::{ekv_commit_prompt, ekv_prefix_attach, ekv_prefix_lookup, ekv_reuse_prefix};
 pub use rows::{
-    ekv_attention, ekv_attention_params_init, ekv_attention_scratch_len, ekv_read_f16,
-    ekv_read_f32, ekv_write_f16, ekv_write_f32, ekv_write_kv_f16, ekv_write_kv_f32,
+    ekv_attention, ekv_attention_params_init, ekv_attention_scratch_len,
+    ekv_cache_attention_scratch_len, ekv_read_f16, ekv_read_f32, ekv_write_f16, ekv_write_f32,
+    ekv_write_kv_f16, ekv_write_kv_f32,
 };
 pub use seq::{
     ekv_seq_create, ekv_seq_fork, ekv_seq_free, ekv_seq_info, ekv_seq_page_table, ekv_seq_reserve,
     ekv_seq_slide, ekv_seq_truncate,
 };
+pub use snapshot::{ekv_restore_from_buffer, ekv_snapshot_size, ekv_snapshot_to_buffer};
+pub use staging::{ekv_gather_f16, ekv_gather_f32, ekv_ingest_f16, ekv_ingest_f32};
 #[cfg(feature = "ethosu")]
 pub(crate) use status::hal_code as hal_status;
 pub use status::*;
@@ -86,7 +95,4 @@ pub use types::{
     EKV_POOL_V_SCALES, EKV_POOL_V_VALUES, EKV_SEQ_CONTIGUOUS, EKV_SEQ_PAGED, EKV_V,
     EkvAttentionParams, EkvConfig, EkvFormat, EkvPlan, EkvPrefixHit, EkvSeq, EkvSeqInfo, EkvStats,
 };
-pub use views::{
-    EkvRegion, EkvSegment, ekv_bind_region, ekv_gather_f16, ekv_gather_f32, ekv_ingest_f16,
-    ekv_ingest_f32, ekv_read_view, ekv_segments,
-};
+pub use views::{EkvRegion, EkvSegment, ekv_bind_region, ekv_read_view, ekv_segments};

@@ -10,12 +10,12 @@ use super::types::{EkvPrefixHit, EkvSeq};
 
 /// Commits positions `[0, n)` of a sequence as prompt with these token ids (prefilled in
 /// chunk-aligned steps) and publishes its whole chunks for reuse; writes the pages newly
-/// published to `published` (may be NULL).
+/// published to `published` (optional: may be NULL).
 ///
 /// # Safety
 ///
 /// `cache` is NULL or points to readable `ekv_cache_t` storage; `tokens` NULL (with `n` 0) or
-/// `n` readable `uint32_t`s; `published` NULL or writable.
+/// `n` readable `uint32_t`s; `published` (optional) NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_commit_prompt(
     cache: *mut EkvCache,
@@ -51,7 +51,7 @@ pub unsafe extern "C" fn ekv_commit_prompt(
 /// # Safety
 ///
 /// `cache` as `ekv_commit_prompt`; `tokens` NULL (with `n` 0) or `n` readable `uint32_t`s;
-/// `hit` NULL or writable.
+/// `hit` (required) NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_prefix_lookup(
     cache: *mut EkvCache,
@@ -86,15 +86,15 @@ pub unsafe extern "C" fn ekv_prefix_lookup(
 
 /// Attaches a hit of `ekv_prefix_lookup` for the same prompt to an empty paged sequence: its
 /// first `hit.tokens` positions become the hit's pages (shared), committed as prompt. Writes the
-/// positions attached to `attached` (may be NULL); prefill continues from there.
+/// positions attached to `attached` (optional: may be NULL); prefill continues from there.
 ///
 /// The hit is verified again: the prompt is looked up anew and must give the same hit, else
 /// `EKV_ERR_STALE_HIT` (pages evicted meanwhile, or another prompt).
 ///
 /// # Safety
 ///
-/// `cache` and `tokens` as `ekv_prefix_lookup`; `hit` NULL or readable; `attached` NULL or
-/// writable.
+/// `cache` and `tokens` as `ekv_prefix_lookup`; `hit` NULL or readable; `attached`
+/// (optional) NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_prefix_attach(
     cache: *mut EkvCache,
@@ -143,12 +143,12 @@ pub unsafe extern "C" fn ekv_prefix_attach(
 /// The single-conversation path: `held` are the token ids at the sequence's positions, `prompt`
 /// the new prompt. Keeps the longest reusable common prefix (chunk aligned, below the prompt's
 /// length, inside the committed prompt), truncates the sequence there and writes the positions
-/// kept to `kept` (may be NULL).
+/// kept to `kept` (optional: may be NULL).
 ///
 /// # Safety
 ///
 /// `cache` as `ekv_commit_prompt`; `held` and `prompt` NULL (with length 0) or readable for
-/// their lengths; `kept` NULL or writable.
+/// their lengths; `kept` (optional) NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_reuse_prefix(
     cache: *mut EkvCache,

@@ -7,7 +7,9 @@ use half::f16;
 
 use super::handle::{EkvCache, Handle, dispatch};
 use super::ptr::{Buf, disjoint, input};
-use super::status::{EKV_ERR_INVALID_ARGUMENT, EkvStatus, Fail, Res, status};
+use super::status::{
+    EKV_ERR_HEAD_MISMATCH, EKV_ERR_INVALID_ARGUMENT, EkvStatus, Fail, Res, status,
+};
 use super::types::{EkvAttentionParams, EkvSeq, parse_kv};
 
 /// Element types of the C buffers and their Rust element type.
@@ -134,7 +136,7 @@ unsafe fn read<T: CElem>(
     status(r)
 }
 
-/// Writes `elems` f32 values (`n` whole token rows of `kv_heads × head_dim`) to positions
+/// Writes `elems` f32 values (`n` whole token rows of `kv_heads x head_dim`) to positions
 /// `[start, start + n)` of layer `layer`'s K or V (`EKV_K` / `EKV_V`); positions must be
 /// reserved. Rows are converted (rounded to nearest even) or quantized to the page format;
 /// shared pages are copied first.
@@ -259,7 +261,7 @@ pub unsafe extern "C" fn ekv_read_f16(
 ///
 /// # Safety
 ///
-/// `params` is NULL or writable for an `ekv_attention_params_t`.
+/// `params` (required) is NULL or writable for an `ekv_attention_params_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_attention_params_init(
     params: *mut EkvAttentionParams,
@@ -285,10 +287,42 @@ pub unsafe extern "C" fn ekv_attention_params_init(
     }))
 }
 
-/// The `float`s of scratch `ekv_attention` needs: `q_heads × (page_tokens + 2)`.
+/// The `float`s of scratch `ekv_attention` needs: `q_heads x (page_tokens + 2)` (the same
+/// as `ekv_cache_attention_scratch_len`, which takes `page_tokens` from the cache).
 #[unsafe(no_mangle)]
 pub extern "C" fn ekv_attention_scratch_len(q_heads: u16, page_tokens: u16) -> usize {
     scratch_len(q_heads, page_tokens)
+}
+
+/// The `float`s of scratch `ekv_attention` needs on this cache with `q_heads` query heads
+/// (`q_heads x (page_tokens + 2)` with the cache's `page_tokens`), written to `out`.
+///
+/// Errors: `EKV_ERR_NULL`, `EKV_ERR_BAD_HANDLE`, `EKV_ERR_HEAD_MISMATCH` (`q_heads` not a
+/// nonzero multiple of the cache's `kv_heads`).
+///
+/// # Safety
+///
+/// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` (required) is NULL or
+/// writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_cache_attention_scratch_len(
+    cache: *mut EkvCache,
+    q_heads: u16,
+    out: *mut usize,
+) -> EkvStatus {
+    // SAFETY: the caller's obligation (see `# Safety`).
+    let h = unsafe { Handle::new(cache) };
+    // SAFETY: `out` is NULL or writable (see `# Safety`).
+    status(unsafe {
+        super::cache::query(h, out, |c| {
+            let cfg = *dispatch!(c, c => c.config());
+            let kv_heads = cfg.shape.kv_heads;
+            if q_heads == 0 || q_heads % kv_heads != 0 {
+                return Err(Fail(EKV_ERR_HEAD_MISMATCH));
+            }
+            Ok(scratch_len(q_heads, cfg.page_tokens))
+        })
+    })
 }
 
 /// The Rust parameters of C attention parameters.

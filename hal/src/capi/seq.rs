@@ -14,7 +14,8 @@ use super::types::{EKV_SEQ_CONTIGUOUS, EKV_SEQ_PAGED, EkvSeq, EkvSeqInfo, parse_
 ///
 /// # Safety
 ///
-/// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` is NULL or writable.
+/// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` (required) is NULL or
+/// writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_seq_create(
     cache: *mut EkvCache,
@@ -45,7 +46,10 @@ pub unsafe extern "C" fn ekv_seq_free(cache: *mut EkvCache, seq: EkvSeq) -> EkvS
 }
 
 /// Forks a sequence: the child (written to `out`) sees the same positions and data; full pages
-/// are shared, the partial tail page is copied.
+/// are shared, the partial tail page is copied. Forking a sequence with pages released by
+/// `ekv_seq_slide` is allowed: the child has the same released positions (attention under the
+/// same window, or a narrower one, works; reads of released positions are
+/// `EKV_ERR_POSITION_OUT_OF_RANGE` as for the parent).
 ///
 /// # Safety
 ///
@@ -83,11 +87,18 @@ pub unsafe extern "C" fn ekv_seq_truncate(
 }
 
 /// Reserves `n` more positions at the end of a sequence (all or nothing) and writes the first
-/// new position to `first` (may be NULL).
+/// new position to `first` (optional: may be NULL). It also secures the pages the writes into
+/// the new positions need: a shared or published tail page is copied now, so writing the
+/// reserved positions cannot fail with `EKV_ERR_OUT_OF_PAGES` (until the sequence is forked or
+/// its pages are published by `ekv_commit_prompt` again).
+///
+/// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_SEQUENCE_FULL` past `max_seq_tokens` (however
+/// far, even past `UINT32_MAX`), `EKV_ERR_OUT_OF_PAGES` (new pages plus the tail copy),
+/// `EKV_ERR_NO_CONTIGUOUS_RUN`.
 ///
 /// # Safety
 ///
-/// `cache` as `ekv_seq_free`; `first` NULL or writable.
+/// `cache` as `ekv_seq_free`; `first` (optional) NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_seq_reserve(
     cache: *mut EkvCache,
@@ -113,9 +124,9 @@ pub unsafe extern "C" fn ekv_seq_reserve(
     status(r)
 }
 
-/// Releases the pages of a paged sequence that no query at a position ≥ `from` can see under
+/// Releases the pages of a paged sequence that no query at a position >= `from` can see under
 /// the window (`sinks` leading positions, `window` most recent); writes the pages released to
-/// `released` (may be NULL).
+/// `released` (optional: may be NULL).
 ///
 /// # Safety
 ///
@@ -187,7 +198,7 @@ pub unsafe extern "C" fn ekv_seq_info(
 /// # Safety
 ///
 /// `cache` as `ekv_seq_free`; `pages` NULL (with `capacity` 0) or writable for `capacity`
-/// `uint16_t`s; `count` NULL or writable.
+/// `uint16_t`s; `count` (required) NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_seq_page_table(
     cache: *mut EkvCache,

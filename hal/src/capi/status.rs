@@ -1,5 +1,5 @@
 //! Status codes: `0` is success, every failure a distinct negative `int32_t`, one per
-//! [`edgekv::Error`] and [`HalError`] variant plus the ABI's own (null pointers, bad handles…).
+//! [`edgekv::Error`] and [`HalError`] variant plus the ABI's own (null pointers, bad handles...).
 
 use core::ffi::{CStr, c_char};
 
@@ -43,7 +43,7 @@ pub const EKV_ERR_UNKNOWN: EkvStatus = -99;
 
 // ---- edgekv::Error (-100 ..= -199) ----
 
-/// A configured size is zero (layers, heads, head_dim, page_tokens, sequences…).
+/// A configured size is zero (layers, heads, head_dim, page_tokens, sequences...).
 pub const EKV_ERR_ZERO_SIZE: EkvStatus = -101;
 /// `page_tokens` is not a power of two.
 pub const EKV_ERR_PAGE_TOKENS_NOT_POWER_OF_TWO: EkvStatus = -102;
@@ -72,7 +72,7 @@ pub const EKV_ERR_POSITION_OUT_OF_RANGE: EkvStatus = -113;
 /// The layer index is not below `layers`.
 pub const EKV_ERR_LAYER_OUT_OF_RANGE: EkvStatus = -114;
 /// A buffer has the wrong length for the call (not whole rows, K and V of different lengths,
-/// attention scratch too short…).
+/// attention scratch too short...).
 pub const EKV_ERR_LENGTH_MISMATCH: EkvStatus = -115;
 /// `truncate` was asked to grow a sequence.
 pub const EKV_ERR_TRUNCATE_BEYOND_LENGTH: EkvStatus = -116;

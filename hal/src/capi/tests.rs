@@ -286,7 +286,7 @@ fn null_pointers_are_errors() {
     let cfg = config();
     let f = Fixture::new(&cfg);
     let s = f.seq(4);
-    let mut out = 0u32;
+    let mut out: EkvSeq = 0;
     let (mut data, mut meta) = (Aligned::<1024>::new(), Aligned::<1024>::new());
     // SAFETY: NULL is what is tested; everything else is valid.
     unsafe {

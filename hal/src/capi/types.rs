@@ -6,10 +6,15 @@ use edgekv::{CacheConfig, ElementFormat, Kv, Pool, SeqMode, Shape};
 
 use super::status::{EKV_ERR_INVALID_ARGUMENT, Fail, Res};
 
-/// A sequence handle: slot in the low 16 bits, generation in the high 16 bits. A handle kept
-/// after `ekv_seq_free` is rejected with `EKV_ERR_UNKNOWN_SEQUENCE`, even when its slot is
-/// reused (until the 16-bit generation wraps).
-pub type EkvSeq = u32;
+/// A sequence handle, bound to one cache instance: slot in bits 0..16, generation in bits
+/// 16..32, the cache instance's epoch in bits 32..64 (treat it as opaque). A handle is rejected
+/// with `EKV_ERR_UNKNOWN_SEQUENCE` after `ekv_seq_free`, even when its slot is reused, and on
+/// any other cache instance, including one created later in the same storage and arenas.
+/// Limits: the generation is per slot and 16 bits wide, so a handle kept through exactly
+/// 65,536 (or a multiple) create/free cycles of its slot in the same cache names the slot's
+/// sequence again; epochs come from a 32-bit process-wide counter, so the same holds for a
+/// cache created 2^32 caches later.
+pub type EkvSeq = u64;
 
 /// `ekv_format_t.kind`: IEEE binary32 pages.
 pub const EKV_FORMAT_F32: u32 = 0;
@@ -107,7 +112,7 @@ pub struct EkvConfig {
     pub k_format: EkvFormat,
     /// Storage format of value pages (default f32).
     pub v_format: EkvFormat,
-    /// Data-arena alignment in bytes: a power of two ≥ 64 (default 64).
+    /// Data-arena alignment in bytes: a power of two >= 64 (default 64).
     pub align: u32,
     /// Longest sequence in tokens (default 8192).
     pub max_seq_tokens: u32,

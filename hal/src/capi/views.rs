@@ -2,7 +2,7 @@
 
 use core::mem::{align_of, size_of};
 
-use edgekv::{Element, KvCache, PageAllocator, Pool, SeqId};
+use edgekv::{KvCache, PageAllocator, Pool, SeqId};
 
 use super::handle::{AnyCache, Arenas, EkvCache, Handle, dispatch};
 use super::maint::{EkvMaintenance, Maint};
@@ -21,7 +21,7 @@ pub struct EkvSegment {
     pub cpu: usize,
     /// Device address of the first byte.
     pub dev: u64,
-    /// Bytes: `pages` × the pool stride.
+    /// Bytes: `pages` x the pool stride.
     pub len: usize,
     /// Index in the sequence's page table of the first page.
     pub first_page: u32,
@@ -80,7 +80,7 @@ unsafe fn in_c_buffer<R>(
     }
     let base = buf.ptr().cast::<Segment>();
     for i in 0..n {
-        // SAFETY: `i < n ≤ len`: inside the buffer, as `i * size_of::<Segment>() ≤
+        // SAFETY: `i < n <= len`: inside the buffer, as `i * size_of::<Segment>() <=
         // i * size_of::<EkvSegment>()`; aligned (buffer aligned for EkvSegment, whose alignment
         // is at least Segment's, and Segment's size is a multiple of its alignment).
         unsafe { base.add(i).write(Segment::default()) };
@@ -88,12 +88,12 @@ unsafe fn in_c_buffer<R>(
     // SAFETY: `n` initialized, aligned Segments in memory the caller gave us exclusively.
     let r = f(unsafe { core::slice::from_raw_parts_mut(base, n) });
     for i in (0..n).rev() {
-        // SAFETY: Segment `i` (bytes `[i·R, (i+1)·R)`, R = its size) is initialized, written
+        // SAFETY: Segment `i` (bytes `[i*R, (i+1)*R)`, R = its size) is initialized, written
         // above or by `f`. Only C elements `> i` were written so far, and those start at
-        // `(i+1)·C ≥ (i+1)·R` (C ≥ R, asserted): Segment `i` is intact.
+        // `(i+1)*C >= (i+1)*R` (C >= R, asserted): Segment `i` is intact.
         let s = unsafe { base.add(i).read() };
-        // SAFETY: inside the buffer, aligned for EkvSegment; its bytes `[i·C, (i+1)·C)` cover
-        // only Segments `≥ i`, all read already.
+        // SAFETY: inside the buffer, aligned for EkvSegment; its bytes `[i*C, (i+1)*C)` cover
+        // only Segments `>= i`, all read already.
         unsafe { buf.ptr().add(i).write(EkvSegment::from(s)) };
     }
     r
@@ -115,7 +115,7 @@ fn needed<'a, A: PageAllocator<'a>>(
 }
 
 /// The memory of a live cache as spans, plus extra ones, checked pairwise disjoint.
-fn check_disjoint(a: &Arenas, extra: &[Span]) -> Res<()> {
+pub(super) fn check_disjoint(a: &Arenas, extra: &[Span]) -> Res<()> {
     let [s, d, m] = a.spans();
     let mut all = [Span::EMPTY; 8];
     all[0] = s;
@@ -132,7 +132,7 @@ fn check_disjoint(a: &Arenas, extra: &[Span]) -> Res<()> {
 /// # Safety
 ///
 /// `map`, `maint` NULL or readable structs (and a table map's entries readable).
-unsafe fn device_args(
+pub(super) unsafe fn device_args(
     map: *const EkvAddressMap,
     maint: *const EkvMaintenance,
 ) -> Res<(Map, Maint)> {
@@ -145,7 +145,7 @@ unsafe fn device_args(
 
 /// Runs `f` with the cache, map and maintenance; a failed callback turns the error into
 /// `EKV_ERR_MAINTENANCE`.
-fn with_device<R>(
+pub(super) fn with_device<R>(
     h: Handle,
     (map, mut maint): (Map, Maint),
     f: impl FnOnce(&mut AnyCache, &Arenas, &Map, &mut Maint) -> Res<R>,
@@ -162,7 +162,7 @@ fn with_device<R>(
 /// # Safety
 ///
 /// `cache` NULL or readable `ekv_cache_t` storage; `map` NULL or readable; `out` NULL (with
-/// `capacity` 0) or writable for `capacity` entries; `count` NULL or writable.
+/// `capacity` 0) or writable for `capacity` entries; `count` (required) NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_segments(
     cache: *mut EkvCache,
@@ -194,7 +194,9 @@ pub unsafe extern "C" fn ekv_segments(
                 let r = unsafe {
                     in_c_buffer(&out, n, |segs| crate::segments(c, map, seq, layer, pool, segs))
                 };
-                Ok((n, r.map(|_| ()).map_err(Fail::from)))
+                // Cannot fail: the same list was just counted.
+                r?;
+                Ok((n, Ok(())))
             })
         })?;
         // SAFETY: checked, writable by the caller's obligation.
@@ -204,10 +206,12 @@ pub unsafe extern "C" fn ekv_segments(
     status(r)
 }
 
-/// The pages of `(seq, layer, kv)` ready for a device to read: their value segments to
-/// `values`, scale segments (int8 formats) to `scales`, counts to `n_values` / `n_scales`, then
-/// every segment is cleaned through `maint` (NULL: no cache). With a capacity too small:
-/// `EKV_ERR_BUFFER_TOO_SMALL` and both counts hold the entries needed; no maintenance ran.
+/// The pages of `(seq, layer, kv)` ready for a device to read: every segment is cleaned
+/// through `maint` (NULL: no cache), then the value segments are written to `values`, scale
+/// segments (int8 formats) to `scales` and their counts to `n_values` / `n_scales`. With a
+/// capacity too small: `EKV_ERR_BUFFER_TOO_SMALL`, both counts hold the entries needed, the
+/// arrays are untouched and no maintenance ran. On any other error (`EKV_ERR_MAINTENANCE`
+/// included) nothing is written.
 ///
 /// # Safety
 ///
@@ -252,16 +256,24 @@ pub unsafe extern "C" fn ekv_read_view(
                 if nv > values.len() || ns > scales.len() {
                     return Ok((nv, ns, Err(Fail(EKV_ERR_BUFFER_TOO_SMALL))));
                 }
+                // Checks and cleans everything first: on error no output is written.
+                let caps = (values.len(), scales.len());
+                crate::views::clean_view(c, map, maint, seq, layer, kv, caps)?;
                 // SAFETY: both writable, exclusive (disjoint from each other, the cache and
                 // the counts).
                 let r = unsafe {
                     in_c_buffer(&values, nv, |v| {
+                        crate::segments(c, map, seq, layer, Pool::values(kv), v)
+                    })
+                    .and_then(|_| {
                         in_c_buffer(&scales, ns, |s| {
-                            crate::read_view(c, map, maint, seq, layer, kv, v, s)
+                            crate::segments(c, map, seq, layer, Pool::scales(kv), s)
                         })
                     })
                 };
-                Ok((nv, ns, r.map(|_| ()).map_err(|e| maint.error(e.into()))))
+                // Cannot fail: the same lists were just counted and cleaned.
+                r?;
+                Ok((nv, ns, Ok(())))
             })
         })?;
         // SAFETY: checked, writable by the caller's obligation.
@@ -279,12 +291,17 @@ pub unsafe extern "C" fn ekv_read_view(
 /// its scales (int8 formats only; otherwise `scales` is untouched and may be NULL), 0xFFFFFFFF
 /// for pages released by a window; cleans the bound pages; writes the region to `out`. Each
 /// array needs the sequence's page count (`ekv_seq_info().pages`) entries; with fewer:
-/// `EKV_ERR_BUFFER_TOO_SMALL` and `out->pages` = entries needed.
+/// `EKV_ERR_BUFFER_TOO_SMALL` and `out->pages` = entries needed. The pages are cleaned before
+/// anything is written: on any other error nothing is.
+///
+/// The region is the data arena: for `ekv_cache_create` the `data` pointer given, for
+/// `ekv_cache_create_split` the data part of the buffer, which starts after the metadata at
+/// `buf + round_up(plan.meta_bytes, config.align)` (`out->cpu` reports it), not at `buf`.
 ///
 /// # Safety
 ///
 /// `cache`, `map`, `maint` as `ekv_read_view`; `values` / `scales` NULL (with capacity 0) or
-/// writable for their capacities; `out` NULL or writable.
+/// writable for their capacities; `out` (required) NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ekv_bind_region(
     cache: *mut EkvCache,
@@ -339,245 +356,4 @@ pub unsafe extern "C" fn ekv_bind_region(
         r
     })();
     status(r)
-}
-
-/// Gathers positions `[start, start + n)` of `(seq, layer, kv)` into a head-major staging
-/// tensor, then cleans it.
-///
-/// # Safety
-///
-/// See `ekv_gather_f32`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn gather<T: super::rows::CElem>(
-    cache: *mut EkvCache,
-    maint: *const EkvMaintenance,
-    seq: EkvSeq,
-    layer: u16,
-    kv: u32,
-    start: u32,
-    staging: *mut T,
-    staging_elems: usize,
-    row: *mut T,
-    row_elems: usize,
-    rows: *mut u32,
-) -> EkvStatus
-where
-    T::E: Element,
-{
-    let r = (|| {
-        let kv = parse_kv(kv)?;
-        let staging = Buf::output(staging, staging_elems)?;
-        let row = Buf::output(row, row_elems)?;
-        let rows = Out::optional(rows)?;
-        let seq = SeqId::from_raw(seq);
-        // SAFETY: the caller's obligation (see `# Safety`).
-        let h = unsafe { Handle::new(cache) };
-        // SAFETY: the caller's obligation (see `# Safety`).
-        let dev = unsafe { device_args(core::ptr::null(), maint) }?;
-        let n = with_device(h, dev, |c, a, _, maint| {
-            let rs = super::ptr::opt_span(&rows);
-            check_disjoint(a, &[staging.span(), row.span(), rs])?;
-            // SAFETY: writable (caller), pairwise disjoint and outside the cache.
-            let (st, rw) = unsafe { (T::view_mut(staging.get_mut()), T::view_mut(row.get_mut())) };
-            let r = dispatch!(c, c => crate::gather(c, maint, seq, layer, kv, start, st, rw));
-            r.map_err(|e| maint.error(e.into()))
-        })?;
-        if let Some(out) = rows {
-            // SAFETY: checked, writable by the caller's obligation.
-            unsafe { out.set(n) };
-        }
-        Ok(())
-    })();
-    status(r)
-}
-
-/// Takes rows a device wrote into `staging` (token-major): invalidates it, then writes the rows
-/// to positions `[start, start + n)`, quantizing to the page format.
-///
-/// # Safety
-///
-/// See `ekv_ingest_f32`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn ingest<T: super::rows::CElem>(
-    cache: *mut EkvCache,
-    maint: *const EkvMaintenance,
-    seq: EkvSeq,
-    layer: u16,
-    kv: u32,
-    start: u32,
-    staging: *mut T,
-    staging_elems: usize,
-    rows: *mut u32,
-) -> EkvStatus {
-    let r = (|| {
-        let kv = parse_kv(kv)?;
-        let staging = Buf::output(staging, staging_elems)?;
-        let rows = Out::optional(rows)?;
-        let seq = SeqId::from_raw(seq);
-        // SAFETY: the caller's obligation (see `# Safety`).
-        let h = unsafe { Handle::new(cache) };
-        // SAFETY: the caller's obligation (see `# Safety`).
-        let dev = unsafe { device_args(core::ptr::null(), maint) }?;
-        let n = with_device(h, dev, |c, a, _, maint| {
-            check_disjoint(a, &[staging.span(), super::ptr::opt_span(&rows)])?;
-            // SAFETY: writable (caller), outside the cache.
-            let st = T::view_mut(unsafe { staging.get_mut() });
-            let r = dispatch!(c, c => crate::ingest(c, maint, seq, layer, kv, start, st));
-            r.map_err(|e| maint.error(e.into()))
-        })?;
-        if let Some(out) = rows {
-            // SAFETY: checked, writable by the caller's obligation.
-            unsafe { out.set(n) };
-        }
-        Ok(())
-    })();
-    status(r)
-}
-
-/// Copies positions `[start, start + n)` of `(seq, layer, kv)` into `staging`, head-major
-/// `[kv_heads][n][head_dim]` f32 (`n = staging_elems / (kv_heads × head_dim)`, whole cache
-/// lines), using `row` (`kv_heads × head_dim` floats) as scratch, then cleans `staging`
-/// through `maint` (NULL: no cache). Writes `n` to `rows` (may be NULL).
-///
-/// # Safety
-///
-/// `cache`, `maint` as `ekv_read_view`; `staging` and `row` NULL (with 0) or writable for their
-/// lengths; `rows` NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ekv_gather_f32(
-    cache: *mut EkvCache,
-    maint: *const EkvMaintenance,
-    seq: EkvSeq,
-    layer: u16,
-    kv: u32,
-    start: u32,
-    staging: *mut f32,
-    staging_elems: usize,
-    row: *mut f32,
-    row_elems: usize,
-    rows: *mut u32,
-) -> EkvStatus {
-    // SAFETY: forwarded obligations.
-    unsafe {
-        gather(
-            cache,
-            maint,
-            seq,
-            layer,
-            kv,
-            start,
-            staging,
-            staging_elems,
-            row,
-            row_elems,
-            rows,
-        )
-    }
-}
-
-/// As `ekv_gather_f32`, into f16 bit patterns.
-///
-/// # Safety
-///
-/// As `ekv_gather_f32`, for `uint16_t`s.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ekv_gather_f16(
-    cache: *mut EkvCache,
-    maint: *const EkvMaintenance,
-    seq: EkvSeq,
-    layer: u16,
-    kv: u32,
-    start: u32,
-    staging: *mut u16,
-    staging_elems: usize,
-    row: *mut u16,
-    row_elems: usize,
-    rows: *mut u32,
-) -> EkvStatus {
-    // SAFETY: forwarded obligations.
-    unsafe {
-        gather(
-            cache,
-            maint,
-            seq,
-            layer,
-            kv,
-            start,
-            staging,
-            staging_elems,
-            row,
-            row_elems,
-            rows,
-        )
-    }
-}
-
-/// Takes f32 K or V rows a device wrote into `staging` (token-major `[n][kv_heads][head_dim]`,
-/// whole cache lines): invalidates `staging` through `maint` (NULL: no cache), then writes the
-/// rows to positions `[start, start + n)` of `(seq, layer, kv)` (reserved), quantizing to the
-/// page format. Writes `n` to `rows` (may be NULL).
-///
-/// # Safety
-///
-/// `cache`, `maint` as `ekv_read_view`; `staging` NULL (with 0) or writable for
-/// `staging_elems` floats; `rows` NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ekv_ingest_f32(
-    cache: *mut EkvCache,
-    maint: *const EkvMaintenance,
-    seq: EkvSeq,
-    layer: u16,
-    kv: u32,
-    start: u32,
-    staging: *mut f32,
-    staging_elems: usize,
-    rows: *mut u32,
-) -> EkvStatus {
-    // SAFETY: forwarded obligations.
-    unsafe {
-        ingest(
-            cache,
-            maint,
-            seq,
-            layer,
-            kv,
-            start,
-            staging,
-            staging_elems,
-            rows,
-        )
-    }
-}
-
-/// As `ekv_ingest_f32`, from f16 bit patterns.
-///
-/// # Safety
-///
-/// As `ekv_ingest_f32`, for `uint16_t`s.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ekv_ingest_f16(
-    cache: *mut EkvCache,
-    maint: *const EkvMaintenance,
-    seq: EkvSeq,
-    layer: u16,
-    kv: u32,
-    start: u32,
-    staging: *mut u16,
-    staging_elems: usize,
-    rows: *mut u32,
-) -> EkvStatus {
-    // SAFETY: forwarded obligations.
-    unsafe {
-        ingest(
-            cache,
-            maint,
-            seq,
-            layer,
-            kv,
-            start,
-            staging,
-            staging_elems,
-            rows,
-        )
-    }
 }

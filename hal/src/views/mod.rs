@@ -34,15 +34,17 @@ pub struct ReadView {
     pub scales: usize,
 }
 
-/// The pages of `(seq, layer, kv)` ready for a device to read: their value and scale segments
-/// are written to `values` and `scales`, then every segment is cleaned so the device sees what
-/// the CPU wrote.
+/// The pages of `(seq, layer, kv)` ready for a device to read: every value and scale segment is
+/// cleaned so the device sees what the CPU wrote, then the segments are written to `values` and
+/// `scales`.
 ///
 /// # Errors
 ///
-/// As [`segments`] (for `values` first, then `scales`; nothing is written to either unless both
-/// fit), and [`HalError::Misaligned`] when a segment is not whole lines of `maint` (a line size
-/// above the cache's arena alignment) — checked before any line is cleaned.
+/// As [`segments`] (for `values` first, then `scales`), [`HalError::BufferTooSmall`] when either
+/// list does not fit (no maintenance runs then), [`HalError::Misaligned`] when a segment is not
+/// whole lines of `maint` (a line size above the cache's arena alignment; checked before any
+/// line is cleaned), and whatever `maint` returns. Everything is checked and cleaned before the
+/// outputs are written: on any error neither `values` nor `scales` was written.
 #[allow(clippy::too_many_arguments)]
 pub fn read_view<'a, A: PageAllocator<'a>>(
     cache: &KvCache<'a, A>,
@@ -54,47 +56,74 @@ pub fn read_view<'a, A: PageAllocator<'a>>(
     values: &mut [Segment],
     scales: &mut [Segment],
 ) -> Result<ReadView, HalError> {
-    let (vp, sp) = (Pool::values(kv), Pool::scales(kv));
-    let need = |pool| {
-        let mut n = 0u32;
-        segments::for_each_segment(cache, map, seq, layer, pool, |_| n += 1).map(|()| n)
-    };
-    for (pool, out) in [(vp, &*values), (sp, &*scales)] {
-        let needed = need(pool)?;
-        if needed as usize > out.len() {
-            return Err(HalError::BufferTooSmall { needed });
-        }
-    }
-    let view = ReadView {
-        values: segments(cache, map, seq, layer, vp, values)?,
-        scales: segments(cache, map, seq, layer, sp, scales)?,
-    };
-    let (values, scales) = (&values[..view.values], &scales[..view.scales]);
-    let line = maint.line_size();
-    for s in values.iter().chain(scales) {
-        line_aligned(s.cpu, s.len, line)?;
-    }
-    clean_segments(cache, maint, layer, vp, values)?;
-    clean_segments(cache, maint, layer, sp, scales)?;
+    let view = clean_view(
+        cache,
+        map,
+        maint,
+        seq,
+        layer,
+        kv,
+        (values.len(), scales.len()),
+    )?;
+    // Cannot fail: the same lists were just computed.
+    segments(cache, map, seq, layer, Pool::values(kv), values)?;
+    segments(cache, map, seq, layer, Pool::scales(kv), scales)?;
     Ok(view)
 }
 
-/// Cleans the pool bytes under each segment (whose alignment the caller checked).
-fn clean_segments<'a, A: PageAllocator<'a>>(
+/// The checks and maintenance of [`read_view`] without its outputs: counts the value and scale
+/// segments, fails with [`HalError::BufferTooSmall`] if they exceed `capacity` (values,
+/// scales), checks every segment is whole lines of `maint`, then cleans them all.
+pub(crate) fn clean_view<'a, A: PageAllocator<'a>>(
     cache: &KvCache<'a, A>,
+    map: &impl AddressMap,
     maint: &mut impl CacheMaintenance,
+    seq: SeqId,
     layer: u16,
-    pool: Pool,
-    segs: &[Segment],
-) -> Result<(), HalError> {
-    let bytes = cache.pool_bytes(layer, pool)?;
-    let base = bytes.as_ptr() as usize;
-    for s in segs {
-        let start = s.cpu.wrapping_sub(base);
-        let range = bytes
-            .get(start..start.saturating_add(s.len))
-            .ok_or(HalError::Overflow)?;
-        maint.clean_slice(range)?;
+    kv: Kv,
+    capacity: (usize, usize),
+) -> Result<ReadView, HalError> {
+    let (vp, sp) = (Pool::values(kv), Pool::scales(kv));
+    let need = |pool| {
+        let mut n = 0usize;
+        segments::for_each_segment(cache, map, seq, layer, pool, |_| n += 1).map(|()| n)
+    };
+    let view = ReadView {
+        values: need(vp)?,
+        scales: need(sp)?,
+    };
+    for (needed, cap) in [(view.values, capacity.0), (view.scales, capacity.1)] {
+        if needed > cap {
+            return Err(HalError::BufferTooSmall {
+                // A page table holds at most u16::MAX pages.
+                needed: needed as u32,
+            });
+        }
     }
-    Ok(())
+    let line = maint.line_size();
+    for pool in [vp, sp] {
+        let mut bad = Ok(());
+        segments::for_each_segment(cache, map, seq, layer, pool, |s| {
+            if bad.is_ok() {
+                bad = line_aligned(s.cpu, s.len, line).map(|_| ());
+            }
+        })?;
+        bad?;
+    }
+    for pool in [vp, sp] {
+        let bytes = cache.pool_bytes(layer, pool)?;
+        let base = bytes.as_ptr() as usize;
+        let mut done = Ok(());
+        segments::for_each_segment(cache, map, seq, layer, pool, |s| {
+            if done.is_ok() {
+                let start = s.cpu.wrapping_sub(base);
+                done = bytes
+                    .get(start..start.saturating_add(s.len))
+                    .ok_or(HalError::Overflow)
+                    .and_then(|range| maint.clean_slice(range));
+            }
+        })?;
+        done?;
+    }
+    Ok(view)
 }

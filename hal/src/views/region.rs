@@ -33,7 +33,8 @@ pub struct RegionBinding {
 /// not one device block, [`HalError::BufferTooSmall`] if an output slice is shorter than the
 /// page table, [`HalError::Overflow`] if an offset does not fit in `u32`,
 /// [`HalError::Misaligned`] if a page is not whole lines of `maint` (checked before any
-/// maintenance). Nothing is written to the outputs on error.
+/// maintenance), and whatever `maint` returns. The pages are cleaned before the offsets are
+/// written: nothing is written to the outputs on any error.
 #[allow(clippy::too_many_arguments)]
 pub fn bind_region<'a, A: PageAllocator<'a>>(
     cache: &KvCache<'a, A>,
@@ -71,18 +72,26 @@ pub fn bind_region<'a, A: PageAllocator<'a>>(
             u32::try_from(slot.as_ptr() as usize - cpu).map_err(|_| HalError::Overflow)?;
         }
     }
+    // Clean every bound page, then write the offsets: a failing clean leaves the outputs as
+    // they were.
+    for pool in [Pool::values(kv), Pool::scales(kv)] {
+        if plan.geometry.pool_stride(pool) == 0 {
+            continue;
+        }
+        for &page in table.iter().filter(|&&p| p != NO_PAGE) {
+            maint.clean_slice(cache.slot_bytes(layer, pool, page)?)?;
+        }
+    }
     for (pool, out) in [(Pool::values(kv), values), (Pool::scales(kv), scales)] {
         if plan.geometry.pool_stride(pool) == 0 {
             continue;
         }
         for (o, &page) in out.iter_mut().zip(table) {
-            *o = NO_OFFSET;
-            if page != NO_PAGE {
-                let slot = cache.slot_bytes(layer, pool, page)?;
+            *o = match cache.slot_bytes(layer, pool, page) {
                 // Checked above: fits in u32.
-                *o = (slot.as_ptr() as usize - cpu) as u32;
-                maint.clean_slice(slot)?;
-            }
+                Ok(slot) if page != NO_PAGE => (slot.as_ptr() as usize - cpu) as u32,
+                _ => NO_OFFSET,
+            };
         }
     }
     Ok(region)

@@ -24,8 +24,11 @@ fn check_lines(maint: &impl CacheMaintenance, bytes: &[u8]) -> Result<(), HalErr
 ///
 /// [`HalError::LengthMismatch`] (`staging` not a whole number ≥ 1 of rows, `row` not one row),
 /// [`HalError::Misaligned`] (`staging` not whole cache lines), [`HalError::Cache`] (unknown
-/// sequence, layer out of range, positions not held). On error nothing was cleaned and the cache
-/// is unchanged; `staging` may hold some copied rows.
+/// sequence, layer out of range, positions past the sequence or in pages released by a sliding
+/// window: [`PositionOutOfRange`](edgekv::Error::PositionOutOfRange)). All of these are checked
+/// before anything is written: `staging` and `row` are untouched and nothing was cleaned. The one
+/// failure after the copy is `maint`'s own in the final clean (it must follow the copy): then
+/// `staging` holds the rows but was not (wholly) cleaned, so a device must not read it.
 #[allow(clippy::too_many_arguments)]
 pub fn gather<'a, A: PageAllocator<'a>, T: Element>(
     cache: &KvCache<'a, A>,
@@ -44,10 +47,12 @@ pub fn gather<'a, A: PageAllocator<'a>, T: Element>(
         return Err(HalError::LengthMismatch);
     }
     check_lines(maint, bytemuck::cast_slice(staging))?;
-    let n32 = u32::try_from(n).map_err(|_| HalError::Overflow)?;
+    // Sequence, layer and every position (held, not released), before `staging` is written.
+    cache.check_read(seq, layer, start, staging.len())?;
+    // Checked above: `start + n` fits the sequence's u32 length.
+    let n32 = n as u32;
     for t in 0..n32 {
-        let pos = start.checked_add(t).ok_or(HalError::Overflow)?;
-        cache.read(seq, layer, kv, pos, row)?;
+        cache.read(seq, layer, kv, start + t, row)?;
         for (h, src) in row.chunks_exact(dim).enumerate() {
             let at = (h * n + t as usize) * dim;
             staging[at..at + dim].copy_from_slice(src);
@@ -66,8 +71,11 @@ pub fn gather<'a, A: PageAllocator<'a>, T: Element>(
 ///
 /// [`HalError::LengthMismatch`] (`staging` not a whole number ≥ 1 of rows),
 /// [`HalError::Misaligned`] (`staging` not whole cache lines), [`HalError::Cache`] (as
-/// [`KvCache::write`]). Shape, alignment, layer and range are checked before the invalidate; the
-/// cache is unchanged on every error.
+/// [`KvCache::write`]: unknown sequence, layer, positions past the sequence — however far, as
+/// [`PositionOutOfRange`](edgekv::Error::PositionOutOfRange) — or released, no page for a
+/// copy-on-write), and `maint`'s own failure of the invalidate. Everything the write needs is
+/// checked before the invalidate, and the write cannot fail after it: the cache is unchanged on
+/// every error.
 pub fn ingest<'a, A: PageAllocator<'a>, T: Element>(
     cache: &mut KvCache<'a, A>,
     maint: &mut impl CacheMaintenance,
@@ -81,17 +89,9 @@ pub fn ingest<'a, A: PageAllocator<'a>, T: Element>(
     let row = shape.kv_heads as usize * shape.head_dim as usize;
     let n = rows_in(staging.len(), row).ok_or(HalError::LengthMismatch)?;
     check_lines(maint, bytemuck::cast_slice(staging))?;
-    if layer >= shape.layers {
-        return Err(edgekv::Error::LayerOutOfRange.into());
-    }
-    let end = u32::try_from(n)
-        .ok()
-        .and_then(|n| start.checked_add(n))
-        .ok_or(HalError::Overflow)?;
-    if end > cache.seq_len(seq)? {
-        return Err(edgekv::Error::PositionOutOfRange.into());
-    }
+    cache.check_write(seq, layer, start, staging.len())?;
     maint.invalidate_slice(bytemuck::cast_slice_mut(staging))?;
     cache.write(seq, layer, kv, start, staging)?;
-    Ok(end - start)
+    // Checked above: `start + n` fits the sequence's u32 length.
+    Ok(n as u32)
 }

@@ -1,10 +1,13 @@
 /* The edgekv C ABI exercised from C: sizing, creation, sequences, rows, attention against a
  * direct computation in C, prefix reuse, segment lists, region binding, stats, Ethos-U hooks,
- * and every error path (NULL, bad and stale handles, wrong sizes, misalignment, overlap).
- * Built and run by host-tests/tests/capi.rs; prints "N passed, N failed" and exits nonzero on
- * any failure. */
+ * every error path (NULL, bad and stale handles, wrong sizes, misalignment, overlap), and the
+ * header's contract: a failed call writes no output, reserve secures copy-on-write pages,
+ * handles are bound to their cache instance, one mistake gets one code.
+ * Strict C99 (built with -std=c99 -pedantic -Wall -Wextra -Werror, and again under
+ * -fsanitize=address,undefined where available) by host-tests/tests/capi.rs; prints
+ * "N passed, N failed" and exits nonzero on any failure. */
 #include <math.h>
-#include <stdalign.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,9 +40,18 @@ static int passed, failed;
 
 enum { LAYERS = 2, KV_HEADS = 2, HEAD_DIM = 8, Q_HEADS = 4, PAGE = 4, ROW = KV_HEADS * HEAD_DIM };
 
+/* C99 has no alignas: buffers are over-allocated and aligned by hand. */
+#define ALIGN_UP(p, a) ((void *)(((uintptr_t)(p) + (uintptr_t)(a) - 1u) & ~(uintptr_t)((a) - 1u)))
+enum { DATA_BYTES = 64 * 1024, META_BYTES = 16 * 1024 };
+
 static ekv_cache_t cache; /* static storage: zeroed, as the ABI asks */
-static alignas(64) unsigned char data_arena[64 * 1024];
-static alignas(64) unsigned char meta_arena[16 * 1024];
+static unsigned char data_raw[DATA_BYTES + 64], meta_raw[META_BYTES + 64];
+static unsigned char *data_arena, *meta_arena; /* 64-byte aligned, set in main */
+/* The alignment of ekv_cache_t, without C11's _Alignof. */
+struct align_probe {
+    char c;
+    ekv_cache_t x;
+};
 
 static float value(int t, int h, int d, float base) { return base + 0.01f * (float)(t * 37 + h * 11 + d * 3 % 17) - 0.3f * (float)((t + d) % 3); }
 
@@ -86,15 +98,15 @@ static int fail_cb(void *ctx, void *addr, size_t len) { (void)ctx; (void)addr; (
 
 static void test_sizes_and_config(ekv_config_t *cfg, ekv_plan_t *plan) {
     CHECK(sizeof(ekv_cache_t) >= ekv_cache_storage_size());
-    CHECK(ekv_cache_storage_align() == _Alignof(ekv_cache_t));
+    CHECK(ekv_cache_storage_align() == offsetof(struct align_probe, x));
     CHECK_RC(ekv_config_init(cfg, LAYERS, KV_HEADS, HEAD_DIM), EKV_OK);
     CHECK(cfg->page_tokens == 16 && cfg->align == 64 && cfg->prefix_index == 1);
     cfg->page_tokens = PAGE;
     cfg->max_seqs = 4;
     cfg->max_seq_tokens = 64;
-    CHECK_RC(ekv_plan(cfg, sizeof data_arena, plan), EKV_OK);
-    CHECK(plan->num_pages > 8 && plan->data_bytes <= sizeof data_arena);
-    CHECK(plan->meta_bytes <= sizeof meta_arena);
+    CHECK_RC(ekv_plan(cfg, DATA_BYTES, plan), EKV_OK);
+    CHECK(plan->num_pages > 8 && plan->data_bytes <= DATA_BYTES);
+    CHECK(plan->meta_bytes <= META_BYTES);
     CHECK(plan->page_bytes == (size_t)LAYERS * 2 * PAGE * ROW * 4); /* f32: 512 bytes per pool page */
     ekv_plan_t p2;
     CHECK_RC(ekv_plan_pages(cfg, 10, &p2), EKV_OK);
@@ -104,16 +116,16 @@ static void test_sizes_and_config(ekv_config_t *cfg, ekv_plan_t *plan) {
     /* Bad configurations. */
     ekv_config_t bad = *cfg;
     bad.page_tokens = 3;
-    CHECK_RC(ekv_plan(&bad, sizeof data_arena, &p2), EKV_ERR_PAGE_TOKENS_NOT_POWER_OF_TWO);
+    CHECK_RC(ekv_plan(&bad, DATA_BYTES, &p2), EKV_ERR_PAGE_TOKENS_NOT_POWER_OF_TWO);
     bad = *cfg;
     bad.k_format.kind = 42;
-    CHECK_RC(ekv_plan(&bad, sizeof data_arena, &p2), EKV_ERR_INVALID_ARGUMENT);
+    CHECK_RC(ekv_plan(&bad, DATA_BYTES, &p2), EKV_ERR_INVALID_ARGUMENT);
     bad = *cfg;
     bad.v_format = (ekv_format_t){.kind = EKV_FORMAT_INT8, .group = 3};
-    CHECK_RC(ekv_plan(&bad, sizeof data_arena, &p2), EKV_ERR_INVALID_FORMAT);
+    CHECK_RC(ekv_plan(&bad, DATA_BYTES, &p2), EKV_ERR_INVALID_FORMAT);
     bad = *cfg;
     bad.layers = 0;
-    CHECK_RC(ekv_plan(&bad, sizeof data_arena, &p2), EKV_ERR_ZERO_SIZE);
+    CHECK_RC(ekv_plan(&bad, DATA_BYTES, &p2), EKV_ERR_ZERO_SIZE);
     CHECK_RC(ekv_plan(cfg, 100, &p2), EKV_ERR_ARENA_TOO_SMALL);
     CHECK_RC(ekv_plan(NULL, 100, &p2), EKV_ERR_NULL);
     CHECK_RC(ekv_plan(cfg, 100, NULL), EKV_ERR_NULL);
@@ -126,13 +138,13 @@ static void test_bad_handles_and_create(const ekv_config_t *cfg) {
     CHECK_RC(ekv_cache_stats(NULL, &st), EKV_ERR_NULL);
     CHECK_RC(ekv_seq_create(NULL, EKV_SEQ_PAGED, &s), EKV_ERR_NULL);
     CHECK_RC(ekv_cache_destroy(&cache), EKV_ERR_BAD_HANDLE);
-    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena, sizeof data_arena, data_arena, sizeof meta_arena), EKV_ERR_OVERLAP);
-    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena + 8, 1024, meta_arena, sizeof meta_arena), EKV_ERR_MISALIGNED_ARENA);
-    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena, sizeof data_arena, meta_arena, 16), EKV_ERR_ARENA_TOO_SMALL);
-    CHECK_RC(ekv_cache_create(&cache, NULL, data_arena, sizeof data_arena, meta_arena, sizeof meta_arena), EKV_ERR_NULL);
-    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena, sizeof data_arena, meta_arena, sizeof meta_arena), EKV_OK);
+    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena, DATA_BYTES, data_arena, META_BYTES), EKV_ERR_OVERLAP);
+    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena + 8, 1024, meta_arena, META_BYTES), EKV_ERR_MISALIGNED_ARENA);
+    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena, DATA_BYTES, meta_arena, 16), EKV_ERR_ARENA_TOO_SMALL);
+    CHECK_RC(ekv_cache_create(&cache, NULL, data_arena, DATA_BYTES, meta_arena, META_BYTES), EKV_ERR_NULL);
+    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena, DATA_BYTES, meta_arena, META_BYTES), EKV_OK);
     CHECK_RC(ekv_cache_check(&cache), EKV_OK);
-    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena, sizeof data_arena, meta_arena, sizeof meta_arena), EKV_ERR_BUSY);
+    CHECK_RC(ekv_cache_create(&cache, cfg, data_arena, DATA_BYTES, meta_arena, META_BYTES), EKV_ERR_BUSY);
     /* A copy of live storage is not a cache. */
     static ekv_cache_t copy;
     memcpy(&copy, &cache, sizeof cache);
@@ -297,13 +309,13 @@ static void test_device_views(void) {
     for (size_t i = 0; i < n; i++) pages += segs[i].pages;
     CHECK(pages == 3);
     CHECK(segs[0].dev == (uint64_t)segs[0].cpu);
-    CHECK(segs[0].cpu >= (size_t)(uintptr_t)data_arena && segs[0].cpu < (size_t)(uintptr_t)data_arena + sizeof data_arena);
+    CHECK(segs[0].cpu >= (size_t)(uintptr_t)data_arena && segs[0].cpu < (size_t)(uintptr_t)data_arena + DATA_BYTES);
     CHECK_RC(ekv_segments(&cache, NULL, s, 0, EKV_POOL_K_VALUES, segs, 0, &n), EKV_ERR_BUFFER_TOO_SMALL);
     CHECK_RC(ekv_segments(&cache, NULL, s, 0, 9, segs, 4, &n), EKV_ERR_INVALID_ARGUMENT);
 
     /* A device alias of the data arena. */
     ekv_address_map_t alias = {.kind = EKV_MAP_OFFSET,
-                               .window = {.cpu_base = (size_t)(uintptr_t)data_arena, .len = sizeof data_arena, .dev_base = 0x80000000u}};
+                               .window = {.cpu_base = (size_t)(uintptr_t)data_arena, .len = DATA_BYTES, .dev_base = 0x80000000u}};
     CHECK_RC(ekv_segments(&cache, &alias, s, 1, EKV_POOL_V_VALUES, segs, 4, &n), EKV_OK);
     CHECK(segs[0].dev == 0x80000000u + (segs[0].cpu - (size_t)(uintptr_t)data_arena));
     ekv_map_entry_t entries[2] = {{.cpu_base = (size_t)(uintptr_t)data_arena, .len = 1024, .dev_base = 0x1000},
@@ -341,7 +353,8 @@ static void test_device_views(void) {
     CHECK(region.pages == 3);
 
     /* Gather and ingest through line-aligned staging (2 rows = 128 bytes). */
-    static alignas(32) float staging[2 * ROW];
+    static float staging_raw[2 * ROW + 8];
+    float *staging = ALIGN_UP(staging_raw, 32);
     float row[ROW];
     static float src[2 * ROW];
     make_rows(src, 2, 0, 4.0f);
@@ -362,7 +375,9 @@ static void test_device_views(void) {
 
 static void test_int8_split_cache(void) {
     static ekv_cache_t q8;
-    static alignas(64) unsigned char buf[32 * 1024];
+    static unsigned char buf_raw[32 * 1024 + 64];
+    unsigned char *buf = ALIGN_UP(buf_raw, 64);
+    enum { BUF_BYTES = 32 * 1024 };
     ekv_config_t cfg;
     CHECK_RC(ekv_config_init(&cfg, 1, KV_HEADS, HEAD_DIM), EKV_OK);
     cfg.page_tokens = PAGE;
@@ -370,9 +385,9 @@ static void test_int8_split_cache(void) {
     cfg.v_format = (ekv_format_t){.kind = EKV_FORMAT_F16};
     cfg.allocator = EKV_ALLOC_BITMAP;
     ekv_plan_t plan;
-    CHECK_RC(ekv_plan_split(&cfg, sizeof buf, &plan), EKV_OK);
-    CHECK(plan.split_bytes <= sizeof buf);
-    CHECK_RC(ekv_cache_create_split(&q8, &cfg, buf, sizeof buf), EKV_OK);
+    CHECK_RC(ekv_plan_split(&cfg, BUF_BYTES, &plan), EKV_OK);
+    CHECK(plan.split_bytes <= BUF_BYTES);
+    CHECK_RC(ekv_cache_create_split(&q8, &cfg, buf, BUF_BYTES), EKV_OK);
     ekv_seq_t s;
     CHECK_RC(ekv_seq_create(&q8, EKV_SEQ_CONTIGUOUS, &s), EKV_OK);
     CHECK_RC(ekv_seq_reserve(&q8, s, 6, NULL), EKV_OK);
@@ -393,6 +408,248 @@ static void test_int8_split_cache(void) {
     CHECK_RC(ekv_read_view(&q8, NULL, NULL, s, 0, EKV_K, v, 4, sc, 0, &nv, &ns), EKV_ERR_BUFFER_TOO_SMALL);
     CHECK(ns == 1);
     CHECK_RC(ekv_cache_destroy(&q8), EKV_OK);
+}
+
+static void fill_f(float *p, size_t n, float v) {
+    for (size_t i = 0; i < n; i++) p[i] = v;
+}
+static int all_f(const float *p, size_t n, float v) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != v) return 0;
+    return 1;
+}
+
+/* Maintenance that succeeds fail_after_n times, then fails. */
+static int fail_after_n;
+static int fail_after(void *ctx, void *addr, size_t len) {
+    (void)ctx; (void)addr; (void)len;
+    if (fail_after_n == 0) return 9;
+    fail_after_n--;
+    return 0;
+}
+
+/* Issue 22, item 1: every failing call that takes an output leaves it as it was. */
+static void test_failed_calls_write_no_output(void) {
+    enum { N = 16, QN = 3 * Q_HEADS * HEAD_DIM };
+    static float k[N * ROW];
+    ekv_seq_t s, t;
+    uint16_t released = 0;
+    make_rows(k, N, 0, 0.7f);
+    CHECK_RC(ekv_seq_create(&cache, EKV_SEQ_PAGED, &s), EKV_OK);
+    CHECK_RC(ekv_seq_reserve(&cache, s, N, NULL), EKV_OK);
+    for (uint16_t l = 0; l < LAYERS; l++) CHECK_RC(ekv_write_kv_f32(&cache, s, l, 0, k, k, N * ROW), EKV_OK);
+    /* Window 4 for queries from position 13 on: pages 0 and 1 are released. */
+    CHECK_RC(ekv_seq_slide(&cache, s, 0, 4, 13, &released), EKV_OK);
+    CHECK(released == 2);
+
+    /* Attention needing a released key: neither out nor scratch is written. */
+    ekv_attention_params_t p;
+    CHECK_RC(ekv_attention_params_init(&p, Q_HEADS, HEAD_DIM), EKV_OK);
+    static float q[QN], out[QN], scratch[64];
+    size_t scratch_len = 0;
+    CHECK_RC(ekv_cache_attention_scratch_len(&cache, Q_HEADS, &scratch_len), EKV_OK);
+    CHECK(scratch_len == ekv_attention_scratch_len(Q_HEADS, PAGE) && scratch_len <= 64);
+    fill_f(q, QN, 0.25f);
+    fill_f(out, QN, 9.0f);
+    fill_f(scratch, 64, -1.0f);
+    CHECK_RC(ekv_attention(&cache, s, 0, 13, q, QN, out, QN, &p, scratch, scratch_len), EKV_ERR_POSITION_OUT_OF_RANGE);
+    CHECK(all_f(out, QN, 9.0f) && all_f(scratch, 64, -1.0f));
+    p.window_size = 4; /* the window the pages were released under: fine */
+    CHECK_RC(ekv_attention(&cache, s, 0, 13, q, QN, out, QN, &p, scratch, scratch_len), EKV_OK);
+
+    /* Reading or gathering released or missing positions. */
+    float back[2 * ROW];
+    fill_f(back, 2 * ROW, 9.0f);
+    CHECK_RC(ekv_read_f32(&cache, s, 0, EKV_K, 2, back, 2 * ROW), EKV_ERR_POSITION_OUT_OF_RANGE);
+    CHECK(all_f(back, 2 * ROW, 9.0f));
+    static float staging_raw[4 * ROW + 8];
+    float *staging = ALIGN_UP(staging_raw, 32);
+    float row[ROW];
+    uint32_t rows = 77;
+    const uint32_t starts[3] = {0, 6, UINT32_MAX};
+    for (int i = 0; i < 3; i++) {
+        fill_f(staging, 4 * ROW, 9.0f);
+        fill_f(row, ROW, 9.0f);
+        CHECK_RC(ekv_gather_f32(&cache, NULL, s, 0, EKV_K, starts[i], staging, 4 * ROW, row, ROW, &rows), EKV_ERR_POSITION_OUT_OF_RANGE);
+        CHECK(all_f(staging, 4 * ROW, 9.0f) && all_f(row, ROW, 9.0f) && rows == 77);
+    }
+
+    /* Views whose maintenance fails at once or after some lines: no segments, counts,
+     * offsets or region. */
+    CHECK_RC(ekv_seq_create(&cache, EKV_SEQ_PAGED, &t), EKV_OK);
+    CHECK_RC(ekv_seq_reserve(&cache, t, 3 * PAGE, NULL), EKV_OK);
+    ekv_maintenance_t bad = {.ctx = NULL, .line_size = 32, .clean = fail_after, .invalidate = fail_after, .clean_invalidate = fail_after};
+    ekv_segment_t v[4], sc[4], junk;
+    size_t n_seg = 0;
+    CHECK_RC(ekv_segments(&cache, NULL, t, 1, EKV_POOL_V_VALUES, v, 4, &n_seg), EKV_OK);
+    memset(&junk, 0x5a, sizeof junk);
+    for (int ok = 0; ok < (int)n_seg; ok++) {
+        size_t nv = 77, ns = 77;
+        for (int i = 0; i < 4; i++) v[i] = sc[i] = junk;
+        fail_after_n = ok;
+        CHECK_RC(ekv_read_view(&cache, NULL, &bad, t, 1, EKV_V, v, 4, sc, 4, &nv, &ns), EKV_ERR_MAINTENANCE);
+        CHECK(nv == 77 && ns == 77 && memcmp(&v[0], &junk, sizeof junk) == 0 && memcmp(&v[3], &junk, sizeof junk) == 0);
+    }
+    for (int ok = 0; ok < 3; ok++) {
+        uint32_t offs[4] = {7, 7, 7, 7};
+        ekv_region_t region, before;
+        memset(&region, 0x5a, sizeof region);
+        before = region;
+        fail_after_n = ok;
+        CHECK_RC(ekv_bind_region(&cache, NULL, &bad, t, 1, EKV_K, offs, 4, NULL, 0, &region), EKV_ERR_MAINTENANCE);
+        CHECK(offs[0] == 7 && offs[1] == 7 && offs[2] == 7 && memcmp(&region, &before, sizeof region) == 0);
+    }
+
+    /* Unknown sequences: the count outputs stay as they were too. */
+    size_t n = 77;
+    uint16_t table[4] = {7, 7, 7, 7};
+    CHECK_RC(ekv_segments(&cache, NULL, (ekv_seq_t)0xdead, 0, 0, v, 4, &n), EKV_ERR_UNKNOWN_SEQUENCE);
+    CHECK(n == 77);
+    CHECK_RC(ekv_seq_page_table(&cache, (ekv_seq_t)0xdead, table, 4, &n), EKV_ERR_UNKNOWN_SEQUENCE);
+    CHECK(n == 77 && table[0] == 7);
+
+    /* Ingest into released positions: refused before the invalidate. */
+    ekv_maintenance_t m = {.ctx = NULL, .line_size = 32, .clean = count_clean, .invalidate = count_invalidate, .clean_invalidate = count_invalidate};
+    invalidates = 0;
+    CHECK_RC(ekv_ingest_f32(&cache, &m, s, 0, EKV_V, 4, staging, 2 * ROW, &rows), EKV_ERR_POSITION_OUT_OF_RANGE);
+    CHECK(invalidates == 0 && rows == 77);
+    CHECK_RC(ekv_seq_free(&cache, t), EKV_OK);
+    CHECK_RC(ekv_seq_free(&cache, s), EKV_OK);
+}
+
+/* A second, small cache (exactly `pages` pages) in its own storage and arenas. */
+static ekv_cache_t small;
+static unsigned char small_data_raw[8 * 1024 + 64], small_meta_raw[8 * 1024 + 64];
+
+static void small_create(const ekv_config_t *cfg, size_t pages) {
+    ekv_plan_t plan;
+    CHECK_RC(ekv_plan_pages(cfg, pages, &plan), EKV_OK);
+    CHECK(plan.data_bytes <= 8 * 1024 && plan.meta_bytes <= 8 * 1024);
+    CHECK_RC(ekv_cache_create(&small, cfg, ALIGN_UP(small_data_raw, 64), plan.data_bytes, ALIGN_UP(small_meta_raw, 64), plan.meta_bytes), EKV_OK);
+}
+
+/* Issue 22, item 2: after truncating a fork into a shared page, reserve copies that page now
+ * (or fails with nothing changed), so the writes into the reserved positions cannot fail. */
+static void test_reserve_secures_copy_on_write(const ekv_config_t *cfg) {
+    static float rows[12 * ROW], back[ROW];
+    make_rows(rows, 12, 0, 2.0f);
+    for (unsigned avail = 0; avail < 3; avail++) {
+        ekv_seq_t parent, fork, hog;
+        uint32_t first = 99;
+        ekv_stats_t st;
+        ekv_seq_info_t info;
+        small_create(cfg, 6);
+        CHECK_RC(ekv_seq_create(&small, EKV_SEQ_PAGED, &parent), EKV_OK);
+        CHECK_RC(ekv_seq_reserve(&small, parent, 12, NULL), EKV_OK);
+        for (uint16_t l = 0; l < LAYERS; l++) CHECK_RC(ekv_write_kv_f32(&small, parent, l, 0, rows, rows, 12 * ROW), EKV_OK);
+        CHECK_RC(ekv_seq_fork(&small, parent, &fork), EKV_OK);
+        CHECK_RC(ekv_seq_truncate(&small, fork, 6), EKV_OK); /* its tail: page 1, shared */
+        CHECK_RC(ekv_cache_stats(&small, &st), EKV_OK);
+        CHECK_RC(ekv_seq_create(&small, EKV_SEQ_PAGED, &hog), EKV_OK);
+        CHECK_RC(ekv_seq_reserve(&small, hog, (uint32_t)(st.pages_free - avail) * PAGE, NULL), EKV_OK);
+        /* Positions 6..9: the copy of page 1 plus page 2. */
+        ekv_status_t rc = ekv_seq_reserve(&small, fork, 3, &first);
+        if (avail < 2) {
+            CHECK_RC(rc, EKV_ERR_OUT_OF_PAGES);
+            CHECK_RC(ekv_seq_info(&small, fork, &info), EKV_OK);
+            CHECK(first == 99 && info.len == 6 && info.pages == 2);
+        } else {
+            CHECK_RC(rc, EKV_OK);
+            CHECK(first == 6);
+            for (uint16_t l = 0; l < LAYERS; l++) CHECK_RC(ekv_write_kv_f32(&small, fork, l, 6, rows, rows, 3 * ROW), EKV_OK);
+            CHECK_RC(ekv_read_f32(&small, parent, 1, EKV_V, 6, back, ROW), EKV_OK);
+            CHECK(memcmp(back, rows + 6 * ROW, sizeof back) == 0); /* the parent keeps its row */
+        }
+        CHECK_RC(ekv_cache_destroy(&small), EKV_OK);
+    }
+}
+
+/* Issue 22, item 3: a handle from an earlier cache in the same storage, or from another live
+ * cache, is EKV_ERR_UNKNOWN_SEQUENCE. */
+static void test_handles_bound_to_instance(const ekv_config_t *cfg) {
+    ekv_seq_t old, fresh, mine;
+    ekv_seq_info_t info;
+    small_create(cfg, 4);
+    CHECK_RC(ekv_seq_create(&small, EKV_SEQ_PAGED, &old), EKV_OK);
+    CHECK_RC(ekv_cache_destroy(&small), EKV_OK);
+    small_create(cfg, 4);
+    CHECK_RC(ekv_seq_create(&small, EKV_SEQ_PAGED, &fresh), EKV_OK);
+    CHECK((old & 0xffffffffu) == (fresh & 0xffffffffu) && old != fresh); /* same slot and generation */
+    CHECK_RC(ekv_seq_info(&small, old, &info), EKV_ERR_UNKNOWN_SEQUENCE);
+    CHECK_RC(ekv_seq_free(&small, old), EKV_ERR_UNKNOWN_SEQUENCE);
+    CHECK_RC(ekv_seq_info(&small, fresh, &info), EKV_OK);
+    CHECK_RC(ekv_seq_create(&cache, EKV_SEQ_PAGED, &mine), EKV_OK);
+    CHECK_RC(ekv_seq_info(&small, mine, &info), EKV_ERR_UNKNOWN_SEQUENCE);
+    CHECK_RC(ekv_seq_info(&cache, fresh, &info), EKV_ERR_UNKNOWN_SEQUENCE);
+    CHECK_RC(ekv_seq_free(&cache, mine), EKV_OK);
+    CHECK_RC(ekv_cache_destroy(&small), EKV_OK);
+}
+
+/* Issue 22, item 4 (and 5's per-cache scratch query): one mistake, one code. */
+static void test_one_mistake_one_code(void) {
+    ekv_seq_t s;
+    static float rows[2 * ROW];
+    static float staging_raw[2 * ROW + 8];
+    float *staging = ALIGN_UP(staging_raw, 32);
+    float row[ROW];
+    size_t len = 0;
+    make_rows(rows, 2, 0, 1.0f);
+    CHECK_RC(ekv_seq_create(&cache, EKV_SEQ_PAGED, &s), EKV_OK);
+    CHECK_RC(ekv_seq_reserve(&cache, s, 5, NULL), EKV_OK);
+    /* Past max_seq_tokens (64), however far: SEQUENCE_FULL. */
+    const uint32_t big[4] = {60, 1000, UINT32_MAX - 4, UINT32_MAX};
+    for (int i = 0; i < 4; i++) CHECK_RC(ekv_seq_reserve(&cache, s, big[i], NULL), EKV_ERR_SEQUENCE_FULL);
+    /* Rows past the sequence, however far: POSITION_OUT_OF_RANGE for write, ingest, gather. */
+    const uint32_t starts[4] = {4, 5, UINT32_MAX - 1, UINT32_MAX};
+    for (int i = 0; i < 4; i++) {
+        CHECK_RC(ekv_write_f32(&cache, s, 0, EKV_K, starts[i], rows, 2 * ROW), EKV_ERR_POSITION_OUT_OF_RANGE);
+        memcpy(staging, rows, sizeof rows);
+        CHECK_RC(ekv_ingest_f32(&cache, NULL, s, 0, EKV_K, starts[i], staging, 2 * ROW, NULL), EKV_ERR_POSITION_OUT_OF_RANGE);
+        CHECK_RC(ekv_gather_f32(&cache, NULL, s, 0, EKV_K, starts[i], staging, 2 * ROW, row, ROW, NULL), EKV_ERR_POSITION_OUT_OF_RANGE);
+    }
+    CHECK_RC(ekv_cache_attention_scratch_len(&cache, 3, &len), EKV_ERR_HEAD_MISMATCH);
+    CHECK_RC(ekv_cache_attention_scratch_len(&cache, Q_HEADS, NULL), EKV_ERR_NULL);
+    CHECK_RC(ekv_cache_attention_scratch_len(&small, Q_HEADS, &len), EKV_ERR_BAD_HANDLE);
+    CHECK_RC(ekv_seq_free(&cache, s), EKV_OK);
+}
+
+/* Issue 22, item 5: snapshot and restore through a RAM buffer, the ABI version. */
+static void test_snapshot_ram(const ekv_config_t *cfg) {
+    enum { N = 6 };
+    static float rows[N * ROW], a[N * ROW], b[N * ROW];
+    static unsigned char image[16 * 1024];
+    uint32_t tokens[N], back[8] = {0};
+    size_t need = 0, got = 0, n = 77;
+    ekv_seq_t s, r = 77;
+    make_rows(rows, N, 0, 1.5f);
+    for (int i = 0; i < N; i++) tokens[i] = 500u + (uint32_t)i;
+    CHECK_RC(ekv_seq_create(&cache, EKV_SEQ_PAGED, &s), EKV_OK);
+    CHECK_RC(ekv_seq_reserve(&cache, s, N, NULL), EKV_OK);
+    for (uint16_t l = 0; l < LAYERS; l++) CHECK_RC(ekv_write_kv_f32(&cache, s, l, 0, rows, rows, N * ROW), EKV_OK);
+    CHECK_RC(ekv_snapshot_size(&cache, s, &need), EKV_OK);
+    CHECK(need > 0 && need <= sizeof image);
+    memset(image, 0x77, sizeof image);
+    CHECK_RC(ekv_snapshot_to_buffer(&cache, s, tokens, N, 42, image, need - 1, &got), EKV_ERR_BUFFER_TOO_SMALL);
+    CHECK(got == need && image[0] == 0x77 && image[need - 2] == 0x77);
+    CHECK_RC(ekv_snapshot_to_buffer(&cache, s, tokens, N - 1, 42, image, need, &got), EKV_ERR_LENGTH_MISMATCH);
+    CHECK(image[0] == 0x77);
+    CHECK_RC(ekv_snapshot_to_buffer(&cache, s, tokens, N, 42, image, need, &got), EKV_OK);
+    CHECK(got == need);
+
+    small_create(cfg, 8);
+    CHECK_RC(ekv_restore_from_buffer(&small, image, need, 41, back, 8, &n, &r), EKV_ERR_FINGERPRINT_MISMATCH);
+    image[need - 9] ^= 1;
+    CHECK_RC(ekv_restore_from_buffer(&small, image, need, 42, back, 8, &n, &r), EKV_ERR_CRC_MISMATCH);
+    image[need - 9] ^= 1;
+    CHECK_RC(ekv_restore_from_buffer(&small, image, need, 42, back, 2, &n, &r), EKV_ERR_LENGTH_MISMATCH);
+    CHECK(n == 77 && r == 77 && back[0] == 0);
+    CHECK_RC(ekv_restore_from_buffer(&small, image, need, 42, back, 8, &n, &r), EKV_OK);
+    CHECK(n == N && back[0] == 500u && back[N - 1] == 500u + N - 1);
+    CHECK_RC(ekv_read_f32(&cache, s, 1, EKV_V, 0, a, N * ROW), EKV_OK);
+    CHECK_RC(ekv_read_f32(&small, r, 1, EKV_V, 0, b, N * ROW), EKV_OK);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK_RC(ekv_cache_destroy(&small), EKV_OK);
+    CHECK_RC(ekv_seq_free(&cache, s), EKV_OK);
 }
 
 #if defined(EDGEKV_ETHOSU)
@@ -434,12 +691,20 @@ static void test_ethosu(void) {
 int main(void) {
     ekv_config_t cfg;
     ekv_plan_t plan;
+    data_arena = ALIGN_UP(data_raw, 64);
+    meta_arena = ALIGN_UP(meta_raw, 64);
+    CHECK(ekv_abi_version() == EKV_ABI_VERSION); /* header and library agree */
     test_sizes_and_config(&cfg, &plan);
     test_bad_handles_and_create(&cfg);
     test_sequences_rows_attention();
     test_prefix();
     test_device_views();
     test_int8_split_cache();
+    test_failed_calls_write_no_output();
+    test_reserve_secures_copy_on_write(&cfg);
+    test_handles_bound_to_instance(&cfg);
+    test_one_mistake_one_code();
+    test_snapshot_ram(&cfg);
 #if defined(EDGEKV_ETHOSU)
     test_ethosu();
 #endif
