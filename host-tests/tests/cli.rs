@@ -368,7 +368,7 @@ fn plan_row(table: &str, name: &str) -> Vec<u64> {
 fn plan_answers_with_the_const_planner() {
     use edgekv::{CacheConfig, ElementFormat, FreeList, PageAllocator, Shape};
     let smol = ["--layers", "30", "--kv-heads", "3", "--head-dim", "64"];
-    for (arena, bytes, split) in [("2MiB", 2usize << 20, false), ("512K", 512 << 10, true)] {
+    for (arena, bytes, split) in [("2MiB", 2usize << 20, false), ("1M", 1 << 20, true)] {
         let mut args = vec!["plan"];
         args.extend(smol);
         args.extend(["--arena", arena, "--formats", "f32,q8_0,q8_0/f16"]);
