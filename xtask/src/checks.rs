@@ -247,11 +247,11 @@ fn boards() -> Result<(), String> {
 /// tests except the numeric kernels (their portable paths are what the x86 builds are compared
 /// with bit for bit in the normal tests) plus its arena, fault, pool-model, prefix and snapshot
 /// integration tests; the HAL's tests (views, simulated cache, software NPU, C ABI, Ethos-U).
-/// Miri is single-threaded: the core and the HAL run as two processes side by side, their logs
-/// printed one after the other.
+/// Miri is single-threaded: the core's unit tests, its integration tests and the HAL run as three
+/// processes side by side, their logs printed one after the other.
 fn miri() -> Result<(), String> {
     let toolchain = format!("+{}", setup::NIGHTLY);
-    let core: Vec<&str> = vec![
+    let core_lib: Vec<&str> = vec![
         &toolchain,
         "miri",
         "test",
@@ -260,6 +260,22 @@ fn miri() -> Result<(), String> {
         "--features",
         "std",
         "--lib",
+        "--",
+        "--skip",
+        "attention::",
+        "--skip",
+        "quant::",
+        "--skip",
+        "cache::attend::",
+    ];
+    let core_tests: Vec<&str> = vec![
+        &toolchain,
+        "miri",
+        "test",
+        "-p",
+        "edgekv",
+        "--features",
+        "std",
         "--test",
         "faults",
         "--test",
@@ -270,13 +286,6 @@ fn miri() -> Result<(), String> {
         "prefix_reuse",
         "--test",
         "snapshot",
-        "--",
-        "--skip",
-        "attention::",
-        "--skip",
-        "quant::",
-        "--skip",
-        "cache::attend::",
     ];
     let hal: Vec<&str> = vec![
         &toolchain,
