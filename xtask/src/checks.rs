@@ -322,7 +322,8 @@ fn miri() -> Result<(), String> {
         Ok((child, path))
     };
     let mut runs = vec![
-        ("core", spawn("core", &core)?),
+        ("core-lib", spawn("core-lib", &core_lib)?),
+        ("core-tests", spawn("core-tests", &core_tests)?),
         ("hal", spawn("hal", &hal)?),
     ];
     let mut failed = Vec::new();
