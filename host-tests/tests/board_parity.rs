@@ -1,7 +1,8 @@
 //! The QEMU Cortex-M4 firmware runs the same parity cases as the host and must print the same
 //! digests, byte for byte; it restores a snapshot image the host wrote (at build time) from
-//! flash and must decode after it as the host does; then its demo session must pass. Needs qemu-system-arm and
-//! defmt-print (`.ci/run` installs both); without them the test fails and says how to install.
+//! flash and must decode after it as the host does; then its demo session must pass. Needs
+//! qemu-system-arm (`cargo test-all`'s setup stage installs it; the defmt log is decoded in
+//! process by `edgekv_xtask::qemu`); without it the test fails and says how to install.
 
 use std::mem::MaybeUninit;
 use std::time::Duration;
