@@ -69,17 +69,10 @@ fn board_demo() -> Result<(), String> {
     setup::targets(&[Board::An386.target()])?;
     setup::qemu()?;
     eprintln!(
-        "demo: building {} (release; the first build takes a minute or two) ...",
+        "demo: building {} (release; the first build takes about five minutes on two cores) ...",
         Board::An386.dir()
     );
-    let status = qemu::board_cargo(&root.join(Board::An386.dir()))
-        .args(["build", "--release"])
-        .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !status.success() {
-        return Err(format!("firmware build failed ({status})"));
-    }
-    let elf = qemu::an386_bin(&root, qemu::AN386_MAIN);
+    let elf = qemu::build(&root, Board::An386, qemu::AN386_MAIN, false)?;
     eprintln!(
         "demo: running on qemu-system-arm -machine mps2-an386 ({:.0} s since the start) ...",
         start.elapsed().as_secs_f64()

@@ -127,12 +127,15 @@ pub fn board_cargo(dir: &Path) -> Command {
     cmd
 }
 
-/// Builds board `board`'s firmware binaries in release and returns the path of binary `bin`.
-pub fn build(root: &Path, board: Board, bin: &str) -> Result<PathBuf, String> {
-    let status = board_cargo(&root.join(board.dir()))
-        .args(["build", "--release", "--quiet"])
-        .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
+/// Builds board `board`'s firmware binaries in release (cargo's progress shown unless `quiet`)
+/// and returns the path of binary `bin`.
+pub fn build(root: &Path, board: Board, bin: &str, quiet: bool) -> Result<PathBuf, String> {
+    let mut cmd = board_cargo(&root.join(board.dir()));
+    cmd.args(["build", "--release"]);
+    if quiet {
+        cmd.arg("--quiet");
+    }
+    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
     if !status.success() {
         return Err(format!("{} firmware build failed ({status})", board.name()));
     }
@@ -141,7 +144,7 @@ pub fn build(root: &Path, board: Board, bin: &str) -> Result<PathBuf, String> {
 
 /// Builds the an386 firmware binaries in release and returns the main one's ELF.
 pub fn build_an386(root: &Path) -> Result<PathBuf, String> {
-    build(root, Board::An386, AN386_MAIN)
+    build(root, Board::An386, AN386_MAIN, true)
 }
 
 /// The ELF of firmware binary `bin` of `board` (after [`build`]).
