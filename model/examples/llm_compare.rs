@@ -18,7 +18,7 @@ fn log_softmax(row: &[f32]) -> Vec<f64> {
 }
 
 /// The new pass with its own cache.
-struct New<'m> {
+struct NewPass<'m> {
     model: &'m edgekv_llm::Llama<'static>,
     data: edgekv::HeapArena,
     meta: edgekv::HeapArena,
@@ -26,7 +26,7 @@ struct New<'m> {
     scratch: Vec<f32>,
 }
 
-impl<'m> New<'m> {
+impl<'m> NewPass<'m> {
     fn new(model: &'m edgekv_llm::Llama<'static>, tokens: usize) -> Self {
         let config = edgekv::CacheConfig::new(model.config().shape().unwrap())
             .with_formats(ElementFormat::F32, ElementFormat::F32)
@@ -39,7 +39,7 @@ impl<'m> New<'m> {
                 <edgekv::FreeList as edgekv::PageAllocator>::META_BITS_PER_PAGE,
             )
             .unwrap();
-        New {
+        NewPass {
             model,
             data: edgekv::HeapArena::new(plan.data_bytes, config.align).unwrap(),
             meta: edgekv::HeapArena::new(plan.meta.total, edgekv::META_ALIGN).unwrap(),
@@ -154,7 +154,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("chat prompt ids: {chat_ids:?}");
 
     // Greedy tokens.
-    let mut mine = New::new(&new, n.max(chat_ids.len() + decode) + 128);
+    let mut mine = NewPass::new(&new, n.max(chat_ids.len() + decode) + 128);
     let (g_new, _, _) = mine.generate(&chat_ids, 32);
     let (g_candle, _, _) = candle_generate(&candle, &chat_ids, 32);
     let same = g_new
