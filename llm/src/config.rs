@@ -136,12 +136,16 @@ impl LlamaConfig {
     }
 
     /// The KV shape edgekv pages hold for this model.
-    pub fn shape(&self) -> Result<edgekv::Shape> {
-        let narrow = |x: usize| u16::try_from(x).map_err(|_| Error::Unsupported("dims past u16"));
+    /// A `const fn`, so static buffers can be planned from a known configuration.
+    pub const fn shape(&self) -> Result<edgekv::Shape> {
+        let max = u16::MAX as usize;
+        if self.layers > max || self.kv_heads > max || self.head_dim > max {
+            return Err(Error::Unsupported("dims past u16"));
+        }
         Ok(edgekv::Shape {
-            layers: narrow(self.layers)?,
-            kv_heads: narrow(self.kv_heads)?,
-            head_dim: narrow(self.head_dim)?,
+            layers: self.layers as u16,
+            kv_heads: self.kv_heads as u16,
+            head_dim: self.head_dim as u16,
         })
     }
 }

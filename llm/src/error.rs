@@ -48,6 +48,10 @@ pub enum Error {
     TooManyRows,
     /// A position past the model's context length.
     ContextFull,
+    /// Data that must equal what the caller expects does not (what, named).
+    Mismatch(&'static str),
+    /// A chat script's words are malformed (what, named).
+    BadScript(&'static str),
     /// A KV-cache operation failed.
     Kv(edgekv::Error),
 }
@@ -89,6 +93,8 @@ impl fmt::Display for Error {
             Error::BufferTooSmall { needed } => write!(f, "buffer too small ({needed} needed)"),
             Error::TooManyRows => f.write_str("more rows than the scratch was planned for"),
             Error::ContextFull => f.write_str("position past the model's context"),
+            Error::Mismatch(what) => write!(f, "{what} differs from what was expected"),
+            Error::BadScript(what) => write!(f, "chat script: bad {what}"),
             Error::Kv(e) => write!(f, "KV cache: {e}"),
         }
     }

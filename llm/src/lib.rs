@@ -14,6 +14,9 @@
 //! - [`ScratchPlan`]: how many f32s of scratch and logits the caller provides, a `const fn`.
 //! - [`Engine`]: prefill in chunks aligned to absolute positions, prefix reuse through the
 //!   cache's verified index, decode and generation ([`Sampling`]: greedy or seeded top-k).
+//! - [`chat`]: a scripted chat (system prompt restored from a snapshot image, turns continued or
+//!   started anew over its reused pages, an optional cold start to compare) reporting each step
+//!   with its cost, the same code on the host and on a board.
 //!
 //! Determinism: fixed operation order, no fused multiply-adds, transcendentals from `libm`, so
 //! the same inputs give the same bits on the host and on a Cortex-M. Each token row is computed
@@ -23,6 +26,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod chat;
 mod config;
 mod error;
 mod forward;

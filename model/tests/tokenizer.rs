@@ -50,3 +50,23 @@ fn text_round_trips() {
         assert_eq!(t.decode(&ids).unwrap(), text, "ids {ids:?}");
     }
 }
+
+/// The Cortex-M55 chat's script (text and ids), as the task runner hands it to the board.
+#[allow(dead_code)]
+mod chat_script {
+    include!("../../xtask/src/chat_script.rs");
+}
+
+#[test]
+fn the_board_chat_script_ids_are_the_tokenizers() {
+    let t = tokenizer();
+    assert_eq!(
+        t.encode(chat_script::SYSTEM).unwrap(),
+        chat_script::SYSTEM_IDS,
+        "system prompt"
+    );
+    for (text, ids, _, _) in chat_script::TURNS {
+        assert_eq!(t.encode(text).unwrap(), ids, "turn {text:?}");
+    }
+    assert_eq!(t.token_id("<|im_end|>"), Some(chat_script::STOP[0]));
+}

@@ -3,6 +3,9 @@
 //! (`src/main.rs`) is what the cargo aliases `demo`, `test-all` and `xtask` run; host tests that
 //! run the firmware (`host-tests/tests/board_parity.rs`) use [`qemu`] directly.
 
+#[cfg(feature = "chat")]
+pub mod an547;
+pub mod chat_script;
 pub mod qemu;
 pub mod setup;
 pub mod size;

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use edgekv_xtask::qemu::{self, Board};
 use edgekv_xtask::{setup, stages::Stages};
 
-const USAGE: &str = "usage: cargo xtask <demo [--host] | test [--only STAGE] [--skip STAGE]... \
+const USAGE: &str = "usage: cargo xtask <demo [--cold | --parity | --host] | test [--only STAGE] [--skip STAGE]... \
 [--no-miri] [--no-targets] [--no-fuzz] [--no-model] | setup | fuzz [SECONDS] | size | qemu BOARD ELF>";
 
 fn main() -> ExitCode {
@@ -34,7 +34,9 @@ fn main() -> ExitCode {
     let flags: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
     let result = match args.first().map(String::as_str) {
         Some("demo") if flags == ["--host"] => host_demo(),
-        Some("demo") if flags.is_empty() => board_demo(),
+        Some("demo") if flags == ["--parity"] => board_demo(),
+        Some("demo") if flags.is_empty() => chat_demo(false),
+        Some("demo") if flags == ["--cold"] => chat_demo(true),
         Some("test") => test(&flags),
         Some("setup") if flags.is_empty() => checks::setup(),
         Some("fuzz") => match flags.as_slice() {
@@ -61,7 +63,63 @@ fn main() -> ExitCode {
     }
 }
 
-/// Set-up, build and QEMU run of the an386 firmware, its log streamed.
+/// The main job: set-up, model fetch, build and QEMU run of the Cortex-M55 chat firmware, its
+/// log turned into a transcript as it arrives.
+fn chat_demo(cold: bool) -> Result<(), String> {
+    let start = Instant::now();
+    let root = qemu::repo_root();
+    eprintln!("demo: checking the rustup target and QEMU");
+    setup::targets(&[Board::An547.target()])?;
+    setup::qemu()?;
+    eprintln!(
+        "demo: building {} (release; the first build takes about three minutes on two cores) ...",
+        Board::An547.dir()
+    );
+    let elf = qemu::build(&root, Board::An547, qemu::AN547_MAIN, false)?;
+    eprintln!(
+        "demo: fetching the model, writing the system prompt's snapshot image on the host, running on \
+         qemu-system-arm -machine mps3-an547 ({:.0} s since the start) ...",
+        start.elapsed().as_secs_f64()
+    );
+    let code = chat(&elf, cold)?;
+    eprintln!("demo: done in {:.0} s", start.elapsed().as_secs_f64());
+    match code {
+        0 => Ok(()),
+        124 => Err("firmware timed out".into()),
+        c => Err(format!("firmware exited with {c}")),
+    }
+}
+
+/// Runs the an547 chat firmware `elf` with the demo script, printing the transcript; returns
+/// the firmware's exit code.
+#[cfg(feature = "chat")]
+fn chat(elf: &std::path::Path, cold: bool) -> Result<i32, String> {
+    use edgekv_xtask::an547;
+    let root = qemu::repo_root();
+    let path = an547::model_path(&root)?;
+    let mut transcript = an547::Transcript::new(&std::fs::read(&path).map_err(|e| e.to_string())?)?;
+    let turns = an547::demo_turns();
+    let script = edgekv_llm::chat::Script {
+        system: &edgekv_xtask::chat_script::SYSTEM_IDS,
+        cold,
+        turns: &turns,
+        stop: &edgekv_xtask::chat_script::STOP,
+    };
+    let mut out = std::io::stdout();
+    let run = an547::run(&root, elf, &script, Duration::from_secs(1200), &mut |l| {
+        transcript.line(&mut out, l)
+    })?;
+    Ok(run.code)
+}
+
+/// Without the `chat` feature: says how to get it.
+#[cfg(not(feature = "chat"))]
+fn chat(_elf: &std::path::Path, _cold: bool) -> Result<i32, String> {
+    Err("the an547 chat needs the task runner's `chat` feature: cargo xtask-chat ...".into())
+}
+
+/// Set-up, build and QEMU run of the an386 firmware (parity cases and synthetic session), its
+/// log streamed.
 fn board_demo() -> Result<(), String> {
     let start = Instant::now();
     let root = qemu::repo_root();
@@ -105,9 +163,19 @@ fn host_demo() -> Result<(), String> {
 /// The boards' cargo runner: runs `elf` on `board` and exits with the firmware's code.
 fn qemu_runner(board: &str, elf: &str) -> ExitCode {
     let Some(board) = Board::from_name(board) else {
-        eprintln!("xtask qemu: unknown board {board} (an386, microbit)");
+        eprintln!("xtask qemu: unknown board {board} (an386, microbit, an547)");
         return ExitCode::from(2);
     };
+    if board == Board::An547 {
+        return match chat(std::path::Path::new(elf), false) {
+            Ok(0) => ExitCode::SUCCESS,
+            Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+            Err(e) => {
+                eprintln!("xtask qemu: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Err(e) = setup::qemu() {
         eprintln!("xtask qemu: {e}");
         return ExitCode::from(127);

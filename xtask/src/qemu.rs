@@ -11,6 +11,8 @@ use defmt_decoder::{DecodeError, Table};
 
 /// The main an386 firmware binary (parity cases and demo).
 pub const AN386_MAIN: &str = "edgekv-qemu-an386";
+/// The an547 firmware binary (the LLM chat).
+pub const AN547_MAIN: &str = "edgekv-qemu-an547";
 /// The an386 binary that faults on purpose (its HardFault handler must exit 3).
 pub const AN386_HARDFAULT: &str = "hardfault";
 
@@ -21,17 +23,21 @@ pub enum Board {
     An386,
     /// `boards/microbit`: Cortex-M0 on QEMU's `microbit`, plain semihosting text.
     Microbit,
+    /// `boards/qemu-an547`: Cortex-M55 on `mps3-an547` with `-icount`, the LLM chat; its model,
+    /// script and snapshot image are loaded beside it (`an547`, feature `chat`).
+    An547,
 }
 
 impl Board {
     /// Every board that runs under QEMU.
-    pub const ALL: [Board; 2] = [Board::An386, Board::Microbit];
+    pub const ALL: [Board; 3] = [Board::An386, Board::Microbit, Board::An547];
 
     /// The name `cargo xtask qemu NAME` takes.
     pub fn name(self) -> &'static str {
         match self {
             Board::An386 => "an386",
             Board::Microbit => "microbit",
+            Board::An547 => "an547",
         }
     }
 
@@ -45,6 +51,7 @@ impl Board {
         match self {
             Board::An386 => "boards/qemu-an386",
             Board::Microbit => "boards/microbit",
+            Board::An547 => "boards/qemu-an547",
         }
     }
 
@@ -53,6 +60,7 @@ impl Board {
         match self {
             Board::An386 => "thumbv7em-none-eabihf",
             Board::Microbit => "thumbv6m-none-eabi",
+            Board::An547 => "thumbv8m.main-none-eabihf",
         }
     }
 
@@ -61,12 +69,14 @@ impl Board {
         match self {
             Board::An386 => &["-cpu", "cortex-m4", "-machine", "mps2-an386"],
             Board::Microbit => &["-machine", "microbit"],
+            // One virtual nanosecond per instruction: the board's SysTick counts instructions.
+            Board::An547 => &["-machine", "mps3-an547", "-icount", "shift=0"],
         }
     }
 
     /// Whether the firmware logs through defmt (else its semihosting output is plain text).
     fn defmt(self) -> bool {
-        matches!(self, Board::An386)
+        matches!(self, Board::An386 | Board::An547)
     }
 }
 
@@ -173,6 +183,21 @@ pub fn run(
     timeout: Duration,
     echo: &mut dyn Write,
 ) -> Result<Run, String> {
+    run_with(board, elf, &[], timeout, &mut |line| {
+        let _ = writeln!(echo, "{line}");
+        let _ = echo.flush();
+    })
+}
+
+/// [`run`] with `extra` QEMU arguments (e.g. `-device loader,...`), handing each log line to
+/// `line` as it arrives.
+pub fn run_with(
+    board: Board,
+    elf: &Path,
+    extra: &[String],
+    timeout: Duration,
+    line: &mut dyn FnMut(&str),
+) -> Result<Run, String> {
     let bytes = std::fs::read(elf).map_err(|e| format!("{}: {e}", elf.display()))?;
     // Parse the table before starting QEMU: a firmware without defmt symbols is an error here.
     let table = if board.defmt() {
@@ -195,6 +220,7 @@ pub fn run(
         ])
         .arg("-kernel")
         .arg(elf)
+        .args(extra)
         .stdout(Stdio::piped())
         .stdin(Stdio::null())
         .spawn()
@@ -211,10 +237,9 @@ pub fn run(
     let mut timed_out = false;
     loop {
         match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(line) => {
-                let _ = writeln!(echo, "{line}");
-                let _ = echo.flush();
-                lines.push(line);
+            Ok(text) => {
+                line(&text);
+                lines.push(text);
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) if start.elapsed() > timeout => {
@@ -228,9 +253,9 @@ pub fn run(
     let status = qemu.wait().map_err(|e| format!("waiting for QEMU: {e}"))?;
     let decoded = reader.join().map_err(|_| "log reader panicked")?;
     // Lines sent after a timeout's break.
-    for line in rx.try_iter() {
-        let _ = writeln!(echo, "{line}");
-        lines.push(line);
+    for text in rx.try_iter() {
+        line(&text);
+        lines.push(text);
     }
     decoded?;
     let code = if timed_out {

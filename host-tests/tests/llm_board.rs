@@ -1,0 +1,64 @@
+//! SmolLM2-135M on the emulated Cortex-M55 (`boards/qemu-an547`) equals the host, bit for bit:
+//! the host writes the system prompt's snapshot image with its build of the forward pass, the
+//! board restores it from flash, prefills a user turn and generates 8 tokens; every token id and
+//! every logit digest (CRC-32 of the logits) must equal the host's run of the same chat code.
+//! Fetches the model if it is missing (`model/fetch-model.sh`) and needs qemu-system-arm.
+
+use std::time::Duration;
+
+use edgekv_llm::chat::{Event, Script, Start, Turn};
+use edgekv_xtask::an547;
+use edgekv_xtask::chat_script::{STOP, SYSTEM_IDS, TURNS};
+use edgekv_xtask::qemu::{self, Board};
+
+#[test]
+fn board_chat_equals_the_host_bit_for_bit() {
+    let root = qemu::repo_root();
+    let elf =
+        qemu::build(&root, Board::An547, qemu::AN547_MAIN, true).expect("build the an547 firmware");
+    let path = an547::model_path(&root).expect("the model (model/fetch-model.sh)");
+    let model = an547::load_model(&path).expect("model");
+    let turns = [Turn {
+        prompt: TURNS[0].1,
+        max_new: 8,
+        new_conversation: false,
+    }];
+    let script = Script {
+        system: &SYSTEM_IDS,
+        cold: false,
+        turns: &turns,
+        stop: &STOP,
+    };
+    let image = an547::system_image(&model, script.system).expect("snapshot image");
+    let host = an547::host_events(&model, &script, &image).expect("host run");
+
+    let args = an547::loader_args(&root, &path, image, &script).expect("loader files");
+    let run = qemu::run_with(
+        Board::An547,
+        &elf,
+        &args,
+        Duration::from_secs(600),
+        &mut |_| {},
+    )
+    .expect("run QEMU");
+    let log = run.lines.join("\n");
+    assert_eq!(run.code, 0, "firmware exit code; log:\n{log}");
+    let board: Vec<Event> = run
+        .lines
+        .iter()
+        .filter_map(|l| an547::event(l))
+        .map(an547::without_cost)
+        .collect();
+    let host: Vec<Event> = host.into_iter().map(an547::without_cost).collect();
+    assert_eq!(board, host, "board and host chats differ; log:\n{log}");
+    // What was compared: the restore, the first token, 7 decode steps and the end.
+    assert_eq!(board.len(), 10, "log:\n{log}");
+    assert!(matches!(
+        board[1],
+        Event::First {
+            start: Start::Restored,
+            prefilled: 11,
+            ..
+        }
+    ));
+}

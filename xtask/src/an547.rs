@@ -1,0 +1,494 @@
+//! The Cortex-M55 chat's host side: fetches the model, writes the system prompt's snapshot image
+//! with the host build of the same forward pass, encodes the chat script, places all three with
+//! QEMU's generic loader beside the firmware (`boards/qemu-an547/src/boot.rs` reads them) and
+//! turns the firmware's log back into a transcript (the model's vocabulary, byte-level BPE).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use edgekv::snapshot::RamFlash;
+use edgekv::{CacheConfig, ElementFormat, FreeList, HeapArena, KvCache, PageAllocator};
+use edgekv_llm::chat::{self, Event, Script, Start};
+use edgekv_llm::{Engine, Gguf, Llama, ScratchPlan};
+
+use crate::qemu::{self, Board, Run};
+
+/// Where the boot descriptor goes (start of DDR).
+const DESCRIPTOR_AT: u64 = 0x6000_0000;
+/// Where the model goes (after the descriptor's 4 KiB).
+const MODEL_AT: u64 = 0x6000_1000;
+/// Where the snapshot image goes (QSPI flash) and how large it may be.
+const IMAGE_AT: u64 = 0x2800_0000;
+const IMAGE_MAX: usize = 8 << 20;
+
+/// Tokens per page and per prefill chunk: the firmware's (`boards/qemu-an547/src/memory.rs`;
+/// the restore refuses an image of another page size or format).
+pub const CHUNK: u16 = 16;
+
+/// The firmware's cache configuration for `model` (q8_0 keys and values, 16-token pages).
+pub fn cache_config(model: &Llama<'_>) -> Result<CacheConfig, String> {
+    let shape = model.config().shape().map_err(|e| e.to_string())?;
+    Ok(CacheConfig::new(shape)
+        .with_formats(ElementFormat::Q8_0, ElementFormat::Q8_0)
+        .with_page_tokens(CHUNK)
+        .with_chunk_tokens(CHUNK)
+        .with_sequences(2, 512)
+        .with_namespace(model.fingerprint()))
+}
+
+/// The model file, fetched into its cache outside the repository if missing
+/// (`model/fetch-model.sh`; `$EDGEKV_MODEL` names another file).
+pub fn model_path(root: &Path) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("EDGEKV_MODEL") {
+        return Ok(PathBuf::from(p));
+    }
+    let out = Command::new("bash")
+        .arg(root.join("model/fetch-model.sh"))
+        .output()
+        .map_err(|e| format!("cannot run model/fetch-model.sh: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "model/fetch-model.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// A host cache laid out as the firmware's, over heap arenas, with room for `tokens`.
+pub struct HostCache {
+    config: CacheConfig,
+    data: HeapArena,
+    meta: HeapArena,
+}
+
+impl HostCache {
+    /// Arenas for `tokens` positions (plus a page per sequence) of `config`.
+    pub fn new(config: CacheConfig, tokens: usize) -> Result<Self, String> {
+        let pages = tokens.div_ceil(usize::from(CHUNK)) + 4;
+        let plan = config
+            .plan_pages(pages, FreeList::META_BITS_PER_PAGE)
+            .map_err(|e| e.to_string())?;
+        Ok(HostCache {
+            config,
+            data: HeapArena::new(plan.data_bytes, config.align).map_err(|e| e.to_string())?,
+            meta: HeapArena::new(plan.meta.total, edgekv::META_ALIGN).map_err(|e| e.to_string())?,
+        })
+    }
+
+    /// The cache.
+    pub fn cache(&mut self) -> Result<KvCache<'_, FreeList<'_>>, String> {
+        KvCache::new(
+            self.config,
+            self.data.as_uninit_mut(),
+            self.meta.as_uninit_mut(),
+        )
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// Scratch for the firmware's chunk of rows.
+pub fn scratch(model: &Llama<'_>) -> Result<Vec<f32>, String> {
+    let plan =
+        ScratchPlan::new(model.config(), usize::from(CHUNK), CHUNK).map_err(|e| e.to_string())?;
+    Ok(vec![0.0; plan.scratch])
+}
+
+/// The system prompt's snapshot image: `system` prefilled by the host build of the forward pass
+/// into a cache laid out as the firmware's.
+pub fn system_image(model: &Llama<'_>, system: &[u32]) -> Result<Vec<u8>, String> {
+    let mut host = HostCache::new(cache_config(model)?, system.len())?;
+    let mut cache = host.cache()?;
+    let mut scratch = scratch(model)?;
+    let mut engine =
+        Engine::new(model, &mut scratch, u32::from(CHUNK)).map_err(|e| e.to_string())?;
+    let mut logits = vec![0f32; model.config().vocab];
+    let mut mem = vec![0xffu8; IMAGE_MAX];
+    let mut flash = RamFlash::<16, 4096>::new(&mut mem);
+    let header =
+        chat::write_system_image(&mut engine, &mut cache, system, &mut logits, &mut flash, 0)
+            .map_err(|e| format!("system prompt image: {e}"))?;
+    mem.truncate(header.image as usize);
+    Ok(mem)
+}
+
+/// The QEMU arguments that load the model, the encoded `script` and the system prompt's snapshot
+/// `image` (both written under `target/an547/`) for the firmware.
+pub fn loader_args(
+    root: &Path,
+    model_path: &Path,
+    image: Vec<u8>,
+    script: &Script<'_>,
+) -> Result<Vec<String>, String> {
+    let dir = root.join("target/an547");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut words = vec![0u32; chat::wire::encoded_len(script)];
+    chat::wire::encode(script, &mut words).map_err(|e| e.to_string())?;
+    let model_len = std::fs::metadata(model_path)
+        .map_err(|e| format!("{}: {e}", model_path.display()))?
+        .len();
+    let script_at = (MODEL_AT + model_len).next_multiple_of(4096);
+    let script_bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let fields = [
+        u32::from_le_bytes(*b"EKVB"),
+        1,
+        MODEL_AT as u32,
+        u32::try_from(model_len).map_err(|_| "model past 4 GiB")?,
+        script_at as u32,
+        script_bytes.len() as u32,
+        IMAGE_AT as u32,
+        image.len() as u32,
+    ];
+    let descriptor: Vec<u8> = fields.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let files = [
+        ("boot.bin", descriptor, DESCRIPTOR_AT),
+        ("script.bin", script_bytes, script_at),
+        ("system.ekvs", image, IMAGE_AT),
+    ];
+    let mut args = Vec::new();
+    let mut load = |file: &Path, addr: u64| {
+        args.push("-device".to_string());
+        args.push(format!(
+            "loader,file={},addr={addr:#x},force-raw=on",
+            file.display()
+        ));
+    };
+    load(model_path, MODEL_AT);
+    for (name, bytes, addr) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        load(&path, addr);
+    }
+    Ok(args)
+}
+
+/// Reads the model file and parses it (the bytes are leaked: the model lives for the run).
+pub fn load_model(path: &Path) -> Result<Llama<'static>, String> {
+    let bytes: &'static [u8] = std::fs::read(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .leak();
+    let gguf = Gguf::parse(bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    Llama::new(&gguf).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The chat events of a firmware log line (costs in instructions), as [`chat::run`] reported
+/// them on the board.
+pub fn event(line: &str) -> Option<Event> {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let num = |i: usize| w.get(i).and_then(|s| s.parse::<u64>().ok());
+    let hex = |i: usize| w.get(i).and_then(|s| u32::from_str_radix(s, 16).ok());
+    match w.first().copied()? {
+        "restored" => Some(Event::Restored {
+            tokens: num(1)? as u32,
+            cost: num(4)?,
+        }),
+        "first" => Some(Event::First {
+            start: match *w.get(1)? {
+                "cold" => Start::Cold,
+                "restored" => Start::Restored,
+                "continued" => Start::Continued,
+                "reused" => Start::Reused,
+                _ => return None,
+            },
+            turn: num(3)? as usize,
+            prefilled: num(5)? as u32,
+            reused: num(7)? as u32,
+            token: num(9)? as u32,
+            crc: hex(11)?,
+            cost: num(13)?,
+        }),
+        "token" => Some(Event::Token {
+            turn: num(2)? as usize,
+            token: num(4)? as u32,
+            crc: hex(6)?,
+            cost: num(8)?,
+        }),
+        "end" => Some(Event::End {
+            turn: num(2)? as usize,
+            generated: num(4)? as u32,
+            context: num(6)? as u32,
+        }),
+        _ => None,
+    }
+}
+
+/// Runs the an547 firmware `elf` with `script`, each log line handed to `line`.
+pub fn run(
+    root: &Path,
+    elf: &Path,
+    script: &Script<'_>,
+    timeout: Duration,
+    line: &mut dyn FnMut(&str),
+) -> Result<Run, String> {
+    let path = model_path(root)?;
+    let model = load_model(&path)?;
+    let image = system_image(&model, script.system)?;
+    let args = loader_args(root, &path, image, script)?;
+    qemu::run_with(Board::An547, elf, &args, timeout, line)
+}
+
+/// The demo's script (from [`crate::chat_script`]); `cold` adds the cold start to compare.
+pub fn demo_turns() -> Vec<chat::Turn<'static>> {
+    crate::chat_script::TURNS
+        .iter()
+        .map(|&(_, prompt, max_new, new_conversation)| chat::Turn {
+            prompt,
+            max_new,
+            new_conversation,
+        })
+        .collect()
+}
+
+/// The model's vocabulary as bytes (byte-level BPE: each character of a token stands for one
+/// byte, GPT-2's mapping), for printing generated ids.
+pub struct Vocab {
+    tokens: Vec<Vec<u8>>,
+}
+
+impl Vocab {
+    /// From the GGUF's `tokenizer.ggml.tokens` (control tokens such as `<|im_end|>` verbatim).
+    pub fn new(model: &[u8]) -> Result<Self, String> {
+        let gguf = Gguf::parse(model).map_err(|e| e.to_string())?;
+        let tokens = gguf
+            .get("tokenizer.ggml.tokens")
+            .and_then(|v| v.as_array())
+            .ok_or("GGUF has no tokenizer.ggml.tokens")?;
+        // GPT-2's printable bytes stand for themselves; the rest were shifted to U+0100 and up.
+        let mut byte_of = std::collections::HashMap::new();
+        let mut shifted = 0u32;
+        for b in 0..=255u8 {
+            let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+            let c = if printable {
+                char::from(b)
+            } else {
+                shifted += 1;
+                char::from_u32(255 + shifted).ok_or("byte map")?
+            };
+            byte_of.insert(c, b);
+        }
+        let tokens = tokens
+            .iter()
+            .map(|v| {
+                let text = String::from_utf8_lossy(v.as_bytes().unwrap_or_default()).into_owned();
+                let control = text.starts_with("<|") && text.ends_with("|>");
+                if control {
+                    text.into_bytes()
+                } else {
+                    text.chars()
+                        .map(|c| byte_of.get(&c).copied().unwrap_or(b'?'))
+                        .collect()
+                }
+            })
+            .collect();
+        Ok(Vocab { tokens })
+    }
+
+    /// The bytes of `id` (empty for an unknown id).
+    pub fn bytes(&self, id: u32) -> &[u8] {
+        self.tokens.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Millions of instructions, one decimal.
+fn mi(n: u64) -> String {
+    format!("{:.1} M", n as f64 / 1e6)
+}
+
+/// Turns the firmware's chat events into a readable transcript as they arrive (other log lines
+/// are printed as they are).
+pub struct Transcript {
+    vocab: Vocab,
+    restore: u64,
+    first: Option<(Start, u64, u32, u32)>,
+    steps: Vec<u64>,
+    pending: Vec<u8>,
+}
+
+impl Transcript {
+    /// A transcript printer for `model`'s vocabulary.
+    pub fn new(model: &[u8]) -> Result<Self, String> {
+        Ok(Transcript {
+            vocab: Vocab::new(model)?,
+            restore: 0,
+            first: None,
+            steps: Vec::new(),
+            pending: Vec::new(),
+        })
+    }
+
+    /// Prints the text of `token` (held back while its UTF-8 is incomplete; `<|im_end|>` not
+    /// printed).
+    fn token(&mut self, out: &mut dyn Write, token: u32) {
+        if crate::chat_script::STOP.contains(&token) {
+            return;
+        }
+        self.pending.extend_from_slice(self.vocab.bytes(token));
+        if let Ok(text) = std::str::from_utf8(&self.pending) {
+            let _ = write!(out, "{text}");
+            let _ = out.flush();
+            self.pending.clear();
+        }
+    }
+
+    /// Handles one log line.
+    pub fn line(&mut self, out: &mut dyn Write, line: &str) {
+        let Some(e) = event(line) else {
+            let _ = writeln!(out, "  | {line}");
+            return;
+        };
+        match e {
+            Event::Restored { tokens, cost } => {
+                self.restore = cost;
+                let _ = writeln!(
+                    out,
+                    "  [system prompt: {tokens} tokens of KV restored from the flash image in {} instructions]",
+                    mi(cost)
+                );
+            }
+            Event::First {
+                turn,
+                start,
+                prefilled,
+                reused,
+                token,
+                cost,
+                ..
+            } => {
+                if start == Start::Cold {
+                    let _ = writeln!(
+                        out,
+                        "  [cold start: system prompt + turn 1 prefilled, {prefilled} tokens: {} instructions to the first token]",
+                        mi(cost)
+                    );
+                    return;
+                }
+                let text = crate::chat_script::TURNS
+                    .get(turn)
+                    .map(|t| t.0)
+                    .unwrap_or("?");
+                let user = text
+                    .rsplit("<|im_start|>user\n")
+                    .next()
+                    .unwrap_or(text)
+                    .split("<|im_end|>")
+                    .next()
+                    .unwrap_or(text);
+                if start == Start::Reused {
+                    let _ = writeln!(out, "\n  --- a new conversation ---");
+                }
+                let _ = write!(out, "\nuser: {user}\nassistant: ");
+                self.first = Some((start, cost, prefilled, reused));
+                self.steps.clear();
+                self.token(out, token);
+            }
+            Event::Token { token, cost, .. } => {
+                self.steps.push(cost);
+                self.token(out, token);
+            }
+            Event::End {
+                generated, context, ..
+            } => {
+                self.pending.clear();
+                let _ = writeln!(out);
+                let mut steps = self.steps.clone();
+                steps.sort_unstable();
+                let decode = steps.get(steps.len() / 2).copied().unwrap_or(0);
+                if let Some((start, cost, prefilled, reused)) = self.first.take() {
+                    let how = match start {
+                        Start::Restored => format!(
+                            "system prompt restored ({} to restore) + {prefilled} tokens prefilled",
+                            mi(self.restore)
+                        ),
+                        Start::Reused => format!(
+                            "{reused} tokens of the system prompt reused from the prefix index + {prefilled} prefilled"
+                        ),
+                        _ => format!("conversation kept, {prefilled} tokens prefilled"),
+                    };
+                    let first = if start == Start::Restored {
+                        cost + self.restore
+                    } else {
+                        cost
+                    };
+                    let _ = writeln!(
+                        out,
+                        "  [first token: {} instructions ({how}); {generated} tokens, decode {} instructions/token (median); context {context} tokens]",
+                        mi(first),
+                        mi(decode)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// [`chat::run`] on the host over a cache laid out as the firmware's, restoring `image`: the
+/// events the board must reproduce (costs zero).
+pub fn host_events(
+    model: &Llama<'_>,
+    script: &Script<'_>,
+    image: &[u8],
+) -> Result<Vec<Event>, String> {
+    let longest = script
+        .turns
+        .iter()
+        .map(|t| t.prompt.len() + t.max_new as usize)
+        .sum::<usize>();
+    let tokens = script.system.len() + longest + 2 * usize::from(CHUNK);
+    let mut host = HostCache::new(cache_config(model)?, 2 * tokens)?;
+    let mut cache = host.cache()?;
+    let mut scratch = scratch(model)?;
+    let mut engine =
+        Engine::new(model, &mut scratch, u32::from(CHUNK)).map_err(|e| e.to_string())?;
+    let mut logits = vec![0f32; model.config().vocab];
+    let mut prompt = vec![0u32; tokens];
+    let mut events = Vec::new();
+    chat::run(
+        &mut engine,
+        &mut cache,
+        script,
+        &mut edgekv::snapshot::SliceFlash(image),
+        chat::Buffers {
+            logits: &mut logits,
+            prompt: &mut prompt,
+        },
+        &mut || 0,
+        &mut |e| events.push(e),
+    )
+    .map_err(|e| format!("host chat: {e}"))?;
+    Ok(events)
+}
+
+/// `e` with its cost set to zero (to compare board and host events).
+pub fn without_cost(e: Event) -> Event {
+    match e {
+        Event::Restored { tokens, .. } => Event::Restored { tokens, cost: 0 },
+        Event::First {
+            turn,
+            start,
+            prefilled,
+            reused,
+            token,
+            crc,
+            ..
+        } => Event::First {
+            turn,
+            start,
+            prefilled,
+            reused,
+            token,
+            crc,
+            cost: 0,
+        },
+        Event::Token {
+            turn, token, crc, ..
+        } => Event::Token {
+            turn,
+            token,
+            crc,
+            cost: 0,
+        },
+        end @ Event::End { .. } => end,
+    }
+}
