@@ -3,9 +3,12 @@
 //! compiles only it (and `defmt-decoder`) before doing its own set-up:
 //!
 //! - `cargo demo` — the main job: adds the rustup target, installs QEMU if missing (apt, as
-//!   root), builds the Cortex-M4 firmware (`boards/qemu-an386`) and runs it on QEMU mps2-an386,
-//!   printing its defmt log as it arrives: the parity cases, then a multi-turn session.
-//!   `cargo demo --host` runs the host demo (SmolLM2-shaped session) instead.
+//!   root), builds the Cortex-M55 firmware (`boards/qemu-an547`), fetches SmolLM2-135M, writes
+//!   the system prompt's snapshot image with the host build of the forward pass and runs the chat
+//!   on QEMU mps3-an547 (`-icount`), printing the transcript and per-turn instruction counts as
+//!   they arrive. `cargo demo --cold` first prefills the system prompt cold, to compare (adds
+//!   about five minutes); `cargo demo --parity` runs the Cortex-M4 parity firmware
+//!   (`boards/qemu-an386`); `cargo demo --host` the host-only synthetic session.
 //! - `cargo test-all [--only STAGE] [--skip STAGE]...` — every check CI runs, in stages (see
 //!   `checks.rs`); a table of the stages run and their seconds is printed just before the final
 //!   nextest run, whose summary stays the last line. `--no-miri`, `--no-targets`, `--no-fuzz` and
@@ -16,7 +19,8 @@
 //! - `cargo xtask fuzz [SECONDS]` — every cargo-fuzz target in `fuzz/` from its seed corpus.
 //! - `cargo xtask size` — .text / .data / .bss of each board firmware and the core's share.
 //! - `cargo xtask qemu BOARD ELF` — the boards' cargo runner: runs ELF on BOARD's QEMU machine
-//!   (`an386`, `microbit`), decodes its log and exits with the firmware's code.
+//!   (`an386`, `microbit`; `an547` needs the `chat` feature, `cargo xtask-chat qemu ...`, and
+//!   runs the demo chat), decodes its log and exits with the firmware's code.
 
 mod checks;
 

@@ -47,7 +47,7 @@ pub struct Turn<'t> {
 
 /// A chat: the system prompt, whether to measure a cold start first, the turns and the ids that
 /// end an answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Script<'s> {
     /// The system prompt's token ids (the restored image must hold exactly these).
     pub system: &'s [u32],

@@ -118,3 +118,121 @@ pub fn decode<'w>(words: &'w [u32], turns: &'w mut [Turn<'w>]) -> Result<Script<
         stop,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SYSTEM: [u32; 5] = [1, 9690, 198, 7, 8];
+    const A: [u32; 3] = [4182, 2, 198];
+    const B: [u32; 4] = [2, 198, 1, 4093];
+
+    fn script<'t>(turns: &'t [Turn<'t>]) -> Script<'t> {
+        Script {
+            system: &SYSTEM,
+            cold: true,
+            turns,
+            stop: &[2],
+        }
+    }
+
+    fn encoded() -> Vec<u32> {
+        let turns = [
+            Turn {
+                prompt: &A,
+                max_new: 20,
+                new_conversation: false,
+            },
+            Turn {
+                prompt: &B,
+                max_new: 3,
+                new_conversation: true,
+            },
+        ];
+        let s = script(&turns);
+        let mut w = vec![0; encoded_len(&s)];
+        assert_eq!(encode(&s, &mut w).unwrap(), w.len());
+        w
+    }
+
+    #[test]
+    fn round_trip() {
+        let w = encoded();
+        let mut turns = [Turn::default(); 4];
+        let s = decode(&w, &mut turns).unwrap();
+        assert_eq!(s.system, SYSTEM);
+        assert!(s.cold);
+        assert_eq!(s.stop, [2]);
+        assert_eq!(s.turns.len(), 2);
+        assert_eq!(
+            s.turns[1],
+            Turn {
+                prompt: &B,
+                max_new: 3,
+                new_conversation: true
+            }
+        );
+        assert_eq!(s.turns[0].prompt, A);
+    }
+
+    #[test]
+    fn encode_refuses_a_short_buffer() {
+        let turns = [Turn {
+            prompt: &A,
+            max_new: 1,
+            new_conversation: false,
+        }];
+        let s = script(&turns);
+        let mut w = vec![0; encoded_len(&s) - 1];
+        assert_eq!(
+            encode(&s, &mut w),
+            Err(Error::BufferTooSmall {
+                needed: encoded_len(&s)
+            })
+        );
+    }
+
+    #[test]
+    fn every_truncation_and_extension_is_refused() {
+        let w = encoded();
+        for n in 0..w.len() {
+            let mut turns = [Turn::default(); 4];
+            assert!(
+                matches!(decode(&w[..n], &mut turns), Err(Error::BadScript(_))),
+                "{n} words"
+            );
+        }
+        let mut long = w.clone();
+        long.push(0);
+        let mut turns = [Turn::default(); 4];
+        assert_eq!(
+            decode(&long, &mut turns),
+            Err(Error::BadScript("trailing words"))
+        );
+    }
+
+    #[test]
+    fn bad_fields_are_refused() {
+        let w = encoded();
+        let cases: [(usize, u32, Error); 7] = [
+            (0, 0, Error::BadScript("magic")),
+            (1, 2, Error::BadScript("version")),
+            (2, 2, Error::BadScript("flags")),
+            (3, u32::MAX, Error::BadScript("truncated")),
+            (5, 9, Error::BufferTooSmall { needed: 9 }),
+            (6, u32::MAX, Error::BadScript("truncated")),
+            (8, 2, Error::BadScript("turn flags")),
+        ];
+        for (at, value, want) in cases {
+            let mut bad = w.clone();
+            bad[at] = value;
+            let mut turns = [Turn::default(); 4];
+            assert_eq!(decode(&bad, &mut turns), Err(want), "word {at} = {value}");
+        }
+        // A turn count whose table overflows.
+        let mut bad = w.clone();
+        bad[5] = u32::MAX;
+        let mut turns = vec![Turn::default(); 1];
+        assert!(decode(&bad, &mut turns).is_err());
+    }
+}
