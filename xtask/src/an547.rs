@@ -229,14 +229,114 @@ pub fn run(
     qemu::run_with(Board::An547, elf, &args, timeout, line)
 }
 
-/// The demo's script (from [`crate::chat_script`]); `cold` adds the cold start to compare.
-pub fn demo_turns() -> Vec<chat::Turn<'static>> {
+/// One turn of a chat the task runner hands the board: the user's words (for the transcript),
+/// the turn's token ids (chat markup included), tokens to generate at most and whether it starts
+/// a new conversation.
+#[derive(Debug, Clone)]
+pub struct TurnText {
+    /// The user's words.
+    pub user: String,
+    /// The turn's token ids.
+    pub ids: Vec<u32>,
+    /// Tokens to generate at most.
+    pub max_new: u32,
+    /// Starts a new conversation over the system prompt's reused pages.
+    pub new_conversation: bool,
+}
+
+/// The demo's turns ([`crate::chat_script`]: text and ids checked against `model/`'s
+/// tokenizer).
+pub fn demo_turns() -> Vec<TurnText> {
     crate::chat_script::TURNS
         .iter()
-        .map(|&(_, prompt, max_new, new_conversation)| chat::Turn {
-            prompt,
+        .map(|&(text, ids, max_new, new_conversation)| TurnText {
+            user: user_words(text).to_string(),
+            ids: ids.to_vec(),
             max_new,
             new_conversation,
+        })
+        .collect()
+}
+
+/// The user's words of a turn's ChatML text.
+fn user_words(text: &str) -> &str {
+    let after = text.rsplit("<|im_start|>user\n").next().unwrap_or(text);
+    after.split("<|im_end|>").next().unwrap_or(after)
+}
+
+/// Turns for the user's own `questions`, one conversation continuing the system prompt,
+/// tokenized on the host by `model/`'s tokenizer (`cargo run --release --example tokenize` in
+/// `model/`: its first build compiles candle and the tokenizer, a few minutes).
+pub fn asked_turns(root: &Path, questions: &[String]) -> Result<Vec<TurnText>, String> {
+    let texts: Vec<String> = questions
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let close = if i == 0 {
+                ""
+            } else {
+                "<|im_end|>\n<|im_start|>user\n"
+            };
+            format!("{close}{q}<|im_end|>\n<|im_start|>assistant\n")
+        })
+        .collect();
+    eprintln!(
+        "demo: tokenizing the questions with model/'s tokenizer (cargo run --release --example tokenize) ..."
+    );
+    let out = crate::qemu::board_cargo(&root.join("model"))
+        .args(["run", "--quiet", "--release", "--example", "tokenize", "--"])
+        .args(&texts)
+        .output()
+        .map_err(|e| format!("cannot run cargo in model/: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "tokenizing failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let ids: Vec<Vec<u32>> = stdout
+        .lines()
+        .filter_map(|l| l.split_once("ids: "))
+        .map(|(_, list)| {
+            list.trim_matches(|c| c == '[' || c == ']')
+                .split(',')
+                .filter(|t| !t.trim().is_empty())
+                .map(|t| {
+                    t.trim()
+                        .parse::<u32>()
+                        .map_err(|e| format!("token id {t:?}: {e}"))
+                })
+                .collect::<Result<Vec<u32>, String>>()
+        })
+        .collect::<Result<_, _>>()?;
+    if ids.len() != questions.len() {
+        return Err(format!(
+            "tokenizer printed {} lines for {} questions",
+            ids.len(),
+            questions.len()
+        ));
+    }
+    Ok(questions
+        .iter()
+        .zip(ids)
+        .map(|(q, ids)| TurnText {
+            user: q.clone(),
+            ids,
+            max_new: 32,
+            new_conversation: false,
+        })
+        .collect())
+}
+
+/// The [`chat::Turn`]s of `turns`.
+pub fn script_turns(turns: &[TurnText]) -> Vec<chat::Turn<'_>> {
+    turns
+        .iter()
+        .map(|t| chat::Turn {
+            prompt: &t.ids,
+            max_new: t.max_new,
+            new_conversation: t.new_conversation,
         })
         .collect()
 }
@@ -300,6 +400,7 @@ fn mi(n: u64) -> String {
 /// are printed as they are).
 pub struct Transcript {
     vocab: Vocab,
+    users: Vec<String>,
     restore: u64,
     first: Option<(Start, u64, u32, u32)>,
     steps: Vec<u64>,
@@ -307,10 +408,11 @@ pub struct Transcript {
 }
 
 impl Transcript {
-    /// A transcript printer for `model`'s vocabulary.
-    pub fn new(model: &[u8]) -> Result<Self, String> {
+    /// A transcript printer for `model`'s vocabulary; `users` are the turns' user words.
+    pub fn new(model: &[u8], users: Vec<String>) -> Result<Self, String> {
         Ok(Transcript {
             vocab: Vocab::new(model)?,
+            users,
             restore: 0,
             first: None,
             steps: Vec::new(),
@@ -364,17 +466,7 @@ impl Transcript {
                     );
                     return;
                 }
-                let text = crate::chat_script::TURNS
-                    .get(turn)
-                    .map(|t| t.0)
-                    .unwrap_or("?");
-                let user = text
-                    .rsplit("<|im_start|>user\n")
-                    .next()
-                    .unwrap_or(text)
-                    .split("<|im_end|>")
-                    .next()
-                    .unwrap_or(text);
+                let user = self.users.get(turn).map_or("?", String::as_str);
                 if start == Start::Reused {
                     let _ = writeln!(out, "\n  --- a new conversation ---");
                 }

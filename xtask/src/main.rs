@@ -7,7 +7,8 @@
 //!   the system prompt's snapshot image with the host build of the forward pass and runs the chat
 //!   on QEMU mps3-an547 (`-icount`), printing the transcript and per-turn instruction counts as
 //!   they arrive. `cargo demo --cold` first prefills the system prompt cold, to compare (adds
-//!   about five minutes); `cargo demo --parity` runs the Cortex-M4 parity firmware
+//!   about five minutes); `cargo demo --ask "QUESTION"` (repeatable) asks your own questions,
+//!   tokenized on the host by `model/`'s tokenizer; `cargo demo --parity` runs the Cortex-M4 parity firmware
 //!   (`boards/qemu-an386`); `cargo demo --host` the host-only synthetic session.
 //! - `cargo test-all [--only STAGE] [--skip STAGE]...` — every check CI runs, in stages (see
 //!   `checks.rs`); a table of the stages run and their seconds is printed just before the final
@@ -30,7 +31,7 @@ use std::time::{Duration, Instant};
 use edgekv_xtask::qemu::{self, Board};
 use edgekv_xtask::{setup, stages::Stages};
 
-const USAGE: &str = "usage: cargo xtask <demo [--cold | --parity | --host] | test [--only STAGE] [--skip STAGE]... \
+const USAGE: &str = "usage: cargo xtask <demo [--cold] [--ask QUESTION]... | demo --parity | demo --host | test [--only STAGE] [--skip STAGE]... \
 [--no-miri] [--no-targets] [--no-fuzz] [--no-model] | setup | fuzz [SECONDS] | size | qemu BOARD ELF>";
 
 fn main() -> ExitCode {
@@ -39,8 +40,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("demo") if flags == ["--host"] => host_demo(),
         Some("demo") if flags == ["--parity"] => board_demo(),
-        Some("demo") if flags.is_empty() => chat_demo(false),
-        Some("demo") if flags == ["--cold"] => chat_demo(true),
+        Some("demo") => demo_flags(&flags).and_then(|(cold, asked)| chat_demo(cold, &asked)),
         Some("test") => test(&flags),
         Some("setup") if flags.is_empty() => checks::setup(),
         Some("fuzz") => match flags.as_slice() {
@@ -67,9 +67,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// `cargo demo [--cold] [--ask QUESTION]...`: whether to add the cold start, and the user's own
+/// questions (none: the demo's script).
+fn demo_flags(flags: &[&str]) -> Result<(bool, Vec<String>), String> {
+    let mut cold = false;
+    let mut asked = Vec::new();
+    let mut it = flags.iter();
+    while let Some(&f) = it.next() {
+        match f {
+            "--cold" => cold = true,
+            "--ask" => asked.push(it.next().ok_or("--ask needs a question")?.to_string()),
+            _ => return Err(format!("unknown flag {f}\n{USAGE}")),
+        }
+    }
+    Ok((cold, asked))
+}
+
 /// The main job: set-up, model fetch, build and QEMU run of the Cortex-M55 chat firmware, its
 /// log turned into a transcript as it arrives.
-fn chat_demo(cold: bool) -> Result<(), String> {
+fn chat_demo(cold: bool, asked: &[String]) -> Result<(), String> {
     let start = Instant::now();
     let root = qemu::repo_root();
     eprintln!("demo: checking the rustup target and QEMU");
@@ -85,7 +101,7 @@ fn chat_demo(cold: bool) -> Result<(), String> {
          qemu-system-arm -machine mps3-an547 ({:.0} s since the start) ...",
         start.elapsed().as_secs_f64()
     );
-    let code = chat(&elf, cold)?;
+    let code = chat(&elf, cold, asked)?;
     eprintln!("demo: done in {:.0} s", start.elapsed().as_secs_f64());
     match code {
         0 => Ok(()),
@@ -94,15 +110,22 @@ fn chat_demo(cold: bool) -> Result<(), String> {
     }
 }
 
-/// Runs the an547 chat firmware `elf` with the demo script, printing the transcript; returns
-/// the firmware's exit code.
+/// Runs the an547 chat firmware `elf` with the demo script (or the `asked` questions), printing
+/// the transcript; returns the firmware's exit code.
 #[cfg(feature = "chat")]
-fn chat(elf: &std::path::Path, cold: bool) -> Result<i32, String> {
+fn chat(elf: &std::path::Path, cold: bool, asked: &[String]) -> Result<i32, String> {
     use edgekv_xtask::an547;
     let root = qemu::repo_root();
     let path = an547::model_path(&root)?;
-    let mut transcript = an547::Transcript::new(&std::fs::read(&path).map_err(|e| e.to_string())?)?;
-    let turns = an547::demo_turns();
+    let texts = if asked.is_empty() {
+        an547::demo_turns()
+    } else {
+        an547::asked_turns(&root, asked)?
+    };
+    let users = texts.iter().map(|t| t.user.clone()).collect();
+    let mut transcript =
+        an547::Transcript::new(&std::fs::read(&path).map_err(|e| e.to_string())?, users)?;
+    let turns = an547::script_turns(&texts);
     let script = edgekv_llm::chat::Script {
         system: &edgekv_xtask::chat_script::SYSTEM_IDS,
         cold,
@@ -118,7 +141,7 @@ fn chat(elf: &std::path::Path, cold: bool) -> Result<i32, String> {
 
 /// Without the `chat` feature: says how to get it.
 #[cfg(not(feature = "chat"))]
-fn chat(_elf: &std::path::Path, _cold: bool) -> Result<i32, String> {
+fn chat(_elf: &std::path::Path, _cold: bool, _asked: &[String]) -> Result<i32, String> {
     Err("the an547 chat needs the task runner's `chat` feature: cargo xtask-chat ...".into())
 }
 
@@ -171,7 +194,7 @@ fn qemu_runner(board: &str, elf: &str) -> ExitCode {
         return ExitCode::from(2);
     };
     if board == Board::An547 {
-        return match chat(std::path::Path::new(elf), false) {
+        return match chat(std::path::Path::new(elf), false, &[]) {
             Ok(0) => ExitCode::SUCCESS,
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(e) => {
