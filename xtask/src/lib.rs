@@ -1,7 +1,9 @@
 //! edgekv's task runner as a library: fresh-machine set-up, QEMU runs of the board firmware with
-//! the defmt log decoded in process, the firmware size report and the stage timer. The binary
-//! (`src/main.rs`) is what the cargo aliases `demo`, `test-all` and `xtask` run; host tests that
-//! run the firmware (`host-tests/tests/board_parity.rs`) use [`qemu`] directly.
+//! the defmt log decoded in process, the firmware size report and the stage timer; with feature
+//! `chat`, the Cortex-M55 chat's host side (`an547`, `transcript`; its script in
+//! [`chat_script`]). The binary (`src/main.rs`) is what the cargo aliases `demo`, `test-all` and
+//! `xtask` run; host tests that run the firmware (`host-tests/tests/board_parity.rs`,
+//! `llm_board.rs`) use [`qemu`] and `an547` directly.
 
 #[cfg(feature = "chat")]
 pub mod an547;
@@ -10,3 +12,5 @@ pub mod qemu;
 pub mod setup;
 pub mod size;
 pub mod stages;
+#[cfg(feature = "chat")]
+pub mod transcript;

@@ -123,8 +123,10 @@ fn chat(elf: &std::path::Path, cold: bool, asked: &[String]) -> Result<i32, Stri
         an547::asked_turns(&root, asked)?
     };
     let users = texts.iter().map(|t| t.user.clone()).collect();
-    let mut transcript =
-        an547::Transcript::new(&std::fs::read(&path).map_err(|e| e.to_string())?, users)?;
+    let mut transcript = edgekv_xtask::transcript::Transcript::new(
+        &std::fs::read(&path).map_err(|e| e.to_string())?,
+        users,
+    )?;
     let turns = an547::script_turns(&texts);
     let script = edgekv_llm::chat::Script {
         system: &edgekv_xtask::chat_script::SYSTEM_IDS,

@@ -1,0 +1,184 @@
+//! The Cortex-M55 chat's transcript: generated ids printed as text with the model's own
+//! vocabulary (byte-level BPE, read from the GGUF), per-turn instruction counts from the
+//! firmware's events ([`crate::an547::event`]).
+
+use std::io::Write;
+
+use edgekv_llm::Gguf;
+use edgekv_llm::chat::{Event, Start};
+
+use crate::an547::event;
+
+/// The model's vocabulary as bytes (byte-level BPE: each character of a token stands for one
+/// byte, GPT-2's mapping), for printing generated ids.
+pub struct Vocab {
+    tokens: Vec<Vec<u8>>,
+}
+
+impl Vocab {
+    /// From the GGUF's `tokenizer.ggml.tokens` (control tokens such as `<|im_end|>` verbatim).
+    pub fn new(model: &[u8]) -> Result<Self, String> {
+        let gguf = Gguf::parse(model).map_err(|e| e.to_string())?;
+        let tokens = gguf
+            .get("tokenizer.ggml.tokens")
+            .and_then(|v| v.as_array())
+            .ok_or("GGUF has no tokenizer.ggml.tokens")?;
+        // GPT-2's printable bytes stand for themselves; the rest were shifted to U+0100 and up.
+        let mut byte_of = std::collections::HashMap::new();
+        let mut shifted = 0u32;
+        for b in 0..=255u8 {
+            let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+            let c = if printable {
+                char::from(b)
+            } else {
+                shifted += 1;
+                char::from_u32(255 + shifted).ok_or("byte map")?
+            };
+            byte_of.insert(c, b);
+        }
+        let tokens = tokens
+            .iter()
+            .map(|v| {
+                let text = String::from_utf8_lossy(v.as_bytes().unwrap_or_default()).into_owned();
+                let control = text.starts_with("<|") && text.ends_with("|>");
+                if control {
+                    text.into_bytes()
+                } else {
+                    text.chars()
+                        .map(|c| byte_of.get(&c).copied().unwrap_or(b'?'))
+                        .collect()
+                }
+            })
+            .collect();
+        Ok(Vocab { tokens })
+    }
+
+    /// The bytes of `id` (empty for an unknown id).
+    pub fn bytes(&self, id: u32) -> &[u8] {
+        self.tokens.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Millions of instructions, one decimal.
+fn mi(n: u64) -> String {
+    format!("{:.1} M", n as f64 / 1e6)
+}
+
+/// Turns the firmware's chat events into a readable transcript as they arrive (other log lines
+/// are printed as they are).
+pub struct Transcript {
+    vocab: Vocab,
+    users: Vec<String>,
+    restore: u64,
+    first: Option<(Start, u64, u32, u32)>,
+    steps: Vec<u64>,
+    pending: Vec<u8>,
+}
+
+impl Transcript {
+    /// A transcript printer for `model`'s vocabulary; `users` are the turns' user words.
+    pub fn new(model: &[u8], users: Vec<String>) -> Result<Self, String> {
+        Ok(Transcript {
+            vocab: Vocab::new(model)?,
+            users,
+            restore: 0,
+            first: None,
+            steps: Vec::new(),
+            pending: Vec::new(),
+        })
+    }
+
+    /// Prints the text of `token` (held back while its UTF-8 is incomplete; `<|im_end|>` not
+    /// printed).
+    fn token(&mut self, out: &mut dyn Write, token: u32) {
+        if crate::chat_script::STOP.contains(&token) {
+            return;
+        }
+        self.pending.extend_from_slice(self.vocab.bytes(token));
+        if let Ok(text) = std::str::from_utf8(&self.pending) {
+            let _ = write!(out, "{text}");
+            let _ = out.flush();
+            self.pending.clear();
+        }
+    }
+
+    /// Handles one log line.
+    pub fn line(&mut self, out: &mut dyn Write, line: &str) {
+        let Some(e) = event(line) else {
+            let _ = writeln!(out, "  | {line}");
+            return;
+        };
+        match e {
+            Event::Restored { tokens, cost } => {
+                self.restore = cost;
+                let _ = writeln!(
+                    out,
+                    "  [system prompt: {tokens} tokens of KV restored from the flash image in {} instructions]",
+                    mi(cost)
+                );
+            }
+            Event::First {
+                turn,
+                start,
+                prefilled,
+                reused,
+                token,
+                cost,
+                ..
+            } => {
+                if start == Start::Cold {
+                    let _ = writeln!(
+                        out,
+                        "  [cold start: system prompt + turn 1 prefilled, {prefilled} tokens: {} instructions to the first token]",
+                        mi(cost)
+                    );
+                    return;
+                }
+                let user = self.users.get(turn).map_or("?", String::as_str);
+                if start == Start::Reused {
+                    let _ = writeln!(out, "\n  --- a new conversation ---");
+                }
+                let _ = write!(out, "\nuser: {user}\nassistant: ");
+                self.first = Some((start, cost, prefilled, reused));
+                self.steps.clear();
+                self.token(out, token);
+            }
+            Event::Token { token, cost, .. } => {
+                self.steps.push(cost);
+                self.token(out, token);
+            }
+            Event::End {
+                generated, context, ..
+            } => {
+                self.pending.clear();
+                let _ = writeln!(out);
+                let mut steps = self.steps.clone();
+                steps.sort_unstable();
+                let decode = steps.get(steps.len() / 2).copied().unwrap_or(0);
+                if let Some((start, cost, prefilled, reused)) = self.first.take() {
+                    let how = match start {
+                        Start::Restored => format!(
+                            "system prompt restored ({} to restore) + {prefilled} tokens prefilled",
+                            mi(self.restore)
+                        ),
+                        Start::Reused => format!(
+                            "{reused} tokens of the system prompt reused from the prefix index + {prefilled} prefilled"
+                        ),
+                        _ => format!("conversation kept, {prefilled} tokens prefilled"),
+                    };
+                    let first = if start == Start::Restored {
+                        cost + self.restore
+                    } else {
+                        cost
+                    };
+                    let _ = writeln!(
+                        out,
+                        "  [first token: {} instructions ({how}); {generated} tokens, decode {} instructions/token (median); context {context} tokens]",
+                        mi(first),
+                        mi(decode)
+                    );
+                }
+            }
+        }
+    }
+}
