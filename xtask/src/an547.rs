@@ -43,17 +43,25 @@ pub fn model_path(root: &Path) -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("EDGEKV_MODEL") {
         return Ok(PathBuf::from(p));
     }
-    let out = Command::new("bash")
-        .arg(root.join("model/fetch-model.sh"))
+    let mut cmd = Command::new("bash");
+    cmd.arg(root.join("model/fetch-model.sh"));
+    Ok(PathBuf::from(
+        stdout_of(cmd, "model/fetch-model.sh")?.trim(),
+    ))
+}
+
+/// What `cmd` printed on stdout; its stderr in the error when it fails.
+fn stdout_of(mut cmd: Command, what: &str) -> Result<String, String> {
+    let out = cmd
         .output()
-        .map_err(|e| format!("cannot run model/fetch-model.sh: {e}"))?;
+        .map_err(|e| format!("cannot run {what}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "model/fetch-model.sh failed: {}",
+            "{what} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// A host cache laid out as the firmware's, over heap arenas, with room for `tokens`.
@@ -282,18 +290,13 @@ pub fn asked_turns(root: &Path, questions: &[String]) -> Result<Vec<TurnText>, S
     eprintln!(
         "demo: tokenizing the questions with model/'s tokenizer (cargo run --release --example tokenize) ..."
     );
-    let out = crate::qemu::board_cargo(&root.join("model"))
-        .args(["run", "--quiet", "--release", "--example", "tokenize", "--"])
-        .args(&texts)
-        .output()
-        .map_err(|e| format!("cannot run cargo in model/: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "tokenizing failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut cmd = crate::qemu::board_cargo(&root.join("model"));
+    cmd.args(["run", "--quiet", "--release", "--example", "tokenize", "--"])
+        .args(&texts);
+    let stdout = stdout_of(
+        cmd,
+        "the tokenizer (cargo run --example tokenize in model/)",
+    )?;
     let ids: Vec<Vec<u32>> = stdout
         .lines()
         .filter_map(|l| l.split_once("ids: "))
