@@ -30,7 +30,17 @@ struct Build {
     m4_goal: bool,
 }
 
-const BUILDS: [Build; 5] = [
+const BUILDS: [Build; 6] = [
+    // The Cortex-M55 LLM chat (edgekv + edgekv-llm, Helium on).
+    Build {
+        name: "qemu-an547",
+        dir: "boards/qemu-an547",
+        optional: true,
+        args: &[],
+        env: &[],
+        target_dir: None,
+        m4_goal: false,
+    },
     Build {
         name: "qemu-an386",
         dir: "boards/qemu-an386",
