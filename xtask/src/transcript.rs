@@ -23,19 +23,7 @@ impl Vocab {
             .get("tokenizer.ggml.tokens")
             .and_then(|v| v.as_array())
             .ok_or("GGUF has no tokenizer.ggml.tokens")?;
-        // GPT-2's printable bytes stand for themselves; the rest were shifted to U+0100 and up.
-        let mut byte_of = std::collections::HashMap::new();
-        let mut shifted = 0u32;
-        for b in 0..=255u8 {
-            let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-            let c = if printable {
-                char::from(b)
-            } else {
-                shifted += 1;
-                char::from_u32(255 + shifted).ok_or("byte map")?
-            };
-            byte_of.insert(c, b);
-        }
+        let byte_of = byte_map();
         let tokens = tokens
             .iter()
             .map(|v| {
@@ -57,6 +45,24 @@ impl Vocab {
     pub fn bytes(&self, id: u32) -> &[u8] {
         self.tokens.get(id as usize).map_or(&[], Vec::as_slice)
     }
+}
+
+/// GPT-2's byte-level alphabet, inverted: its printable bytes stand for themselves, the other 68
+/// were shifted in order to U+0100 and up.
+fn byte_map() -> std::collections::HashMap<char, u8> {
+    let mut shifted = 0u32;
+    (0..=255u8)
+        .map(|b| {
+            let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+            let c = if printable {
+                char::from(b)
+            } else {
+                shifted += 1;
+                char::from_u32(255 + shifted).unwrap_or(char::REPLACEMENT_CHARACTER)
+            };
+            (c, b)
+        })
+        .collect()
 }
 
 /// Millions of instructions, one decimal.
@@ -179,6 +185,74 @@ impl Transcript {
                     );
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_map_inverts_gpt2s_alphabet() {
+        let m = byte_map();
+        assert_eq!(m.len(), 256);
+        // "Ġ" (U+0120) is the space, "Ċ" (U+010A) the newline, as in the GGUF's tokens.
+        assert_eq!(m[&'\u{120}'], b' ');
+        assert_eq!(m[&'\u{10A}'], b'\n');
+        assert_eq!(m[&'a'], b'a');
+        // The last shifted byte: the soft hyphen, after 0x00–0x20 and 0x7F–0xA0.
+        assert_eq!(m[&'\u{143}'], 0xAD);
+    }
+
+    #[test]
+    fn firmware_event_lines_parse() {
+        // The lines `boards/qemu-an547/src/main.rs` prints.
+        assert_eq!(
+            event("restored 250 tokens instructions 59558500"),
+            Some(Event::Restored {
+                tokens: 250,
+                cost: 59_558_500
+            })
+        );
+        assert_eq!(
+            event(
+                "first restored turn 0 prefilled 11 reused 0 token 504 crc32 0a1b2c3d instructions 64"
+            ),
+            Some(Event::First {
+                turn: 0,
+                start: Start::Restored,
+                prefilled: 11,
+                reused: 0,
+                token: 504,
+                crc: 0x0a1b_2c3d,
+                cost: 64
+            })
+        );
+        assert_eq!(
+            event("token turn 2 id 30 crc32 ffffffff instructions 7"),
+            Some(Event::Token {
+                turn: 2,
+                token: 30,
+                crc: u32::MAX,
+                cost: 7
+            })
+        );
+        assert_eq!(
+            event("end turn 1 generated 20 context 318"),
+            Some(Event::End {
+                turn: 1,
+                generated: 20,
+                context: 318
+            })
+        );
+        for other in [
+            "kv q8_0: 12240 B/token",
+            "first warm turn 0",
+            "token turn x id 1",
+            "",
+        ] {
+            assert_eq!(event(other), None, "{other:?}");
         }
     }
 }
