@@ -1,7 +1,6 @@
-//! The Cortex-M55 chat's script: SmolLM2's ChatML text and its token ids, as `model/`'s
-//! tokenizer gives them (`model/tests/tokenizer.rs` checks every pair; `cargo run --release
-//! --example tokenize -- TEXT` in `model/` prints the ids of new text). Plain constants, so that
-//! test can `include!` this file.
+// The Cortex-M55 chat's script (documented at `pub mod chat_script` in lib.rs): plain `//`
+// comments here, because `model/tests/tokenizer.rs` `include!`s this file, where inner doc
+// comments are not allowed.
 
 /// The system message and the start of the first user message (`<|im_start|>user\n`): the prefix
 /// every conversation shares, whose KV the snapshot image holds.
