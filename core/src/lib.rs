@@ -18,6 +18,7 @@
 extern crate alloc as std_alloc;
 
 mod alloc;
+mod arch;
 mod arena;
 pub mod attention;
 mod cache;

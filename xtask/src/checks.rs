@@ -264,9 +264,9 @@ fn miri() -> Result<(), String> {
         "--skip",
         "attention::",
         "--skip",
-        "quant::",
+        "format::int8::",
         "--skip",
-        "cache::attend::",
+        "format::fp8::",
     ];
     let core_tests: Vec<&str> = vec![
         &toolchain,

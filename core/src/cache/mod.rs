@@ -12,7 +12,7 @@ mod verify;
 mod window;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use stats::Stats;
 pub use verify::InvariantViolation;
