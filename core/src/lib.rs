@@ -6,7 +6,8 @@
 
 //! # Crate map
 //!
-//! - [`planner`]: `const fn` layout planning ([`CacheConfig`], [`Plan`]).
+//! - [`CacheConfig`]: what a cache is configured with; [`planner`]: `const fn` layout planning
+//!   ([`Plan`]).
 //! - [`ArenaBuf`] / `HeapArena`: caller-supplied memory.
 //! - [`PagePool`] with a pluggable [`PageAllocator`] ([`FreeList`], [`Bitmap`]).
 //! - [`KvCache`]: sequences, page tables, row I/O, fork, truncate, contiguous mode.
@@ -22,6 +23,7 @@ mod arch;
 mod arena;
 pub mod attention;
 mod cache;
+mod config;
 mod error;
 mod format;
 pub mod planner;
@@ -37,10 +39,11 @@ pub use arena::ArenaBuf;
 #[cfg(feature = "alloc")]
 pub use arena::HeapArena;
 pub use cache::{InvariantViolation, KvCache, Stats};
+pub use config::CacheConfig;
 pub use error::{Error, Result};
 pub use format::{Element, ElementFormat};
 pub use planner::{
-    ArenaSizes, CacheConfig, MAX_PAGES, META_ALIGN, MIN_ALIGN, MetaLayout, PageGeometry, Plan, Pool,
+    ArenaSizes, MAX_PAGES, META_ALIGN, MIN_ALIGN, MetaLayout, PageGeometry, Plan, Pool, PoolKind,
 };
 pub use pool::{PagePool, PageState};
 pub use sequence::{SeqId, SeqInfo, SeqMode};

@@ -6,7 +6,7 @@ use crate::alloc::{NO_PAGE, PageAllocator};
 use crate::attention::page::{Layout, PageSlices, attend};
 use crate::attention::{AttentionParams, scratch_len};
 use crate::error::{Error, Result};
-use crate::planner::Pool;
+use crate::planner::PoolKind;
 use crate::sequence::SeqId;
 use crate::shape::Kv;
 
@@ -39,7 +39,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         params: &AttentionParams,
         scratch: &mut [f32],
     ) -> Result<()> {
-        let slot = self.slot(seq)?;
+        let slot = self.seqs.slot(seq)?;
         let shape = self.config.shape;
         if layer >= shape.layers {
             return Err(Error::LayerOutOfRange);
@@ -58,7 +58,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             .ok()
             .and_then(|n| start.checked_add(n))
             .ok_or(Error::PositionOutOfRange)?;
-        if end > self.records[slot].len {
+        if end > self.seqs.record(slot).len {
             return Err(Error::PositionOutOfRange);
         }
         if params.window.is_some_and(|w| w.window == 0) {
@@ -69,7 +69,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let scratch = scratch
             .get_mut(..scratch_len(params.q_heads, self.config.page_tokens))
             .ok_or(Error::LengthMismatch)?;
-        let table = self.table(slot);
+        let table = self.seqs.table(slot);
         // Every key page any query needs, checked before `out` is written.
         self.check_key_pages(table, start, end, params.window)?;
         let g = &self.plan.geometry;
@@ -103,7 +103,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// The K and V value and scale bytes of `page` in `layer`.
     fn page_slices(&self, layer: u16, page: u16) -> Result<PageSlices<'_>> {
         let g = &self.plan.geometry;
-        let slice = |pool: Pool, len: usize| -> Result<&[u8]> {
+        let slice = |pool: PoolKind, len: usize| -> Result<&[u8]> {
             let off = self
                 .plan
                 .slot_offset(layer, pool, page)
@@ -112,10 +112,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         };
         let p = g.page_tokens as usize;
         Ok(PageSlices {
-            k: slice(Pool::values(Kv::K), g.k_row_bytes * p)?,
-            ks: slice(Pool::scales(Kv::K), g.k_scale_row_bytes * p)?,
-            v: slice(Pool::values(Kv::V), g.v_row_bytes * p)?,
-            vs: slice(Pool::scales(Kv::V), g.v_scale_row_bytes * p)?,
+            k: slice(PoolKind::values(Kv::K), g.k_row_bytes * p)?,
+            ks: slice(PoolKind::scales(Kv::K), g.k_scale_row_bytes * p)?,
+            v: slice(PoolKind::values(Kv::V), g.v_row_bytes * p)?,
+            vs: slice(PoolKind::scales(Kv::V), g.v_scale_row_bytes * p)?,
         })
     }
 }
