@@ -37,7 +37,7 @@ pub mod snapshot;
 pub use crate::alloc::{Bitmap, FreeList, NO_PAGE, PageAllocator, PageId};
 pub use arena::ArenaBuf;
 #[cfg(feature = "alloc")]
-pub use arena::HeapArena;
+pub use arena::{HeapArena, HeapArenas};
 pub use cache::{InvariantViolation, KvCache, Stats};
 pub use config::CacheConfig;
 pub use error::{Error, Result};

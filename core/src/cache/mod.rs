@@ -97,6 +97,16 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         config.plan(data_bytes, A::META_BITS_PER_PAGE)
     }
 
+    /// Plans a cache with this allocator and exactly `pages` pages (see
+    /// [`CacheConfig::plan_pages`]); `const`.
+    ///
+    /// # Errors
+    ///
+    /// As [`CacheConfig::plan_pages`].
+    pub const fn plan_pages(config: &CacheConfig, pages: usize) -> Result<Plan> {
+        config.plan_pages(pages, A::META_BITS_PER_PAGE)
+    }
+
     /// Creates a cache with as many pages as fit in `data` (aligned to `config.align`), keeping
     /// its bookkeeping in `meta` (aligned to [`META_ALIGN`], at least `plan.meta.total` bytes).
     /// Both arenas are zeroed; bytes past the plan's needs are left untouched.
