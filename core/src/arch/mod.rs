@@ -43,14 +43,6 @@ pub(crate) trait Isa {
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES];
 }
 
-/// Whether this build and CPU run ISA-specific kernels (`false` on other targets and under
-/// Miri).
-#[cfg(test)]
-#[inline]
-pub(crate) fn available() -> bool {
-    native::available()
-}
-
 /// Quantizes an f32 row into int8 groups (as the portable `quantize_groups`) if an ISA kernel
 /// applies; `false` (nothing written) otherwise. Lengths as checked by `quantize_q8`.
 #[inline]

@@ -6,13 +6,6 @@ use half::f16;
 use super::Portable;
 use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
 
-/// Always `false`: nothing here runs.
-#[cfg(test)]
-#[inline]
-pub(super) fn available() -> bool {
-    false
-}
-
 /// Always `false` (nothing written): the portable int8 loop runs.
 #[inline]
 pub(super) fn q8_f32(_: &[f32], _: usize, _: &mut [i8], _: &mut [f16]) -> bool {

@@ -120,7 +120,7 @@ pub(crate) mod tests {
 
     #[test]
     fn f16c_decodes_every_code_like_the_portable_decoder() {
-        if !crate::arch::available() {
+        if !super::super::available() {
             return;
         }
         for c in 0..=u16::MAX {
@@ -146,7 +146,7 @@ pub(crate) mod tests {
     /// Eight rows' lane sums with horizontal adds: the portable tree's bits.
     #[test]
     fn avx2_lane_sums_give_the_portable_bits() {
-        if !crate::arch::available() {
+        if !super::super::available() {
             return;
         }
         let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -193,7 +193,7 @@ pub(crate) mod tests {
     /// blocks and leftovers), full and windowed: the same bits.
     #[test]
     fn avx2_build_gives_the_portable_bits() {
-        if !crate::arch::available() {
+        if !super::super::available() {
             return;
         }
         let cases: [(u16, &[ElementFormat]); 2] = [
