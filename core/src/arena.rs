@@ -59,7 +59,7 @@ impl<const N: usize> Default for ArenaBuf<N> {
 }
 
 #[cfg(feature = "alloc")]
-pub use heap::HeapArena;
+pub use heap::{HeapArena, HeapArenas};
 
 #[cfg(feature = "alloc")]
 mod heap {
@@ -112,6 +112,64 @@ mod heap {
 
     // SAFETY: HeapArena owns its allocation exclusively, like a Box<[MaybeUninit<u8>]>.
     unsafe impl Send for HeapArena {}
+
+    /// A cache's two arenas on the heap, sized and aligned for a plan (feature `alloc`): what
+    /// hosts, tests, benches and boards with a global allocator use instead of static buffers.
+    ///
+    /// ```
+    /// use edgekv::{CacheConfig, FreeList, HeapArenas, KvCache, Shape};
+    ///
+    /// let cfg = CacheConfig::new(Shape { layers: 2, kv_heads: 1, head_dim: 8 });
+    /// let mut arenas = HeapArenas::for_pages::<FreeList<'_>>(&cfg, 12)?;
+    /// let cache: KvCache<'_> = arenas.cache(cfg)?;
+    /// assert_eq!(cache.layout().num_pages, 12);
+    /// # Ok::<(), edgekv::Error>(())
+    /// ```
+    pub struct HeapArenas {
+        /// The data arena (pages), aligned to the configuration's `align`.
+        pub data: HeapArena,
+        /// The metadata arena, aligned to [`META_ALIGN`](crate::META_ALIGN).
+        pub meta: HeapArena,
+    }
+
+    impl HeapArenas {
+        /// Arenas for exactly `pages` pages of `config` with allocator `A`.
+        ///
+        /// # Errors
+        ///
+        /// As [`KvCache::plan_pages`](crate::KvCache::plan_pages), and [`HeapArena::new`]'s.
+        pub fn for_pages<'a, A: crate::PageAllocator<'a>>(
+            config: &crate::CacheConfig,
+            pages: usize,
+        ) -> Result<Self> {
+            let plan = crate::KvCache::<'a, A>::plan_pages(config, pages)?;
+            Self::for_plan(config, &plan)
+        }
+
+        /// Arenas for `plan`, a plan of `config`.
+        ///
+        /// # Errors
+        ///
+        /// As [`HeapArena::new`].
+        pub fn for_plan(config: &crate::CacheConfig, plan: &crate::Plan) -> Result<Self> {
+            Ok(HeapArenas {
+                data: HeapArena::new(plan.data_bytes, config.align)?,
+                meta: HeapArena::new(plan.meta.total, crate::META_ALIGN)?,
+            })
+        }
+
+        /// A cache over these arenas (as many pages as the data arena holds).
+        ///
+        /// # Errors
+        ///
+        /// As [`KvCache::new`](crate::KvCache::new).
+        pub fn cache<'a, A: crate::PageAllocator<'a>>(
+            &'a mut self,
+            config: crate::CacheConfig,
+        ) -> Result<crate::KvCache<'a, A>> {
+            crate::KvCache::new(config, self.data.as_uninit_mut(), self.meta.as_uninit_mut())
+        }
+    }
 }
 
 #[cfg(test)]

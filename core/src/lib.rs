@@ -6,7 +6,8 @@
 
 //! # Crate map
 //!
-//! - [`planner`]: `const fn` layout planning ([`CacheConfig`], [`Plan`]).
+//! - [`CacheConfig`]: what a cache is configured with; [`planner`]: `const fn` layout planning
+//!   ([`Plan`]).
 //! - [`ArenaBuf`] / `HeapArena`: caller-supplied memory.
 //! - [`PagePool`] with a pluggable [`PageAllocator`] ([`FreeList`], [`Bitmap`]).
 //! - [`KvCache`]: sequences, page tables, row I/O, fork, truncate, contiguous mode.
@@ -18,9 +19,11 @@
 extern crate alloc as std_alloc;
 
 mod alloc;
+mod arch;
 mod arena;
 pub mod attention;
 mod cache;
+mod config;
 mod error;
 mod format;
 pub mod planner;
@@ -34,12 +37,13 @@ pub mod snapshot;
 pub use crate::alloc::{Bitmap, FreeList, NO_PAGE, PageAllocator, PageId};
 pub use arena::ArenaBuf;
 #[cfg(feature = "alloc")]
-pub use arena::HeapArena;
+pub use arena::{HeapArena, HeapArenas};
 pub use cache::{InvariantViolation, KvCache, Stats};
+pub use config::CacheConfig;
 pub use error::{Error, Result};
 pub use format::{Element, ElementFormat};
 pub use planner::{
-    ArenaSizes, CacheConfig, MAX_PAGES, META_ALIGN, MIN_ALIGN, MetaLayout, PageGeometry, Plan, Pool,
+    ArenaSizes, MAX_PAGES, META_ALIGN, MIN_ALIGN, MetaLayout, PageGeometry, Plan, Pool, PoolKind,
 };
 pub use pool::{PagePool, PageState};
 pub use sequence::{SeqId, SeqInfo, SeqMode};

@@ -27,9 +27,9 @@
 //! each), page tables (`u16` per page slot, `max_seqs` × `table_len`), and the prefix index when
 //! configured (see [`MetaLayout::index`]).
 
+pub use crate::config::CacheConfig;
 use crate::error::{Error, Result};
-use crate::format::ElementFormat;
-use crate::shape::{Kv, Shape};
+use crate::shape::Kv;
 
 /// Smallest data-arena alignment: no two pages may share a cache line on any supported core.
 pub const MIN_ALIGN: usize = 64;
@@ -66,110 +66,7 @@ const fn round_up(x: usize, align: usize) -> Option<usize> {
     }
 }
 
-/// Everything a cache is configured with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct CacheConfig {
-    /// The model's attention shape.
-    pub shape: Shape,
-    /// Tokens per page (P): a power of two, 16 by default.
-    pub page_tokens: u16,
-    /// Storage format of key pages.
-    pub k_format: ElementFormat,
-    /// Storage format of value pages.
-    pub v_format: ElementFormat,
-    /// Data-arena alignment and pool-stride granule: a power of two ≥ [`MIN_ALIGN`] and ≥ the
-    /// target's data-cache line.
-    pub align: usize,
-    /// Sequence slots.
-    pub max_seqs: u16,
-    /// Longest sequence in tokens (sizes each page table).
-    pub max_seq_tokens: u32,
-    /// Prefill chunk size C in tokens: a multiple of `page_tokens`; 0 (the default) means one
-    /// page. Prompts are prefilled in chunks aligned to absolute multiples of C, and prefix reuse
-    /// is aligned down to C, so a reused prefix is bit-identical to a cold prefill.
-    pub chunk_tokens: u16,
-    /// Keep a prefix index (per page: a chained hash, the page's token ids and chain links, about
-    /// `28 + 4 × page_tokens` bytes of metadata). Without it prefix lookups fail with
-    /// [`Error::NoPrefixIndex`]; the single-conversation path still works.
-    pub prefix_index: bool,
-    /// Seed of the prefix hash chain and identity of every first page: a fingerprint of everything
-    /// besides the tokens that KV depends on (model, adapter, salt); see
-    /// [`crate::prefix::namespace`]. Compared on its low 63 bits.
-    pub namespace: u64,
-}
-
 impl CacheConfig {
-    /// Defaults for `shape`: 16-token f32 pages, 64-byte alignment, 8 sequences of up to 8192
-    /// tokens.
-    pub const fn new(shape: Shape) -> Self {
-        CacheConfig {
-            shape,
-            page_tokens: 16,
-            k_format: ElementFormat::F32,
-            v_format: ElementFormat::F32,
-            align: MIN_ALIGN,
-            max_seqs: 8,
-            max_seq_tokens: 8192,
-            chunk_tokens: 0,
-            prefix_index: true,
-            namespace: 0,
-        }
-    }
-
-    /// Sets the prefill chunk size C (a multiple of `page_tokens`; 0 means one page).
-    pub const fn with_chunk_tokens(mut self, chunk_tokens: u16) -> Self {
-        self.chunk_tokens = chunk_tokens;
-        self
-    }
-
-    /// Keeps a prefix index, or not.
-    pub const fn with_prefix_index(mut self, on: bool) -> Self {
-        self.prefix_index = on;
-        self
-    }
-
-    /// Sets the prefix namespace (see [`crate::prefix::namespace`]).
-    pub const fn with_namespace(mut self, namespace: u64) -> Self {
-        self.namespace = namespace;
-        self
-    }
-
-    /// The effective prefill chunk size in tokens: `chunk_tokens`, or `page_tokens` when 0.
-    pub const fn chunk(&self) -> u32 {
-        if self.chunk_tokens == 0 {
-            self.page_tokens as u32
-        } else {
-            self.chunk_tokens as u32
-        }
-    }
-
-    /// Sets tokens per page.
-    pub const fn with_page_tokens(mut self, page_tokens: u16) -> Self {
-        self.page_tokens = page_tokens;
-        self
-    }
-
-    /// Sets the K and V page formats.
-    pub const fn with_formats(mut self, k: ElementFormat, v: ElementFormat) -> Self {
-        self.k_format = k;
-        self.v_format = v;
-        self
-    }
-
-    /// Sets the data-arena alignment.
-    pub const fn with_align(mut self, align: usize) -> Self {
-        self.align = align;
-        self
-    }
-
-    /// Sets the number of sequence slots and the longest sequence.
-    pub const fn with_sequences(mut self, max_seqs: u16, max_seq_tokens: u32) -> Self {
-        self.max_seqs = max_seqs;
-        self.max_seq_tokens = max_seq_tokens;
-        self
-    }
-
     /// Checks the configuration and derives the page geometry.
     pub const fn geometry(&self) -> Result<PageGeometry> {
         let s = self.shape;
@@ -384,7 +281,7 @@ pub struct PageGeometry {
 /// The four pools of one layer, in arena order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum Pool {
+pub enum PoolKind {
     /// K values.
     KValues,
     /// K scales (empty for full-precision formats).
@@ -395,35 +292,43 @@ pub enum Pool {
     VScales,
 }
 
-impl Pool {
+/// The former name of [`PoolKind`] (kept so that existing code compiles).
+pub type Pool = PoolKind;
+
+impl PoolKind {
     /// All pools in arena order.
-    pub const ALL: [Pool; 4] = [Pool::KValues, Pool::KScales, Pool::VValues, Pool::VScales];
+    pub const ALL: [PoolKind; 4] = [
+        PoolKind::KValues,
+        PoolKind::KScales,
+        PoolKind::VValues,
+        PoolKind::VScales,
+    ];
 
     /// The value pool of K or V.
-    pub const fn values(kv: Kv) -> Pool {
+    pub const fn values(kv: Kv) -> PoolKind {
         match kv {
-            Kv::K => Pool::KValues,
-            Kv::V => Pool::VValues,
+            Kv::K => PoolKind::KValues,
+            Kv::V => PoolKind::VValues,
         }
     }
 
     /// The scale pool of K or V.
-    pub const fn scales(kv: Kv) -> Pool {
+    pub const fn scales(kv: Kv) -> PoolKind {
         match kv {
-            Kv::K => Pool::KScales,
-            Kv::V => Pool::VScales,
+            Kv::K => PoolKind::KScales,
+            Kv::V => PoolKind::VScales,
         }
     }
 }
 
 impl PageGeometry {
     /// Stride of any pool.
-    pub const fn pool_stride(&self, pool: Pool) -> usize {
+    pub const fn pool_stride(&self, pool: PoolKind) -> usize {
         match pool {
-            Pool::KValues => self.k_stride,
-            Pool::KScales => self.k_scale_stride,
-            Pool::VValues => self.v_stride,
-            Pool::VScales => self.v_scale_stride,
+            PoolKind::KValues => self.k_stride,
+            PoolKind::KScales => self.k_scale_stride,
+            PoolKind::VValues => self.v_stride,
+            PoolKind::VScales => self.v_scale_stride,
         }
     }
 
@@ -436,12 +341,12 @@ impl PageGeometry {
     }
 
     /// Bytes one token takes in `pool` (0 for the scale pool of a full-precision format).
-    pub const fn pool_row_bytes(&self, pool: Pool) -> usize {
+    pub const fn pool_row_bytes(&self, pool: PoolKind) -> usize {
         match pool {
-            Pool::KValues => self.k_row_bytes,
-            Pool::KScales => self.k_scale_row_bytes,
-            Pool::VValues => self.v_row_bytes,
-            Pool::VScales => self.v_scale_row_bytes,
+            PoolKind::KValues => self.k_row_bytes,
+            PoolKind::KScales => self.k_scale_row_bytes,
+            PoolKind::VValues => self.v_row_bytes,
+            PoolKind::VScales => self.v_scale_row_bytes,
         }
     }
 
@@ -488,20 +393,20 @@ impl Plan {
     /// is out of range.
     #[inline]
     pub const fn page_offset(&self, layer: u16, kv: Kv, page: u16) -> Option<usize> {
-        self.slot_offset(layer, Pool::values(kv), page)
+        self.slot_offset(layer, PoolKind::values(kv), page)
     }
 
     /// Byte offset in the data arena of the scale page `(layer, kv, page)` (meaningful only for
     /// formats with a scale pool), or `None` when an index is out of range.
     #[inline]
     pub const fn scale_offset(&self, layer: u16, kv: Kv, page: u16) -> Option<usize> {
-        self.slot_offset(layer, Pool::scales(kv), page)
+        self.slot_offset(layer, PoolKind::scales(kv), page)
     }
 
     /// Byte offset in the data arena of `page`'s slot in `pool` of `layer`, or `None` when an
     /// index is out of range.
     #[inline]
-    pub const fn slot_offset(&self, layer: u16, pool: Pool, page: u16) -> Option<usize> {
+    pub const fn slot_offset(&self, layer: u16, pool: PoolKind, page: u16) -> Option<usize> {
         if layer >= self.geometry.layers || page >= self.num_pages {
             return None;
         }
@@ -510,14 +415,14 @@ impl Plan {
 
     /// Byte offset of page 0 of `pool` in `layer` (`layer < layers`, else meaningless).
     #[inline]
-    pub const fn pool_offset(&self, layer: u16, pool: Pool) -> usize {
+    pub const fn pool_offset(&self, layer: u16, pool: PoolKind) -> usize {
         let g = &self.geometry;
         let n = self.num_pages as usize;
         let before = match pool {
-            Pool::KValues => 0,
-            Pool::KScales => g.k_stride,
-            Pool::VValues => g.k_stride + g.k_scale_stride,
-            Pool::VScales => g.k_stride + g.k_scale_stride + g.v_stride,
+            PoolKind::KValues => 0,
+            PoolKind::KScales => g.k_stride,
+            PoolKind::VValues => g.k_stride + g.k_scale_stride,
+            PoolKind::VScales => g.k_stride + g.k_scale_stride + g.v_stride,
         };
         // Cannot overflow for layer < layers: the total, data_bytes, was computed with checks.
         layer as usize * n * g.layer_stride + before * n
@@ -631,6 +536,8 @@ pub struct ArenaSizes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::ElementFormat;
+    use crate::shape::Shape;
 
     const SMOL: CacheConfig = CacheConfig::new(Shape::SMOLLM2_135M);
 

@@ -1,10 +1,11 @@
-//! The page pool: reference counts, the cached (evictable) LRU list and an allocator.
+//! The page pool: reference counts, the cached (evictable) LRU list and an allocator. Which
+//! pages are registered for reuse is the cache's business (its prefix index); the pool only
+//! keeps a flag per page, and reports the pages it evicts.
 
 use crate::alloc::{NO_PAGE, PageAllocator, PageId};
 use crate::error::{Error, Result};
-use crate::prefix::index::PrefixIndex;
 
-/// Page flag: the page is registered in the prefix index (kept as cached when unreferenced).
+/// Page flag: the page is registered for reuse (kept as cached when unreferenced).
 const REGISTERED: u8 = 1;
 
 /// The state of one page. Every page is in exactly one.
@@ -34,34 +35,23 @@ pub struct PagePool<'a, A> {
     /// Most recently cached page.
     lru_tail: PageId,
     cached: u16,
+    /// Pages with the registered flag.
+    registered: u16,
     evictions: u64,
     alloc: A,
-    index: PrefixIndex<'a>,
 }
 
 impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
     /// Builds a pool of `num_pages` free pages over metadata sections (zeroed): `refcounts`,
-    /// `links` (two `u16` per page), `flags` and the allocator's section, without a prefix index
-    /// (so pages are never cached). [`KvCache`](crate::KvCache) builds its own pool.
+    /// `links` (two `u16` per page), `flags` and the allocator's section. Pages registered for
+    /// reuse are the cache's (a pool alone never caches). [`KvCache`](crate::KvCache) builds its
+    /// own pool.
     pub fn new(
         num_pages: u16,
         refcounts: &'a mut [u16],
         links: &'a mut [u16],
         flags: &'a mut [u8],
         alloc_meta: &'a mut [u8],
-    ) -> Result<Self> {
-        let index = PrefixIndex::disabled();
-        Self::with_index(num_pages, refcounts, links, flags, alloc_meta, index)
-    }
-
-    /// [`new`](Self::new) with a prefix index.
-    pub(crate) fn with_index(
-        num_pages: u16,
-        refcounts: &'a mut [u16],
-        links: &'a mut [u16],
-        flags: &'a mut [u8],
-        alloc_meta: &'a mut [u8],
-        index: PrefixIndex<'a>,
     ) -> Result<Self> {
         let n = num_pages as usize;
         let refcounts = refcounts.get_mut(..n).ok_or(Error::ArenaTooSmall)?;
@@ -80,9 +70,9 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
             lru_head: NO_PAGE,
             lru_tail: NO_PAGE,
             cached: 0,
+            registered: 0,
             evictions: 0,
             alloc,
-            index,
         })
     }
 
@@ -126,32 +116,18 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
             .is_some_and(|f| f & REGISTERED != 0)
     }
 
-    /// Registers a used, unregistered page in the prefix index (its last release will cache it
-    /// instead of freeing it) and returns its registration id.
-    pub(crate) fn register(
-        &mut self,
-        page: PageId,
-        hash: u64,
-        parent: u64,
-        tokens: &[u32],
-    ) -> Result<u64> {
-        if !self.index.enabled() {
-            return Err(Error::NoPrefixIndex);
-        }
-        match self.state(page) {
-            Some(PageState::Used(_)) if !self.is_registered(page) => {}
-            _ => return Err(Error::InvalidPage),
-        }
-        if tokens.len() != self.index.tokens(page).len() {
-            return Err(Error::LengthMismatch);
-        }
-        self.flags[page as usize] |= REGISTERED;
-        Ok(self.index.insert(page, hash, parent, tokens))
+    /// Whether `page` is used and not registered yet (see [`set_registered`](Self::set_registered)).
+    pub(crate) fn registrable(&self, page: PageId) -> bool {
+        matches!(self.state(page), Some(PageState::Used(_))) && !self.is_registered(page)
     }
 
-    /// The prefix index (read-only).
-    pub(crate) fn index(&self) -> &PrefixIndex<'a> {
-        &self.index
+    /// Flags a [`registrable`](Self::registrable) page as registered for reuse: its last release
+    /// will cache it instead of freeing it. Other pages are left as they are.
+    pub(crate) fn set_registered(&mut self, page: PageId) {
+        if self.registrable(page) {
+            self.flags[page as usize] |= REGISTERED;
+            self.registered += 1;
+        }
     }
 
     /// Cached pages evicted (reallocated) since the pool was built.
@@ -159,15 +135,22 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
         self.evictions
     }
 
-    /// Pages registered in the prefix index (used or cached).
+    /// Pages registered for reuse (used or cached).
     pub fn registered_pages(&self) -> usize {
-        self.index.entries()
+        self.registered as usize
     }
 
     /// Allocates one page with refcount 1: a free page, else the least recently cached one
     /// (which loses its registration).
     #[inline]
     pub fn alloc(&mut self) -> Result<PageId> {
+        self.alloc_evicting(|_| {})
+    }
+
+    /// [`alloc`](Self::alloc), calling `evicted` with the cached page it takes, if it takes one
+    /// (so that the cache drops the page from its prefix index).
+    #[inline]
+    pub(crate) fn alloc_evicting(&mut self, evicted: impl FnOnce(PageId)) -> Result<PageId> {
         let page = match self.alloc.alloc() {
             Some(p) => p,
             None => {
@@ -179,7 +162,8 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
                 if let Some(f) = self.flags.get_mut(victim as usize) {
                     *f &= !REGISTERED;
                 }
-                self.index.remove(victim);
+                self.registered = self.registered.saturating_sub(1);
+                evicted(victim);
                 self.evictions += 1;
                 victim
             }
@@ -323,11 +307,6 @@ mod tests {
         links: [u16; 16],
         flags: [u8; 8],
         alloc: [u64; 4],
-        hashes: [u64; 8],
-        regs: [u64; 8],
-        parents: [u64; 8],
-        tokens: [u32; 16],
-        buckets: [u16; 16],
     }
 
     fn mem() -> Mem {
@@ -336,31 +315,17 @@ mod tests {
             links: [0; 16],
             flags: [0; 8],
             alloc: [0; 4],
-            hashes: [0; 8],
-            regs: [0; 8],
-            parents: [0; 8],
-            tokens: [0; 16],
-            buckets: [0; 16],
         }
     }
 
-    /// A pool of `n ≤ 8` pages with a prefix index of 2-token pages.
+    /// A pool of `n ≤ 8` pages.
     fn pool<'a, A: PageAllocator<'a>>(m: &'a mut Mem, n: u16) -> PagePool<'a, A> {
-        let index = PrefixIndex::new(
-            2,
-            &mut m.hashes,
-            &mut m.regs,
-            &mut m.parents,
-            &mut m.tokens,
-            &mut m.buckets,
-        );
-        PagePool::with_index(
+        PagePool::new(
             n,
             &mut m.rc,
             &mut m.links,
             &mut m.flags,
             bytemuck::cast_slice_mut(&mut m.alloc),
-            index,
         )
         .unwrap()
     }
@@ -389,11 +354,9 @@ mod tests {
         let pages: Vec<_> = (0..4).map(|_| p.alloc().unwrap()).collect();
         assert_eq!(p.alloc(), Err(Error::OutOfPages));
         for &pg in &pages[..3] {
-            // All with the same hash: the index keeps colliding entries apart.
-            p.register(pg, 5, 0, &[pg as u32, 1]).unwrap();
+            p.set_registered(pg);
         }
-        assert_eq!(p.register(pages[0], 5, 0, &[0, 1]), Err(Error::InvalidPage));
-        assert_eq!(p.register(pages[3], 5, 0, &[0]), Err(Error::LengthMismatch));
+        assert!(!p.registrable(pages[0]) && p.registrable(pages[3]) && !p.registrable(7));
         assert_eq!(p.registered_pages(), 3);
         // Release order 2, 0, 1: LRU order is the same.
         for i in [2, 0, 1] {
@@ -407,24 +370,18 @@ mod tests {
         // A hit revives a cached page, taking it out of the LRU.
         p.retain(pages[0]).unwrap();
         assert_eq!(p.state(pages[0]), Some(PageState::Used(1)));
-        // Then eviction in LRU order: 2 then 1; each evicted page loses its registration.
-        assert_eq!(p.alloc(), Ok(pages[2]));
+        // Then eviction in LRU order: 2 then 1; each evicted page loses its registration and is
+        // reported.
+        let mut evicted = Vec::new();
+        assert_eq!(p.alloc_evicting(|v| evicted.push(v)), Ok(pages[2]));
         assert!(!p.is_registered(pages[2]));
-        assert_eq!(p.index().find(5, 0, &[pages[2] as u32, 1]), None);
-        assert_eq!(
-            p.index().find(5, 0, &[pages[1] as u32, 1]),
-            Some(pages[1]),
-            "colliding entries survive the removal"
-        );
-        assert_eq!(p.index().check(), Ok(()));
-        assert_eq!(p.alloc(), Ok(pages[1]));
+        assert_eq!(p.alloc_evicting(|v| evicted.push(v)), Ok(pages[1]));
+        assert_eq!(evicted, [pages[2], pages[1]]);
         assert_eq!(p.alloc(), Err(Error::OutOfPages));
         let mut cached = Vec::new();
         p.for_each_cached(|pg| cached.push(pg));
         assert!(cached.is_empty());
-        assert_eq!(p.register(7, 1, 0, &[0, 0]), Err(Error::InvalidPage));
         assert_eq!(p.registered_pages(), 1, "only the revived page is left");
-        assert_eq!(p.index().check(), Ok(()));
     }
 
     #[test]

@@ -6,8 +6,8 @@
 
 use edgekv::snapshot::{RamFlash, SliceFlash};
 use edgekv::{
-    CacheConfig, ElementFormat, Error, HeapArena, Kv, KvCache, META_ALIGN, PageAllocator, SeqId,
-    SeqMode, Shape, Stats,
+    CacheConfig, ElementFormat, Error, HeapArenas, Kv, KvCache, PageAllocator, SeqId, SeqMode,
+    Shape, Stats,
 };
 
 const SHAPE: Shape = Shape {
@@ -141,10 +141,8 @@ fn exhaust_after(
     let mixes: &[bool] = if cfg!(miri) { &[true] } else { &[false, true] };
     for &cached in mixes {
         for &avail in &levels {
-            let mut data = HeapArena::new(plan.data_bytes, cfg.align).unwrap();
-            let mut meta = HeapArena::new(plan.meta.total, META_ALIGN).unwrap();
-            let mut c: KvCache =
-                KvCache::new(cfg, data.as_uninit_mut(), meta.as_uninit_mut()).unwrap();
+            let mut arenas = HeapArenas::for_plan(&cfg, &plan).unwrap();
+            let mut c: KvCache = arenas.cache(cfg).unwrap();
             let Some(seqs) = scenario(&mut c, cached, avail, &prep) else {
                 continue; // the scenario itself needs more pages than that leaves
             };
@@ -259,9 +257,8 @@ fn restore_is_all_or_nothing_at_every_fill_level() {
             <edgekv::FreeList as PageAllocator>::META_BITS_PER_PAGE,
         )
         .unwrap();
-    let mut data = HeapArena::new(plan.data_bytes, cfg.align).unwrap();
-    let mut meta = HeapArena::new(plan.meta.total, META_ALIGN).unwrap();
-    let mut src: KvCache = KvCache::new(cfg, data.as_uninit_mut(), meta.as_uninit_mut()).unwrap();
+    let mut arenas = HeapArenas::for_plan(&cfg, &plan).unwrap();
+    let mut src: KvCache = arenas.cache(cfg).unwrap();
     let s = src.create_sequence(SeqMode::Paged).unwrap();
     src.reserve(s, 10).unwrap();
     src.write(s, 0, Kv::K, 0, &rows(3, 10)).unwrap();

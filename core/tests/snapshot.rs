@@ -4,8 +4,7 @@
 use edgekv::attention::{AttentionParams, scratch_len};
 use edgekv::snapshot::{HEADER_BYTES, Header, RamFlash, SliceFlash};
 use edgekv::{
-    CacheConfig, ElementFormat, Error, HeapArena, Kv, KvCache, META_ALIGN, PageAllocator, SeqId,
-    SeqMode, Shape, Stats,
+    CacheConfig, ElementFormat, Error, HeapArenas, Kv, KvCache, SeqId, SeqMode, Shape, Stats,
 };
 use embedded_storage::nor_flash::{ErrorType, NorFlashErrorKind, ReadNorFlash};
 
@@ -17,26 +16,12 @@ const SHAPE: Shape = Shape {
 const ROW: usize = 64;
 const FINGERPRINT: u64 = 0x5EED_CAFE_F00D_0001;
 
-struct Arenas {
-    data: HeapArena,
-    meta: HeapArena,
+fn arenas(cfg: &CacheConfig, pages: usize) -> HeapArenas {
+    HeapArenas::for_pages::<edgekv::FreeList>(cfg, pages).unwrap()
 }
 
-fn arenas(cfg: &CacheConfig, pages: usize) -> Arenas {
-    let plan = cfg
-        .plan_pages(
-            pages,
-            <edgekv::FreeList as PageAllocator>::META_BITS_PER_PAGE,
-        )
-        .unwrap();
-    Arenas {
-        data: HeapArena::new(plan.data_bytes, cfg.align).unwrap(),
-        meta: HeapArena::new(plan.meta.total, META_ALIGN).unwrap(),
-    }
-}
-
-fn cache(a: &mut Arenas, cfg: CacheConfig) -> KvCache<'_> {
-    KvCache::new(cfg, a.data.as_uninit_mut(), a.meta.as_uninit_mut()).unwrap()
+fn cache(a: &mut HeapArenas, cfg: CacheConfig) -> KvCache<'_> {
+    a.cache(cfg).unwrap()
 }
 
 fn config(k: ElementFormat, v: ElementFormat) -> CacheConfig {

@@ -34,9 +34,7 @@ use std::time::Instant;
 use edgekv::quant::{
     dequantize_fp8_tile, dequantize_q8, fp8_tile_row_bytes, quantize_fp8_tile, quantize_q8,
 };
-use edgekv::{
-    CacheConfig, ElementFormat, FreeList, HeapArena, Kv, KvCache, META_ALIGN, SeqMode, Shape,
-};
+use edgekv::{CacheConfig, ElementFormat, FreeList, HeapArenas, Kv, KvCache, SeqMode, Shape};
 use half::f16;
 
 /// PRNG seed: the report is deterministic.
@@ -194,10 +192,8 @@ fn through_cache(
     let pages = 2 * ctx.div_ceil(geo.page_tokens as usize);
     let plan = KvCache::<FreeList>::plan(&cfg, pages * geo.page_bytes)?;
     assert!(plan.num_pages as usize >= pages, "plan too small");
-    let mut data_arena = HeapArena::new(plan.data_bytes, cfg.align)?;
-    let mut meta_arena = HeapArena::new(plan.meta.total, META_ALIGN)?;
-    let mut cache: KvCache<'_, FreeList<'_>> =
-        KvCache::new(cfg, data_arena.as_uninit_mut(), meta_arena.as_uninit_mut())?;
+    let mut arenas = HeapArenas::for_plan(&cfg, &plan)?;
+    let mut cache: KvCache<'_, FreeList<'_>> = arenas.cache(cfg)?;
 
     let n = data.k.len();
     let mut stored = Stored {

@@ -22,7 +22,7 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use edgekv::attention::{AttentionParams, scratch_len};
-use edgekv::{CacheConfig, ElementFormat, FreeList, HeapArena, KvCache, SeqId, SeqMode, Shape};
+use edgekv::{CacheConfig, ElementFormat, FreeList, HeapArenas, KvCache, SeqId, SeqMode, Shape};
 
 /// SmolLM2-135M's attention shape, one layer.
 const SHAPE: Shape = Shape {
@@ -185,13 +185,9 @@ fn with_cache(
         .with_page_tokens(PAGE_TOKENS)
         .with_formats(fmt, fmt)
         .with_sequences(1, tokens as u32);
-    let plan = cfg
-        .plan_pages(tokens.div_ceil(PAGE_TOKENS as usize), 16)
-        .expect("plan");
-    let mut data = HeapArena::new(plan.data_bytes, cfg.align).expect("data arena");
-    let mut meta = HeapArena::new(plan.meta.total, edgekv::META_ALIGN).expect("meta arena");
-    let mut cache: KvCache<'_, FreeList<'_>> =
-        KvCache::new(cfg, data.as_uninit_mut(), meta.as_uninit_mut()).expect("cache");
+    let pages = tokens.div_ceil(PAGE_TOKENS as usize);
+    let mut arenas = HeapArenas::for_pages::<FreeList>(&cfg, pages).expect("arenas");
+    let mut cache: KvCache<'_, FreeList<'_>> = arenas.cache(cfg).expect("cache");
     let s = cache.create_sequence(SeqMode::Paged).expect("sequence");
     cache.reserve(s, tokens as u32).expect("reserve");
     cache.write_kv(s, 0, 0, k, v).expect("write");

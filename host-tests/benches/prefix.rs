@@ -8,7 +8,7 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use edgekv::prefix::{common_prefix_len, namespace};
-use edgekv::{CacheConfig, HeapArena, Kv, KvCache, META_ALIGN, SeqMode, Shape};
+use edgekv::{CacheConfig, FreeList, HeapArenas, Kv, KvCache, SeqMode, Shape};
 
 /// The obvious loop, one branch per token.
 fn naive(a: &[u32], b: &[u32]) -> usize {
@@ -58,10 +58,8 @@ fn lookup(c: &mut Criterion) {
         .with_chunk_tokens(64)
         .with_sequences(4, 8192)
         .with_namespace(namespace(&[b"SmolLM2-135M-Instruct.Q4_1"]));
-    let plan = cfg.plan_pages(600, 16).unwrap();
-    let mut data = HeapArena::new(plan.data_bytes, cfg.align).unwrap();
-    let mut meta = HeapArena::new(plan.meta.total, META_ALIGN).unwrap();
-    let mut cache: KvCache = KvCache::new(cfg, data.as_uninit_mut(), meta.as_uninit_mut()).unwrap();
+    let mut arenas = HeapArenas::for_pages::<FreeList>(&cfg, 600).unwrap();
+    let mut cache: KvCache = arenas.cache(cfg).unwrap();
     let prompt: Vec<u32> = (0..4096u32).map(|i| (i * 7919) % 49152).collect();
     let s = cache.create_sequence(SeqMode::Paged).unwrap();
     cache.reserve(s, 4096).unwrap();

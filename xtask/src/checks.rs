@@ -287,9 +287,9 @@ fn miri() -> Result<(), String> {
         "--skip",
         "attention::",
         "--skip",
-        "quant::",
+        "format::int8::",
         "--skip",
-        "cache::attend::",
+        "format::fp8::",
         // A 300-token growth with invariant checks: 76 s under Miri; the other contiguous tests
         // cover the same relocation code.
         "--skip",

@@ -383,25 +383,27 @@ fn check_row(
     Ok(err)
 }
 
-/// CRC-32/ISO-HDLC (zlib's), bit by bit: no table in a 256 KiB flash.
-struct Crc32(u32);
+/// CRC-32/ISO-HDLC (zlib's), the `crc` crate's table-less variant: no table in flash.
+static CRC32: crc::Crc<u32, crc::NoTable> =
+    crc::Crc::<u32, crc::NoTable>::new(&crc::CRC_32_ISO_HDLC);
+
+/// A running CRC-32 of little-endian f32 bytes.
+#[derive(Clone)]
+struct Crc32(crc::Digest<'static, u32, crc::NoTable>);
 
 impl Crc32 {
     fn new() -> Self {
-        Crc32(!0)
+        Crc32(CRC32.digest())
     }
 
     fn update_f32(&mut self, xs: &[f32]) {
-        for b in xs.iter().flat_map(|x| x.to_le_bytes()) {
-            self.0 ^= u32::from(b);
-            for _ in 0..8 {
-                self.0 = (self.0 >> 1) ^ (0xedb8_8320 & 0u32.wrapping_sub(self.0 & 1));
-            }
+        for x in xs {
+            self.0.update(&x.to_le_bytes());
         }
     }
 
     fn finish(&self) -> u32 {
-        !self.0
+        self.0.clone().finalize()
     }
 }
 

@@ -16,8 +16,8 @@
 use edgekv::attention::{AttentionParams, Window, scratch_len};
 use edgekv::prefix::plan_prefill;
 use edgekv::{
-    CacheConfig, ElementFormat, FreeList, Kv, KvCache, PageAllocator, Plan, SeqId,
-    SeqMode, Shape, Stats,
+    CacheConfig, ElementFormat, FreeList, Kv, KvCache, PageAllocator, Plan, SeqId, SeqMode, Shape,
+    Stats,
 };
 use edgekv_hal::{CacheMaintenance, HalError, IdentityMap, Segment, read_view};
 
@@ -305,7 +305,7 @@ impl Session<'_, '_> {
 
     /// The "sampled" token at `pos`, derived from the outputs so far.
     fn next_token(&self, pos: usize) -> u32 {
-        1 + (mix(self.crc.0 ^ pos as u32) % 49_152)
+        1 + (mix(self.crc.state() ^ pos as u32) % 49_152)
     }
 }
 
@@ -325,24 +325,31 @@ fn fill(xs: &mut [f32], seed: u32) {
     }
 }
 
-/// CRC-32/ISO-HDLC (zlib's), bit by bit.
-struct Crc32(u32);
+/// CRC-32/ISO-HDLC (zlib's), the `crc` crate's table-less variant: no table in flash.
+static CRC32: crc::Crc<u32, crc::NoTable> =
+    crc::Crc::<u32, crc::NoTable>::new(&crc::CRC_32_ISO_HDLC);
+
+/// A running CRC-32 of little-endian f32 bytes.
+#[derive(Clone)]
+struct Crc32(crc::Digest<'static, u32, crc::NoTable>);
 
 impl Crc32 {
     fn new() -> Self {
-        Crc32(!0)
+        Crc32(CRC32.digest())
     }
 
     fn update_f32(&mut self, xs: &[f32]) {
-        for b in xs.iter().flat_map(|x| x.to_le_bytes()) {
-            self.0 ^= u32::from(b);
-            for _ in 0..8 {
-                self.0 = (self.0 >> 1) ^ (0xedb8_8320 & 0u32.wrapping_sub(self.0 & 1));
-            }
+        for x in xs {
+            self.0.update(&x.to_le_bytes());
         }
     }
 
     fn finish(&self) -> u32 {
-        !self.0
+        self.0.clone().finalize()
+    }
+
+    /// The register before the final inversion (what the bitwise loop kept), as a seed.
+    fn state(&self) -> u32 {
+        !self.finish()
     }
 }

@@ -15,23 +15,17 @@
 //! Everything here is `#[inline(always)]` (but the f16 block decoder) so that the attention page
 //! loop, built once portably and once for AVX2, takes these kernels along into each build.
 
+#[cfg(test)]
 use core::hint::black_box;
 use core::marker::PhantomData;
 
-use crate::format::ElementFormat;
-
-pub(crate) const LANES: usize = 8;
-
-/// Sums eight lanes in a fixed tree.
-#[inline(always)]
-fn reduce(a: [f32; LANES]) -> f32 {
-    ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
-}
-
-// The kernels walk whole blocks of eight elements (`B` bytes each) as fixed-size arrays, so the
-// decoders index arrays by constants: no per-element bounds checks, and loops vectorize.
-// Elements past the last whole block (a `head_dim`, group or tail not a multiple of eight) go one
-// at a time into lanes 0.., exactly as a block would.
+use crate::arch::Isa;
+#[cfg(test)]
+use crate::arch::reduce;
+use crate::format::float::{Bf16s, F16s, F32s};
+use crate::format::fp8::{E4m3Scaled, E4m3s};
+use crate::format::int8::{I8Scaled, I8s};
+use crate::format::{Decode, ElementFormat, LANES, f32_at, u16_at};
 
 /// Running dot products of `G` query heads with one page row, eight lanes per head.
 struct Lanes<const G: usize>([[f32; LANES]; G]);
@@ -122,262 +116,6 @@ fn axpy_with<const G: usize, const B: usize, const R: usize>(
             }
         }
     }
-}
-
-#[inline(always)]
-fn f32_at(b: &[u8], i: usize) -> f32 {
-    f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
-}
-
-#[inline(always)]
-fn u16_at(b: &[u8], i: usize) -> u16 {
-    u16::from_le_bytes([b[2 * i], b[2 * i + 1]])
-}
-
-/// Out of line: inlined into the large attention loops, LLVM leaves this scalar (one branchy
-/// conversion per element); alone it vectorizes.
-#[inline(never)]
-fn f16_block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
-    let mut x = [0f32; LANES];
-    for l in 0..LANES {
-        x[l] = f16_to_f32(u16::from_le_bytes([b[2 * l], b[2 * l + 1]]));
-    }
-    x
-}
-
-/// What a build of the page loop does with instructions of its own: f16 values (f16 pages,
-/// int8 scales) to f32, and lane sums. Every implementation gives the same bits: f16 decoding
-/// those of `half::f16::to_f32` (NaNs made quiet), lane sums the fixed tree of [`reduce`]. The
-/// portable code below runs on every target; the AVX2 build of the page loop has F16C's
-/// conversion and horizontal adds.
-pub(crate) trait Isa {
-    /// One f16 value.
-    fn one(h: u16) -> f32;
-    /// Eight little-endian f16 values.
-    fn block(b: &[u8; 2 * LANES]) -> [f32; LANES];
-    /// `[reduce(x[0]), …, reduce(x[7])]`: eight rows' lanes, each summed in the fixed tree.
-    fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES];
-}
-
-/// [`Isa`] with integer operations and scalar sums, on every target.
-pub(crate) struct Portable;
-
-impl Isa for Portable {
-    #[inline(always)]
-    fn one(h: u16) -> f32 {
-        f16_to_f32(h)
-    }
-
-    #[inline(always)]
-    fn block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
-        f16_block(b)
-    }
-
-    #[inline(always)]
-    fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES] {
-        // The barrier keeps LLVM's SLP vectorizer from permuting the lanes where they are
-        // accumulated to suit the tree (it would shuffle every block); it changes no value.
-        let x = black_box(x);
-        core::array::from_fn(|i| reduce(x[i]))
-    }
-}
-
-/// How a kernel reads one kind of page element: blocks of eight from `B` bytes, and single
-/// elements (`i`-th of `bytes`) past the last whole block. A trait rather than closures: its
-/// methods can be forced inline into both builds of the page loop.
-trait Decode<const B: usize>: Copy {
-    /// Eight elements.
-    fn block(self, b: &[u8; B]) -> [f32; LANES];
-    /// Element `i` of `bytes`.
-    fn one(self, bytes: &[u8], i: usize) -> f32;
-}
-
-/// Little-endian f32 elements.
-#[derive(Clone, Copy)]
-struct F32s;
-
-impl Decode<{ 4 * LANES }> for F32s {
-    #[inline(always)]
-    fn block(self, b: &[u8; 4 * LANES]) -> [f32; LANES] {
-        let mut x = [0f32; LANES];
-        for l in 0..LANES {
-            x[l] = f32::from_le_bytes([b[4 * l], b[4 * l + 1], b[4 * l + 2], b[4 * l + 3]]);
-        }
-        x
-    }
-
-    #[inline(always)]
-    fn one(self, bytes: &[u8], i: usize) -> f32 {
-        f32_at(bytes, i)
-    }
-}
-
-/// Little-endian f16 elements, decoded by `D`.
-struct F16s<D>(PhantomData<D>);
-
-impl<D> Clone for F16s<D> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<D> Copy for F16s<D> {}
-
-impl<D: Isa> Decode<{ 2 * LANES }> for F16s<D> {
-    #[inline(always)]
-    fn block(self, b: &[u8; 2 * LANES]) -> [f32; LANES] {
-        D::block(b)
-    }
-
-    #[inline(always)]
-    fn one(self, bytes: &[u8], i: usize) -> f32 {
-        D::one(u16_at(bytes, i))
-    }
-}
-
-/// Little-endian bf16 elements.
-#[derive(Clone, Copy)]
-struct Bf16s;
-
-impl Decode<{ 2 * LANES }> for Bf16s {
-    #[inline(always)]
-    fn block(self, b: &[u8; 2 * LANES]) -> [f32; LANES] {
-        let mut x = [0f32; LANES];
-        for l in 0..LANES {
-            x[l] = bf16_to_f32(u16::from_le_bytes([b[2 * l], b[2 * l + 1]]));
-        }
-        x
-    }
-
-    #[inline(always)]
-    fn one(self, bytes: &[u8], i: usize) -> f32 {
-        bf16_to_f32(u16_at(bytes, i))
-    }
-}
-
-/// int8 codes, each times the group's scale (K rows; V rows fold the scale into the weights
-/// and use [`I8s`]).
-#[derive(Clone, Copy)]
-struct I8Scaled(f32);
-
-impl Decode<LANES> for I8Scaled {
-    #[inline(always)]
-    fn block(self, b: &[u8; LANES]) -> [f32; LANES] {
-        let mut x = [0f32; LANES];
-        for l in 0..LANES {
-            x[l] = b[l] as i8 as f32 * self.0;
-        }
-        x
-    }
-
-    #[inline(always)]
-    fn one(self, bytes: &[u8], i: usize) -> f32 {
-        bytes[i] as i8 as f32 * self.0
-    }
-}
-
-/// int8 codes.
-#[derive(Clone, Copy)]
-struct I8s;
-
-impl Decode<LANES> for I8s {
-    #[inline(always)]
-    fn block(self, b: &[u8; LANES]) -> [f32; LANES] {
-        let mut x = [0f32; LANES];
-        for l in 0..LANES {
-            x[l] = b[l] as i8 as f32;
-        }
-        x
-    }
-
-    #[inline(always)]
-    fn one(self, bytes: &[u8], i: usize) -> f32 {
-        bytes[i] as i8 as f32
-    }
-}
-
-/// E4M3 codes, each times the tile's scale.
-#[derive(Clone, Copy)]
-struct E4m3Scaled(f32);
-
-impl Decode<LANES> for E4m3Scaled {
-    #[inline(always)]
-    fn block(self, b: &[u8; LANES]) -> [f32; LANES] {
-        let mut x = [0f32; LANES];
-        for l in 0..LANES {
-            x[l] = e4m3_to_f32(b[l]) * self.0;
-        }
-        x
-    }
-
-    #[inline(always)]
-    fn one(self, bytes: &[u8], i: usize) -> f32 {
-        e4m3_to_f32(bytes[i]) * self.0
-    }
-}
-
-/// E4M3 codes.
-#[derive(Clone, Copy)]
-struct E4m3s;
-
-impl Decode<LANES> for E4m3s {
-    #[inline(always)]
-    fn block(self, b: &[u8; LANES]) -> [f32; LANES] {
-        let mut x = [0f32; LANES];
-        for l in 0..LANES {
-            x[l] = e4m3_to_f32(b[l]);
-        }
-        x
-    }
-
-    #[inline(always)]
-    fn one(self, bytes: &[u8], i: usize) -> f32 {
-        e4m3_to_f32(bytes[i])
-    }
-}
-
-/// An E4M3 code as f32, equal to `quant::e4m3_to_f32`, with integer operations and one exact
-/// conversion (so blocks of eight vectorize; a table lookup per element does not): normal codes
-/// rebias the exponent (7 → 127), subnormal codes are `m · 2^-9` (exact), `0x7F` magnitudes are
-/// NaN. No subnormal f32 is formed, so flush-to-zero modes change nothing.
-#[inline(always)]
-fn e4m3_to_f32(c: u8) -> f32 {
-    let c = c as u32;
-    let (e, m) = ((c >> 3) & 0xF, c & 0x7);
-    let normal = ((e + 120) << 23) | (m << 20);
-    let sub = (m as i32 as f32 * f32::from_bits((127 - 9) << 23)).to_bits();
-    let is_sub = ((e == 0) as u32).wrapping_neg();
-    let is_nan = (((c & 0x7F) == 0x7F) as u32).wrapping_neg();
-    let mag = (sub & is_sub) | (normal & !is_sub);
-    let mag = (f32::NAN.to_bits() & is_nan) | (mag & !is_nan);
-    f32::from_bits(mag | (c & 0x80) << 24)
-}
-
-/// IEEE binary16 to f32, bit-identical to `half::f16::to_f32` (NaNs made quiet) but branch-free
-/// and without `half`'s per-call CPU feature check, so it inlines and vectorizes. Integer ops
-/// and one exact subtraction; no subnormal f32 is ever formed.
-#[inline(always)]
-fn f16_to_f32(h: u16) -> f32 {
-    let h = h as u32;
-    let em = (h & 0x7FFF) << 13; // exponent and mantissa in f32 position
-    let exp = em & 0x0F80_0000;
-    let normal = em + (112 << 23); // rebias 15 → 127
-    // Subnormal or zero: 2^-14 · (1 + m) − 2^-14 = 2^-14 · m, exact.
-    let sub = (f32::from_bits(em + (113 << 23)) - f32::from_bits(113 << 23)).to_bits();
-    // Infinity or NaN (quiet bit set, as `half` does).
-    let special = em | 0x7F80_0000 | ((((em & 0x007F_FFFF) != 0) as u32) << 22);
-    // Selected with masks, not `if`s: branches here would keep LLVM from vectorizing.
-    let is_sub = ((exp == 0) as u32).wrapping_neg();
-    let is_special = ((exp == 0x0F80_0000) as u32).wrapping_neg();
-    let mag = (sub & is_sub) | (special & is_special) | (normal & !(is_sub | is_special));
-    f32::from_bits(mag | (h & 0x8000) << 16)
-}
-
-/// bfloat16 to f32, bit-identical to `half::bf16::to_f32` (NaNs made quiet), branch-free.
-#[inline(always)]
-fn bf16_to_f32(b: u16) -> f32 {
-    let nan = ((b & 0x7FFF) > 0x7F80) as u32;
-    f32::from_bits(((b as u32) << 16) | nan << 22)
 }
 
 /// One head row of one token in a page: its value bytes and (int8) its scale bytes.
@@ -590,27 +328,9 @@ fn int8_axpy<D: Isa, const G: usize, const R: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::Portable;
     use crate::format::{decode_rows, encode_rows};
     use std::vec::Vec;
-
-    #[test]
-    fn e4m3_decoder_matches_the_quantizer() {
-        for c in 0..=255u8 {
-            let want = crate::quant::e4m3_to_f32(c);
-            assert_eq!(e4m3_to_f32(c).to_bits(), want.to_bits(), "code {c:#x}");
-        }
-    }
-
-    #[test]
-    fn f16_and_bf16_decoders_match_half_on_every_code() {
-        // Every code; under Miri a stride that still crosses every exponent.
-        for c in (0..=u16::MAX).step_by(if cfg!(miri) { 61 } else { 1 }) {
-            let want = half::f16::from_bits(c).to_f32().to_bits();
-            assert_eq!(f16_to_f32(c).to_bits(), want, "f16 {c:#06x}");
-            let want = half::bf16::from_bits(c).to_f32().to_bits();
-            assert_eq!(bf16_to_f32(c).to_bits(), want, "bf16 {c:#06x}");
-        }
-    }
 
     /// Fused kernels agree with dequantize-then-f32 to rounding, for every format.
     #[test]

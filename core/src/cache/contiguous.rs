@@ -14,7 +14,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// released. If no run of that capacity exists, exactly `need` pages are tried before giving
     /// up. On error nothing changed.
     pub(super) fn grow_contiguous(&mut self, slot: usize, need: usize) -> Result<()> {
-        let rec = self.records[slot];
+        let rec = *self.seqs.record(slot);
         let held = rec.held as usize;
         let target = (held * 2)
             .max(need)
@@ -25,29 +25,29 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let tries = if target == need { 1 } else { 2 };
         for &cap in &caps[..tries] {
             if held > 0 {
-                let start = *self.table_entry(slot, 0);
+                let start = *self.seqs.entry_mut(slot, 0);
                 let end = start as usize + held;
                 if end < crate::planner::MAX_PAGES
                     && self.pool.extend_run(end as PageId, cap - held)
                 {
                     for i in held..cap {
-                        *self.table_entry(slot, i) = start + i as PageId;
+                        *self.seqs.entry_mut(slot, i) = start + i as PageId;
                     }
-                    self.records[slot].held = cap as u16;
+                    self.seqs.record_mut(slot).held = cap as u16;
                     return Ok(());
                 }
             }
             match self.pool.alloc_run(cap) {
                 Ok(new) => {
                     if held > 0 {
-                        let old = *self.table_entry(slot, 0);
+                        let old = *self.seqs.entry_mut(slot, 0);
                         self.copy_pages(old, new, self.pages_for(rec.len));
                         self.release_tail(slot, 0);
                     }
                     for i in 0..cap {
-                        *self.table_entry(slot, i) = new + i as PageId;
+                        *self.seqs.entry_mut(slot, i) = new + i as PageId;
                     }
-                    self.records[slot].held = cap as u16;
+                    self.seqs.record_mut(slot).held = cap as u16;
                     return Ok(());
                 }
                 Err(e) => last = e,

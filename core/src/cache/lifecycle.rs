@@ -3,7 +3,7 @@
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator, PageId};
 use crate::error::{Error, Result};
-use crate::sequence::{CONTIGUOUS, LIVE, SeqId, SeqMode, SeqRecord};
+use crate::sequence::{SeqId, SeqMode};
 
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Creates an empty sequence.
@@ -15,53 +15,23 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         if mode == SeqMode::Contiguous && !A::CONTIGUOUS {
             return Err(Error::ContiguousUnsupported);
         }
-        let slot = self.free_slot()?;
-        Ok(self.open_slot(slot, mode, 0, 0))
-    }
-
-    /// Marks `slot` live with a new generation.
-    fn open_slot(&mut self, slot: usize, mode: SeqMode, len: u32, held: u16) -> SeqId {
-        let r = &mut self.records[slot];
-        let generation = r.generation.wrapping_add(1);
-        let flags = LIVE
-            | if mode == SeqMode::Contiguous {
-                CONTIGUOUS
-            } else {
-                0
-            };
-        *r = SeqRecord {
-            len,
-            prompt: 0,
-            held,
-            generation,
-            flags,
-            _reserved: 0,
-        };
-        self.live += 1;
-        SeqId {
-            slot: slot as u16,
-            generation,
-            epoch: self.epoch,
-        }
+        let slot = self.seqs.free_slot()?;
+        Ok(self.seqs.open(slot, mode, 0, 0))
     }
 
     /// Frees a sequence, releasing its pages (registered pages become cached).
     pub fn free_sequence(&mut self, seq: SeqId) -> Result<()> {
-        let slot = self.slot(seq)?;
+        let slot = self.seqs.slot(seq)?;
         self.release_tail(slot, 0);
-        let r = &mut self.records[slot];
-        r.flags = 0;
-        r.len = 0;
-        r.prompt = 0;
-        self.live -= 1;
+        self.seqs.close(slot);
         Ok(())
     }
 
     /// Releases page-table entries `[keep, held)`, last first, and sets `held = keep`.
     pub(super) fn release_tail(&mut self, slot: usize, keep: usize) {
-        let held = self.records[slot].held as usize;
+        let held = self.seqs.record(slot).held as usize;
         self.release_entries(slot, keep..held);
-        self.records[slot].held = keep.min(held) as u16;
+        self.seqs.record_mut(slot).held = keep.min(held) as u16;
     }
 
     /// Reserves `n` more positions at the end of a sequence, allocating pages for every layer as
@@ -83,8 +53,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// [`OutOfPages`](Error::OutOfPages) when the new pages plus the tail-page copy do not fit;
     /// and for contiguous sequences [`NoContiguousRun`](Error::NoContiguousRun).
     pub fn reserve(&mut self, seq: SeqId, n: u32) -> Result<u32> {
-        let slot = self.slot(seq)?;
-        let rec = self.records[slot];
+        let slot = self.seqs.slot(seq)?;
+        let rec = *self.seqs.record(slot);
         // Past `max_seq_tokens` is `SequenceFull`, however far past (even past `u32::MAX`).
         let new_len = rec
             .len
@@ -117,7 +87,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 self.alloc_into_table(slot, held, need)?;
             }
         }
-        self.records[slot].len = new_len;
+        self.seqs.record_mut(slot).len = new_len;
         Ok(rec.len)
     }
 
@@ -127,8 +97,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             return Err(Error::OutOfPages);
         }
         for i in from..to {
-            match self.pool.alloc() {
-                Ok(page) => *self.table_entry(slot, i) = page,
+            match self.pool.alloc_evicting(|v| self.index.remove(v)) {
+                Ok(page) => *self.seqs.entry_mut(slot, i) = page,
                 Err(e) => {
                     // Unreachable after the availability check; undo anyway.
                     self.release_entries(slot, from..i);
@@ -136,7 +106,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 }
             }
         }
-        self.records[slot].held = to as u16;
+        self.seqs.record_mut(slot).held = to as u16;
         Ok(())
     }
 
@@ -148,22 +118,24 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// [`TooManySequences`](Error::TooManySequences), [`OutOfPages`](Error::OutOfPages),
     /// [`NoContiguousRun`](Error::NoContiguousRun).
     pub fn fork(&mut self, seq: SeqId) -> Result<SeqId> {
-        let parent = self.slot(seq)?;
-        let rec = self.records[parent];
-        let child = self.free_slot()?;
+        let parent = self.seqs.slot(seq)?;
+        let rec = *self.seqs.record(parent);
+        let child = self.seqs.free_slot()?;
         let held = rec.held as usize;
         if rec.contiguous() {
             if held > 0 {
-                let src = *self.table_entry(parent, 0);
+                let src = *self.seqs.entry_mut(parent, 0);
                 let dst = self.pool.alloc_run(held)?;
                 let used = self.pages_for(rec.len);
                 self.copy_pages(src, dst, used);
                 for i in 0..held {
-                    *self.table_entry(child, i) = dst + i as PageId;
+                    *self.seqs.entry_mut(child, i) = dst + i as PageId;
                 }
             }
-            let id = self.open_slot(child, SeqMode::Contiguous, rec.len, rec.held);
-            self.records[child].prompt = rec.prompt;
+            let id = self
+                .seqs
+                .open(child, SeqMode::Contiguous, rec.len, rec.held);
+            self.seqs.record_mut(child).prompt = rec.prompt;
             return Ok(id);
         }
         let full = rec.len as usize / self.config.page_tokens as usize;
@@ -171,7 +143,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             return Err(Error::OutOfPages);
         }
         for i in 0..full {
-            let page = *self.table_entry(parent, i);
+            let page = *self.seqs.entry_mut(parent, i);
             if page != NO_PAGE {
                 if let Err(e) = self.pool.retain(page) {
                     // Unreachable: a page has at most one reference per live sequence.
@@ -179,15 +151,15 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                     return Err(e);
                 }
             }
-            *self.table_entry(child, i) = page;
+            *self.seqs.entry_mut(child, i) = page;
         }
         if held > full {
             // Copy-on-write of the partial tail: the child gets its own page now.
-            match self.pool.alloc() {
+            match self.pool.alloc_evicting(|v| self.index.remove(v)) {
                 Ok(copy) => {
-                    let src = *self.table_entry(parent, full);
+                    let src = *self.seqs.entry_mut(parent, full);
                     self.copy_pages(src, copy, 1);
-                    *self.table_entry(child, full) = copy;
+                    *self.seqs.entry_mut(child, full) = copy;
                 }
                 Err(e) => {
                     self.release_entries(parent, 0..full);
@@ -195,8 +167,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 }
             }
         }
-        let id = self.open_slot(child, SeqMode::Paged, rec.len, rec.held);
-        self.records[child].prompt = rec.prompt;
+        let id = self.seqs.open(child, SeqMode::Paged, rec.len, rec.held);
+        self.seqs.record_mut(child).prompt = rec.prompt;
         Ok(id)
     }
 
@@ -204,7 +176,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// skipping entries released by `slide` (the held count is the caller's business).
     pub(super) fn release_entries(&mut self, slot: usize, entries: core::ops::Range<usize>) {
         for i in entries.rev() {
-            let page = *self.table_entry(slot, i);
+            let page = *self.seqs.entry_mut(slot, i);
             if page != NO_PAGE {
                 // Cannot fail: a page in a table holds a reference (see `check_invariants`).
                 let _ = self.pool.release(page);
@@ -218,13 +190,13 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Errors: [`UnknownSequence`](Error::UnknownSequence),
     /// [`TruncateBeyondLength`](Error::TruncateBeyondLength).
     pub fn truncate(&mut self, seq: SeqId, len: u32) -> Result<()> {
-        let slot = self.slot(seq)?;
-        let rec = self.records[slot];
+        let slot = self.seqs.slot(seq)?;
+        let rec = *self.seqs.record(slot);
         if len > rec.len {
             return Err(Error::TruncateBeyondLength);
         }
         let last = self.pages_for(len).checked_sub(1);
-        if last.is_some_and(|i| self.table(slot).get(i) == Some(&NO_PAGE)) {
+        if last.is_some_and(|i| self.seqs.table(slot).get(i) == Some(&NO_PAGE)) {
             // The new last page was released by `slide`: appending could not continue there.
             return Err(Error::PositionOutOfRange);
         }
@@ -232,7 +204,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             let keep = self.pages_for(len);
             self.release_tail(slot, keep);
         }
-        let r = &mut self.records[slot];
+        let r = self.seqs.record_mut(slot);
         r.len = len;
         r.prompt = r.prompt.min(len);
         Ok(())

@@ -12,7 +12,7 @@ mod verify;
 mod window;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use stats::Stats;
 pub use verify::InvariantViolation;
@@ -23,11 +23,11 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use crate::alloc::{FreeList, PageAllocator, PageId};
 use crate::arena::zeroed;
 use crate::error::{Error, Result};
-use crate::planner::{CacheConfig, META_ALIGN, Plan, Pool, SEQ_RECORD_BYTES};
+use crate::planner::{CacheConfig, META_ALIGN, Plan, PoolKind, SEQ_RECORD_BYTES};
 use crate::pool::{PagePool, PageState};
 use crate::prefix::index::PrefixIndex;
 use crate::prefix::{PageHasher, page_hash};
-use crate::sequence::{SeqId, SeqInfo, SeqRecord};
+use crate::sequence::{SeqId, SeqInfo, SeqRecord, SeqSet};
 use crate::shape::Kv;
 
 /// A KV cache over two caller-supplied arenas: pages of keys and values for every layer, shared
@@ -61,12 +61,12 @@ pub struct KvCache<'a, A: PageAllocator<'a> = FreeList<'a>> {
     plan: Plan,
     data: &'a mut [u8],
     pool: PagePool<'a, A>,
-    records: &'a mut [SeqRecord],
-    tables: &'a mut [PageId],
-    live: u16,
+    /// Registered pages by chained hash: the pool caches them when unreferenced, this cache
+    /// drops them from the index when the pool evicts them.
+    index: PrefixIndex<'a>,
+    /// Sequence records and page tables.
+    seqs: SeqSet<'a>,
     hasher: PageHasher,
-    /// This instance's epoch, part of every handle it gives out (see [`SeqId`]).
-    epoch: u32,
 }
 
 /// The epoch of the last cache created in this process.
@@ -95,6 +95,16 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// [`CacheConfig::plan`]); `const`, so arenas can be sized at compile time.
     pub const fn plan(config: &CacheConfig, data_bytes: usize) -> Result<Plan> {
         config.plan(data_bytes, A::META_BITS_PER_PAGE)
+    }
+
+    /// Plans a cache with this allocator and exactly `pages` pages (see
+    /// [`CacheConfig::plan_pages`]); `const`.
+    ///
+    /// # Errors
+    ///
+    /// As [`CacheConfig::plan_pages`].
+    pub const fn plan_pages(config: &CacheConfig, pages: usize) -> Result<Plan> {
+        config.plan_pages(pages, A::META_BITS_PER_PAGE)
     }
 
     /// Creates a cache with as many pages as fit in `data` (aligned to `config.align`), keeping
@@ -186,24 +196,15 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 cast16(buckets)?,
             )
         };
-        let pool = PagePool::with_index(
-            plan.num_pages,
-            cast16(rc)?,
-            cast16(links)?,
-            flags,
-            alloc,
-            index,
-        )?;
+        let pool = PagePool::new(plan.num_pages, cast16(rc)?, cast16(links)?, flags, alloc)?;
         Ok(KvCache {
             config,
             plan,
             data,
             pool,
-            records,
-            tables,
-            live: 0,
+            index,
+            seqs: SeqSet::new(records, tables, plan.table_len, next_epoch()),
             hasher: page_hash,
-            epoch: next_epoch(),
         })
     }
 
@@ -231,14 +232,14 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// sequence, its whole run, including capacity past its length). Pages released by
     /// [`slide`](Self::slide) read as [`NO_PAGE`](crate::NO_PAGE).
     pub fn page_table(&self, seq: SeqId) -> Result<&[PageId]> {
-        let slot = self.slot(seq)?;
-        Ok(self.table(slot))
+        let slot = self.seqs.slot(seq)?;
+        Ok(self.seqs.table(slot))
     }
 
     /// Length, pages, capacity and mode of a sequence.
     pub fn sequence(&self, seq: SeqId) -> Result<SeqInfo> {
-        let slot = self.slot(seq)?;
-        let r = &self.records[slot];
+        let slot = self.seqs.slot(seq)?;
+        let r = self.seqs.record(slot);
         Ok(SeqInfo {
             len: r.len,
             pages: r.held,
@@ -250,7 +251,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
 
     /// Reserved positions of a sequence.
     pub fn seq_len(&self, seq: SeqId) -> Result<u32> {
-        Ok(self.records[self.slot(seq)?].len)
+        Ok(self.seqs.record(self.seqs.slot(seq)?).len)
     }
 
     /// The bytes of one value page `(layer, kv, page)` in the data arena (for devices and tests).
@@ -273,29 +274,6 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
 
     // ---- internal helpers ----
 
-    /// Resolves a handle to its live slot.
-    #[inline]
-    fn slot(&self, seq: SeqId) -> Result<usize> {
-        let slot = seq.slot as usize;
-        match self.records.get(slot) {
-            Some(r) if r.live() && r.generation == seq.generation && seq.epoch == self.epoch => {
-                Ok(slot)
-            }
-            _ => Err(Error::UnknownSequence),
-        }
-    }
-
-    #[inline]
-    fn table(&self, slot: usize) -> &[PageId] {
-        let base = slot * self.plan.table_len;
-        &self.tables[base..base + self.records[slot].held as usize]
-    }
-
-    #[inline]
-    fn table_entry(&mut self, slot: usize, index: usize) -> &mut PageId {
-        &mut self.tables[slot * self.plan.table_len + index]
-    }
-
     /// Tokens per page.
     #[inline]
     fn page_len(&self) -> usize {
@@ -312,7 +290,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     fn copy_pages(&mut self, src: PageId, dst: PageId, count: usize) {
         let g = self.plan.geometry;
         for layer in 0..g.layers {
-            for pool in Pool::ALL {
+            for pool in PoolKind::ALL {
                 let stride = g.pool_stride(pool);
                 if stride == 0 {
                     continue;
@@ -323,13 +301,5 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                     .copy_within(from..from + count * stride, base + dst as usize * stride);
             }
         }
-    }
-
-    /// First free sequence slot.
-    fn free_slot(&self) -> Result<usize> {
-        self.records
-            .iter()
-            .position(|r| !r.live())
-            .ok_or(Error::TooManySequences)
     }
 }

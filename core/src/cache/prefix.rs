@@ -37,22 +37,44 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// [`PromptMismatch`](Error::PromptMismatch) when the prompt is longer than the sequence or
     /// differs from the tokens its already-published pages hold.
     pub fn commit_prompt(&mut self, seq: SeqId, prompt: &[u32]) -> Result<u16> {
-        let slot = self.slot(seq)?;
-        let rec = self.records[slot];
+        let slot = self.seqs.slot(seq)?;
+        let rec = *self.seqs.record(slot);
         let len = u32::try_from(prompt.len()).map_err(|_| Error::PromptMismatch)?;
         if len > rec.len {
             return Err(Error::PromptMismatch);
         }
         let mut published = 0;
-        if !rec.contiguous() && self.pool.index().enabled() {
+        if !rec.contiguous() && self.index.enabled() {
             let pages = (len / self.config.chunk() * self.config.chunk()) as usize
                 / self.config.page_tokens as usize;
             // Check everything first, then change: all or nothing.
             self.publish(slot, prompt, pages, false)?;
             published = self.publish(slot, prompt, pages, true)?;
         }
-        self.records[slot].prompt = len;
+        self.seqs.record_mut(slot).prompt = len;
         Ok(published)
+    }
+
+    /// Registers a used, unregistered page in the prefix index (its last release will cache it
+    /// instead of freeing it) and returns its registration id.
+    fn register_page(
+        &mut self,
+        page: PageId,
+        hash: u64,
+        parent: u64,
+        tokens: &[u32],
+    ) -> Result<u64> {
+        if !self.index.enabled() {
+            return Err(Error::NoPrefixIndex);
+        }
+        if !self.pool.registrable(page) {
+            return Err(Error::InvalidPage);
+        }
+        if tokens.len() != self.index.tokens(page).len() {
+            return Err(Error::LengthMismatch);
+        }
+        self.pool.set_registered(page);
+        Ok(self.index.insert(page, hash, parent, tokens))
     }
 
     /// Walks the first `pages` pages of a sequence's table against `prompt`: a registered page
@@ -69,12 +91,12 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 .get(i * p..(i + 1) * p)
                 .ok_or(Error::PromptMismatch)?;
             let hash = (self.hasher)(prev_hash, tokens);
-            let page = *self.table_entry(slot, i);
+            let page = *self.seqs.entry_mut(slot, i);
             if page == NO_PAGE {
                 // Released by `slide`: the chain cannot continue past it.
                 break;
             }
-            let index = self.pool.index();
+            let index = &self.index;
             if let Some(entry) = index.entry(page) {
                 if entry.parent != parent || index.tokens(page) != tokens {
                     return Err(Error::PromptMismatch);
@@ -84,7 +106,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 parent = index.reg(equal);
             } else {
                 parent = if apply {
-                    self.pool.register(page, hash, parent, tokens)?
+                    self.register_page(page, hash, parent, tokens)?
                 } else {
                     // A placeholder no existing entry names as parent (registration ids count
                     // up from 1, root links have the top bit set).
@@ -105,7 +127,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     ///
     /// Errors: [`NoPrefixIndex`](Error::NoPrefixIndex).
     pub fn lookup(&self, prompt: &[u32]) -> Result<PrefixHit> {
-        if !self.pool.index().enabled() {
+        if !self.index.enabled() {
             return Err(Error::NoPrefixIndex);
         }
         let p = self.config.page_tokens as usize;
@@ -114,7 +136,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let limit = reuse_boundary(len, len, self.config.chunk()) as usize / p;
         let limit = limit.min(self.plan.table_len);
         let mut last = 0;
-        let index = self.pool.index();
+        let index = &self.index;
         let ns = self.config.namespace;
         let matched = walk(index, self.hasher, ns, p, prompt, limit, |i, page| {
             if (i + 1) % per_chunk == 0 {
@@ -140,15 +162,15 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// [`StaleHit`](Error::StaleHit) when pages of the hit were evicted since the lookup or the
     /// hit does not belong to this prompt.
     pub fn attach(&mut self, seq: SeqId, hit: &PrefixHit, prompt: &[u32]) -> Result<u32> {
-        let slot = self.slot(seq)?;
-        let rec = self.records[slot];
+        let slot = self.seqs.slot(seq)?;
+        let rec = *self.seqs.record(slot);
         if rec.contiguous() {
             return Err(Error::NotPaged);
         }
         if rec.len != 0 || rec.held != 0 {
             return Err(Error::SequenceNotEmpty);
         }
-        if !self.pool.index().enabled() {
+        if !self.index.enabled() {
             return Err(Error::NoPrefixIndex);
         }
         let pages = hit.pages as usize;
@@ -163,9 +185,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             return Err(Error::StaleHit);
         }
         // Re-verify and fill the (not yet held) table entries; nothing is retained yet.
-        let base = slot * self.plan.table_len;
-        let table = &mut self.tables[base..base + pages];
-        let index = self.pool.index();
+        let table = self.seqs.entries_mut(slot, pages);
+        let index = &self.index;
         let mut last = 0;
         let ns = self.config.namespace;
         let matched = walk(index, self.hasher, ns, p, prompt, pages, |i, page| {
@@ -176,13 +197,13 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             return Err(Error::StaleHit);
         }
         for i in 0..pages {
-            let page = self.tables[base + i];
+            let page = *self.seqs.entry_mut(slot, i);
             if let Err(e) = self.pool.retain(page) {
                 self.release_entries(slot, 0..i);
                 return Err(e);
             }
         }
-        let r = &mut self.records[slot];
+        let r = self.seqs.record_mut(slot);
         r.len = hit.tokens;
         r.held = hit.pages;
         r.prompt = hit.tokens;
@@ -198,8 +219,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Errors: [`UnknownSequence`](Error::UnknownSequence);
     /// [`PromptMismatch`](Error::PromptMismatch) when `held` is longer than the sequence.
     pub fn reuse_prefix(&mut self, seq: SeqId, held: &[u32], prompt: &[u32]) -> Result<u32> {
-        let slot = self.slot(seq)?;
-        let rec = self.records[slot];
+        let slot = self.seqs.slot(seq)?;
+        let rec = *self.seqs.record(slot);
         if held.len() > rec.len as usize {
             return Err(Error::PromptMismatch);
         }

@@ -4,7 +4,7 @@
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator, PageId};
 use crate::error::{Error, Result};
-use crate::planner::Pool;
+use crate::planner::PoolKind;
 use crate::sequence::SeqId;
 
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
@@ -18,7 +18,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// (empty for the scale pool of a full-precision format).
     ///
     /// Errors: [`LayerOutOfRange`](Error::LayerOutOfRange).
-    pub fn pool_bytes(&self, layer: u16, pool: Pool) -> Result<&[u8]> {
+    pub fn pool_bytes(&self, layer: u16, pool: PoolKind) -> Result<&[u8]> {
         if layer >= self.config.shape.layers {
             return Err(Error::LayerOutOfRange);
         }
@@ -31,7 +31,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// [head_dim]` in the page format) or its scale bytes, padded to the pool stride.
     ///
     /// Errors: [`LayerOutOfRange`](Error::LayerOutOfRange), [`InvalidPage`](Error::InvalidPage).
-    pub fn slot_bytes(&self, layer: u16, pool: Pool, page: PageId) -> Result<&[u8]> {
+    pub fn slot_bytes(&self, layer: u16, pool: PoolKind, page: PageId) -> Result<&[u8]> {
         let stride = self.plan.geometry.pool_stride(pool);
         let pool_bytes = self.pool_bytes(layer, pool)?;
         let start = (page as usize)
@@ -57,15 +57,15 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         &mut self,
         seq: SeqId,
         layer: u16,
-        pool: Pool,
+        pool: PoolKind,
         index: usize,
         bytes: &[u8],
     ) -> Result<()> {
-        let slot = self.slot(seq)?;
+        let slot = self.seqs.slot(seq)?;
         if layer >= self.config.shape.layers {
             return Err(Error::LayerOutOfRange);
         }
-        match self.table(slot).get(index) {
+        match self.seqs.table(slot).get(index) {
             Some(&page) if page != NO_PAGE => {}
             _ => return Err(Error::PositionOutOfRange),
         }
@@ -76,7 +76,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let first = u32::try_from(index * self.config.page_tokens as usize)
             .map_err(|_| Error::PositionOutOfRange)?;
         self.make_writable(slot, first, 1)?;
-        let page = self.table(slot)[index];
+        let page = self.seqs.table(slot)[index];
         let start = self.plan.pool_offset(layer, pool) + page as usize * stride;
         self.data[start..start + stride].copy_from_slice(bytes);
         Ok(())
@@ -85,7 +85,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{ArenaBuf, CacheConfig, ElementFormat, Error, Kv, KvCache, Pool, SeqMode, Shape};
+    use crate::{
+        ArenaBuf, CacheConfig, ElementFormat, Error, Kv, KvCache, PoolKind, SeqMode, Shape,
+    };
 
     fn config() -> CacheConfig {
         CacheConfig::new(Shape {
@@ -111,7 +113,7 @@ mod tests {
         let b = cache.create_sequence(SeqMode::Paged).unwrap();
         cache.reserve(b, 6).unwrap();
         for index in 0..2 {
-            for pool in [Pool::VValues, Pool::VScales] {
+            for pool in [PoolKind::VValues, PoolKind::VScales] {
                 let page = cache.page_table(a).unwrap()[index];
                 let bytes = cache.slot_bytes(1, pool, page).unwrap().to_vec();
                 cache.write_slot(b, 1, pool, index, &bytes).unwrap();
@@ -125,17 +127,22 @@ mod tests {
         // A forked child's raw write copies the shared page; the parent keeps its bytes.
         let c = cache.fork(a).unwrap();
         let page = cache.page_table(a).unwrap()[0];
-        let before = cache.slot_bytes(1, Pool::VValues, page).unwrap().to_vec();
+        let before = cache
+            .slot_bytes(1, PoolKind::VValues, page)
+            .unwrap()
+            .to_vec();
         let zeros = vec![0u8; before.len()];
-        cache.write_slot(c, 1, Pool::VValues, 0, &zeros).unwrap();
+        cache
+            .write_slot(c, 1, PoolKind::VValues, 0, &zeros)
+            .unwrap();
         assert_eq!(
-            cache.slot_bytes(1, Pool::VValues, page).unwrap(),
+            cache.slot_bytes(1, PoolKind::VValues, page).unwrap(),
             &before[..]
         );
         let copied = cache.page_table(c).unwrap()[0];
         assert_ne!(copied, page);
         assert_eq!(
-            cache.slot_bytes(1, Pool::VValues, copied).unwrap(),
+            cache.slot_bytes(1, PoolKind::VValues, copied).unwrap(),
             &zeros[..]
         );
     }
@@ -150,41 +157,44 @@ mod tests {
         let stride = cache.layout().geometry.v_stride;
         let ok = vec![1u8; stride];
         assert_eq!(
-            cache.pool_bytes(2, Pool::KValues),
+            cache.pool_bytes(2, PoolKind::KValues),
             Err(Error::LayerOutOfRange)
         );
         assert_eq!(
-            cache.slot_bytes(0, Pool::KValues, u16::MAX),
+            cache.slot_bytes(0, PoolKind::KValues, u16::MAX),
             Err(Error::InvalidPage)
         );
-        assert_eq!(cache.pool_bytes(0, Pool::KScales).map(<[u8]>::len), Ok(0));
         assert_eq!(
-            cache.write_slot(a, 2, Pool::VValues, 0, &ok),
+            cache.pool_bytes(0, PoolKind::KScales).map(<[u8]>::len),
+            Ok(0)
+        );
+        assert_eq!(
+            cache.write_slot(a, 2, PoolKind::VValues, 0, &ok),
             Err(Error::LayerOutOfRange)
         );
         assert_eq!(
-            cache.write_slot(a, 0, Pool::VValues, 1, &ok),
+            cache.write_slot(a, 0, PoolKind::VValues, 1, &ok),
             Err(Error::PositionOutOfRange)
         );
         assert_eq!(
-            cache.write_slot(a, 0, Pool::VValues, 0, &ok[1..]),
+            cache.write_slot(a, 0, PoolKind::VValues, 0, &ok[1..]),
             Err(Error::LengthMismatch)
         );
         assert_eq!(
-            cache.write_slot(a, 0, Pool::KScales, 0, &ok),
+            cache.write_slot(a, 0, PoolKind::KScales, 0, &ok),
             Err(Error::LengthMismatch)
         );
         let page = cache.page_table(a).unwrap()[0];
         assert!(
             cache
-                .slot_bytes(0, Pool::VValues, page)
+                .slot_bytes(0, PoolKind::VValues, page)
                 .unwrap()
                 .iter()
                 .all(|&b| b == 0)
         );
         cache.free_sequence(a).unwrap();
         assert_eq!(
-            cache.write_slot(a, 0, Pool::VValues, 0, &ok),
+            cache.write_slot(a, 0, PoolKind::VValues, 0, &ok),
             Err(Error::UnknownSequence)
         );
     }

@@ -32,7 +32,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         start: u32,
         rows: &[T],
     ) -> Result<()> {
-        let slot = self.slot(seq)?;
+        let slot = self.seqs.slot(seq)?;
         let n = self.check_rows(slot, layer, start, rows.len())?;
         self.make_writable(slot, start, n)?;
         self.store(slot, layer, kv, start, rows)
@@ -48,7 +48,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         k: &[T],
         v: &[T],
     ) -> Result<()> {
-        let slot = self.slot(seq)?;
+        let slot = self.seqs.slot(seq)?;
         if k.len() != v.len() {
             return Err(Error::LengthMismatch);
         }
@@ -69,10 +69,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         start: u32,
         out: &mut [T],
     ) -> Result<()> {
-        let slot = self.slot(seq)?;
+        let slot = self.seqs.slot(seq)?;
         let n = self.check_rows(slot, layer, start, out.len())?;
         let (fmt, row_elems, head_dim) = self.row_format(kv);
-        for run in PageRuns::new(self.table(slot), self.config.page_tokens, start, n) {
+        for run in PageRuns::new(self.seqs.table(slot), self.config.page_tokens, start, n) {
             let (vals, scales) = run_ranges(&self.plan, layer, kv, &run);
             decode_rows(
                 fmt,
@@ -95,7 +95,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// [`LayerOutOfRange`](Error::LayerOutOfRange), [`LengthMismatch`](Error::LengthMismatch),
     /// [`PositionOutOfRange`](Error::PositionOutOfRange).
     pub fn check_read(&self, seq: SeqId, layer: u16, start: u32, elems: usize) -> Result<()> {
-        let slot = self.slot(seq)?;
+        let slot = self.seqs.slot(seq)?;
         self.check_rows(slot, layer, start, elems).map(|_| ())
     }
 
@@ -109,7 +109,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// [`LayerOutOfRange`](Error::LayerOutOfRange), [`LengthMismatch`](Error::LengthMismatch),
     /// [`PositionOutOfRange`](Error::PositionOutOfRange), [`OutOfPages`](Error::OutOfPages).
     pub fn check_write(&self, seq: SeqId, layer: u16, start: u32, elems: usize) -> Result<()> {
-        let slot = self.slot(seq)?;
+        let slot = self.seqs.slot(seq)?;
         let n = self.check_rows(slot, layer, start, elems)?;
         if self.copies_needed(slot, start, n) > self.pool.available() {
             return Err(Error::OutOfPages);
@@ -130,14 +130,14 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let end = (start as u64)
             .checked_add(n as u64)
             .ok_or(Error::Overflow)?;
-        if end > self.records[slot].len as u64 {
+        if end > self.seqs.record(slot).len as u64 {
             return Err(Error::PositionOutOfRange);
         }
         if n > 0 {
             // Positions in pages released by `slide` are gone.
             let shift = self.config.page_tokens.trailing_zeros();
             let pages = (start >> shift) as usize..=((end - 1) >> shift) as usize;
-            match self.table(slot).get(pages) {
+            match self.seqs.table(slot).get(pages) {
                 Some(t) if !t.contains(&NO_PAGE) => {}
                 _ => return Err(Error::PositionOutOfRange),
             }
@@ -161,7 +161,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Copies every shared or registered page covering `[start, start + n)` so the sequence owns
     /// it alone. Checks availability first: all or nothing.
     pub(super) fn make_writable(&mut self, slot: usize, start: u32, n: usize) -> Result<()> {
-        if n == 0 || self.records[slot].contiguous() {
+        if n == 0 || self.seqs.record(slot).contiguous() {
             // Contiguous sequences never share pages.
             return Ok(());
         }
@@ -178,10 +178,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         }
         for i in first..=last {
             if needs_copy(self, i) {
-                let old = self.table(slot)[i];
-                let new = self.pool.alloc()?; // cannot fail after the check above
+                let old = self.seqs.table(slot)[i];
+                let new = self.pool.alloc_evicting(|v| self.index.remove(v))?; // cannot fail after the check above
                 self.copy_pages(old, new, 1);
-                *self.table_entry(slot, i) = new;
+                *self.seqs.entry_mut(slot, i) = new;
                 let _ = self.pool.release(old);
             }
         }
@@ -202,10 +202,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// another sequence or published for prefix reuse (`false` past the held pages, for released
     /// pages and for contiguous sequences).
     pub(super) fn needs_copy(&self, slot: usize, index: usize) -> bool {
-        if self.records[slot].contiguous() {
+        if self.seqs.record(slot).contiguous() {
             return false;
         }
-        match self.table(slot).get(index) {
+        match self.seqs.table(slot).get(index) {
             Some(&page) if page != NO_PAGE => {
                 matches!(self.pool.state(page), Some(PageState::Used(rc)) if rc > 1)
                     || self.pool.is_registered(page)
@@ -226,9 +226,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     ) -> Result<()> {
         let (fmt, row_elems, head_dim) = self.row_format(kv);
         let n = rows.len() / row_elems;
-        // Field borrows rather than `self.table(slot)`: the table is read while `data` is written.
-        let base = slot * self.plan.table_len;
-        let table = &self.tables[base..base + self.records[slot].held as usize];
+        // A field borrow: the table is read while `data` is written.
+        let table = self.seqs.table(slot);
         for run in PageRuns::new(table, self.config.page_tokens, start, n) {
             let (vals, scales) = run_ranges(&self.plan, layer, kv, &run);
             // The scale pool follows the value pool of the same layer and K/V (and is empty

@@ -5,7 +5,7 @@ use embedded_storage::nor_flash::{NorFlash, ReadNorFlash};
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator};
 use crate::error::{Error, Result};
-use crate::planner::Pool;
+use crate::planner::PoolKind;
 use crate::sequence::{SeqId, SeqMode};
 use crate::snapshot::{HEADER_BYTES, Header, Reader, Writer};
 
@@ -28,14 +28,14 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         flash: &mut F,
         offset: u32,
     ) -> Result<Header> {
-        let slot = self.slot(seq)?;
-        let len = self.records[slot].len;
+        let slot = self.seqs.slot(seq)?;
+        let len = self.seqs.record(slot).len;
         if tokens.len() != len as usize {
             return Err(Error::LengthMismatch);
         }
         let p = self.config.page_tokens as usize;
         let pages = (len as usize).div_ceil(p);
-        let table = &self.table(slot)[..pages];
+        let table = &self.seqs.table(slot)[..pages];
         if table.contains(&NO_PAGE) {
             return Err(Error::WindowedSequence);
         }
@@ -65,7 +65,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         for (i, &page) in table.iter().enumerate() {
             let used = (len as usize - i * p).min(p);
             for layer in 0..g.layers {
-                for pool in Pool::ALL {
+                for pool in PoolKind::ALL {
                     let row = g.pool_row_bytes(pool);
                     if row == 0 {
                         continue;
@@ -154,7 +154,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         offset: u32,
         tokens: &mut [u32],
     ) -> Result<()> {
-        let slot = self.slot(seq)?;
+        let slot = self.seqs.slot(seq)?;
         let mut r = Reader::new(flash, offset)?;
         r.skip(HEADER_BYTES)?;
         for t in tokens.iter_mut() {
@@ -166,10 +166,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let p = self.config.page_tokens as usize;
         let len = tokens.len();
         for i in 0..len.div_ceil(p) {
-            let page = self.table(slot)[i];
+            let page = self.seqs.table(slot)[i];
             let used = (len - i * p).min(p);
             for layer in 0..g.layers {
-                for pool in Pool::ALL {
+                for pool in PoolKind::ALL {
                     let row = g.pool_row_bytes(pool);
                     if row == 0 {
                         continue;

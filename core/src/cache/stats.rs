@@ -46,9 +46,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             pages_cached: cached,
             pages_registered: self.pool.registered_pages() as u16,
             evictions: self.pool.evictions(),
-            sequences: self.live,
+            sequences: self.seqs.live(),
             tokens: self
-                .records
+                .seqs
+                .records()
                 .iter()
                 .filter(|r| r.live())
                 .map(|r| r.len as u64)

@@ -23,12 +23,12 @@ fn cfg() -> CacheConfig {
 }
 
 /// Arenas on the heap, sized for `pages` pages.
-pub(super) struct Arenas {
+pub(crate) struct Arenas {
     data: Vec<MaybeUninit<u8>>,
     meta: Vec<MaybeUninit<u8>>,
 }
 
-pub(super) fn arenas(cfg: &CacheConfig, pages: usize) -> Arenas {
+pub(crate) fn arenas(cfg: &CacheConfig, pages: usize) -> Arenas {
     let plan = cfg.plan_pages(pages, 16).unwrap();
     // Over-allocate and align by hand: Vec<u8> gives no alignment guarantee.
     let data = std::vec![MaybeUninit::uninit(); plan.data_bytes + cfg.align];
@@ -41,7 +41,7 @@ fn aligned(v: &mut [MaybeUninit<u8>], align: usize, len: usize) -> &mut [MaybeUn
     &mut v[skip..skip + len]
 }
 
-pub(super) fn cache<'a, A: PageAllocator<'a>>(
+pub(crate) fn cache<'a, A: PageAllocator<'a>>(
     a: &'a mut Arenas,
     cfg: CacheConfig,
     pages: usize,

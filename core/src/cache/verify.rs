@@ -35,7 +35,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         count.fill(0);
         let p = self.config.page_tokens as usize;
         let mut live = 0;
-        for (slot, r) in self.records.iter().enumerate() {
+        for (slot, r) in self.seqs.records().iter().enumerate() {
             if !r.live() {
                 if r.held != 0 || r.len != 0 {
                     return bad("free slot holds pages or positions");
@@ -56,7 +56,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             if !covers {
                 return bad("page table does not cover the sequence length");
             }
-            let table = self.table(slot);
+            let table = self.seqs.table(slot);
             for (i, &page) in table.iter().enumerate() {
                 if page == NO_PAGE && !r.contiguous() {
                     continue; // released by `slide`
@@ -70,7 +70,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 }
             }
         }
-        if live != self.live {
+        if live != self.seqs.live() {
             return bad("live sequence count is wrong");
         }
         for (page, &refs) in count.iter().enumerate() {
@@ -120,12 +120,15 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 return bad("page is not in exactly one state");
             }
         }
-        let index = self.pool.index();
+        let index = &self.index;
         if index.enabled() {
             for page in 0..n as u16 {
                 if self.pool.is_registered(page) != (index.reg(page) != 0) {
                     return bad("registered flag differs from the prefix index");
                 }
+            }
+            if self.pool.registered_pages() != index.entries() {
+                return bad("registered page count differs from the prefix index");
             }
             index.check().map_err(InvariantViolation)?;
         } else if self.pool.cached_pages() != 0 {

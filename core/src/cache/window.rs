@@ -19,8 +19,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// [`ZeroSize`](Error::ZeroSize) for a window of 0,
     /// [`PositionOutOfRange`](Error::PositionOutOfRange) for `from` past the sequence's length.
     pub fn slide(&mut self, seq: SeqId, window: &Window, from: u32) -> Result<u16> {
-        let slot = self.slot(seq)?;
-        let rec = self.records[slot];
+        let slot = self.seqs.slot(seq)?;
+        let rec = *self.seqs.record(slot);
         if rec.contiguous() {
             return Err(Error::NotPaged);
         }
@@ -37,11 +37,11 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let end = (visible / p) as usize;
         let mut released = 0;
         for i in first..end.min(rec.held as usize) {
-            let page = *self.table_entry(slot, i);
+            let page = *self.seqs.entry_mut(slot, i);
             if page != NO_PAGE {
                 // Cannot fail: a page in a table holds a reference.
                 let _ = self.pool.release(page);
-                *self.table_entry(slot, i) = NO_PAGE;
+                *self.seqs.entry_mut(slot, i) = NO_PAGE;
                 released += 1;
             }
         }

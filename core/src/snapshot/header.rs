@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::format::ElementFormat;
-use crate::planner::{CacheConfig, Pool};
+use crate::planner::{CacheConfig, PoolKind};
 use crate::shape::Shape;
 
 /// First bytes of every image.
@@ -90,7 +90,7 @@ impl Header {
         let pages = (tokens as u64).div_ceil(p);
         // Checked: a damaged header can claim any shape (u16 × u16 × u64 × ... overflows u64).
         let mut per_page = 0u64;
-        for pool in Pool::ALL {
+        for pool in PoolKind::ALL {
             let bytes = (config.shape.layers as u64)
                 .checked_mul(p)
                 .and_then(|v| v.checked_mul(geometry.pool_row_bytes(pool) as u64))

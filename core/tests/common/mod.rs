@@ -5,31 +5,24 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 use edgekv::prefix::plan_prefill;
-use edgekv::{HeapArena, Kv, KvCache, META_ALIGN, PageAllocator, SeqId};
+use edgekv::{HeapArenas, Kv, KvCache, PageAllocator, SeqId};
 
 /// Elements per row (kv_heads × head_dim) of the test shapes.
 pub const ROW: usize = 8;
 
-/// Arenas on the heap for `pages` pages of `cfg`.
-pub struct Arenas {
-    pub data: HeapArena,
-    pub meta: HeapArena,
-}
+/// Arenas on the heap for `pages` pages of `cfg` ([`HeapArenas`], unwrapped for tests).
+pub struct Arenas(HeapArenas);
 
 impl Arenas {
     pub fn new<'a, A: PageAllocator<'a>>(cfg: &edgekv::CacheConfig, pages: usize) -> Arenas {
-        let plan = cfg.plan_pages(pages, A::META_BITS_PER_PAGE).unwrap();
-        Arenas {
-            data: HeapArena::new(plan.data_bytes, cfg.align).unwrap(),
-            meta: HeapArena::new(plan.meta.total, META_ALIGN).unwrap(),
-        }
+        Arenas(HeapArenas::for_pages::<A>(cfg, pages).unwrap())
     }
 
     pub fn cache<'a, A: PageAllocator<'a>>(
         &'a mut self,
         cfg: edgekv::CacheConfig,
     ) -> KvCache<'a, A> {
-        KvCache::new(cfg, self.data.as_uninit_mut(), self.meta.as_uninit_mut()).unwrap()
+        self.0.cache(cfg).unwrap()
     }
 }
 

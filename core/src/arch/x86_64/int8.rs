@@ -3,7 +3,7 @@
 //!
 //! Codes of a fast group (`d` zero or normal, `max|x|` finite): `p = x · id` (one IEEE multiply,
 //! as in the portable code), then `trunc(p + copysign(ROUND_BIAS, p))`, which is
-//! `round_half_away_from_zero(p)` ([`round_q8`](super::super::q8)); `|p| < 127.5` there, so the
+//! `round_half_away_from_zero(p)` (`round_q8` of the reference codec); `|p| < 127.5` there, so the
 //! truncating conversion and the narrowing never saturate. Other groups take the portable code.
 
 use core::arch::x86_64::*;
@@ -11,9 +11,10 @@ use core::arch::x86_64::*;
 use half::f16;
 
 use super::lanes::{Code8, Lanes, map_codes};
-use crate::quant::q8::{
-    Load, NB, ROUND_BIAS, block_scales, quantize_codes_fast, quantize_codes_slow,
+use crate::format::int8::groups::{
+    NB, ROUND_BIAS, block_scales, quantize_codes_fast, quantize_codes_slow,
 };
+use crate::format::load::Load;
 
 /// Quantizes like the portable `quantize_groups` (same outputs bit for bit), for any `g ≥ 1`
 /// (fastest when `g` is a multiple of 8). Lengths as checked by `quantize_q8`; other lengths

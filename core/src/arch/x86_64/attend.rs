@@ -10,30 +10,22 @@
 //! whose adds are exactly those of the portable fixed tree (tested). Tests compare whole
 //! attention results of both builds.
 
-// Register-only intrinsics are safe to call in `target_feature` code since Rust 1.87; the
-// workspace supports 1.85, where they are unsafe fns: keep the blocks, allow them unused.
-#![allow(unused_unsafe)]
-
 use core::arch::x86_64::{
     __m128i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm256_add_ps,
     _mm256_cvtph_ps, _mm256_hadd_ps, _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_storeu_ps,
 };
 
-use super::{Heads, Keys, Layout, Portable, attend_page};
-use crate::attention::kernels::Isa;
+use crate::arch::{Isa, Portable};
+use crate::attention::page::{Heads, Keys, Layout, attend_page as page};
 
-/// [`attend_page`], the AVX2/F16C build when this CPU has both.
+/// The page loop, its AVX2/F16C build when this CPU has both.
 #[inline(always)]
-pub(super) fn attend_page_best<F: Fn(u32) -> bool>(
-    l: &Layout,
-    keys: &Keys<'_, F>,
-    heads: Heads<'_>,
-) {
-    if crate::quant::simd_available() && !portable_only() {
+pub(crate) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
+    if super::available() && !portable_only() {
         // SAFETY: the CPU supports AVX2 and F16C (checked just above).
         unsafe { attend_page_avx2(l, keys, heads) }
     } else {
-        attend_page::<Portable, F>(l, keys, heads)
+        page::<Portable, F>(l, keys, heads)
     }
 }
 
@@ -50,14 +42,14 @@ fn portable_only() -> bool {
     }
 }
 
-/// [`attend_page`] built with AVX2 and F16C enabled.
+/// The page loop built with AVX2 and F16C enabled.
 ///
 /// # Safety
 ///
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn attend_page_avx2<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    attend_page::<Avx2F16c, F>(l, keys, heads)
+    page::<Avx2F16c, F>(l, keys, heads)
 }
 
 /// [`Isa`] with F16C and AVX horizontal adds. Private to this module and used only inside
@@ -128,7 +120,7 @@ pub(crate) mod tests {
 
     #[test]
     fn f16c_decodes_every_code_like_the_portable_decoder() {
-        if !crate::quant::simd_available() {
+        if !super::super::available() {
             return;
         }
         for c in 0..=u16::MAX {
@@ -154,7 +146,7 @@ pub(crate) mod tests {
     /// Eight rows' lane sums with horizontal adds: the portable tree's bits.
     #[test]
     fn avx2_lane_sums_give_the_portable_bits() {
-        if !crate::quant::simd_available() {
+        if !super::super::available() {
             return;
         }
         let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -201,7 +193,7 @@ pub(crate) mod tests {
     /// blocks and leftovers), full and windowed: the same bits.
     #[test]
     fn avx2_build_gives_the_portable_bits() {
-        if !crate::quant::simd_available() {
+        if !super::super::available() {
             return;
         }
         let cases: [(u16, &[ElementFormat]); 2] = [

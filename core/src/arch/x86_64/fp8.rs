@@ -7,8 +7,8 @@
 use core::arch::x86_64::*;
 
 use super::lanes::{Code8, Lanes, map_codes};
-use crate::quant::fp8::{M_MIN, TWO_POW_M120, tile_codes, tile_scale};
-use crate::quant::q8::Load;
+use crate::format::fp8::{M_MIN, TWO_POW_M120, tile_codes, tile_scale};
+use crate::format::load::Load;
 
 /// Quantizes like the portable `quantize_tiles` with f32 scales (same bytes), for any
 /// `tile ≥ 1` (fastest when `tile` is a multiple of 8). `codes` has one byte per value, `scales`

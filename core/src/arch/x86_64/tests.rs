@@ -5,8 +5,9 @@
 
 use half::f16;
 
-use super::super::fp8::quantize_tiles;
-use super::super::q8::{F16Bits, Load, ViaElement, quantize_groups};
+use crate::format::fp8::quantize_tiles;
+use crate::format::int8::groups::quantize_groups;
+use crate::format::load::{F16Bits, Load, ViaElement};
 
 /// xorshift64: deterministic, no dependencies.
 struct Rng(u64);
@@ -157,7 +158,7 @@ fn q8_both<T: super::lanes::Lanes>(x: &[T], g: usize) -> [(Vec<i8>, Vec<u16>); 2
         let mut s = vec![f16::from_bits(0x5555); x.len() / g];
         if simd {
             // SAFETY: the callers checked `available()`.
-            unsafe { super::q8::quantize_groups(x, g, &mut q, &mut s) };
+            unsafe { super::int8::quantize_groups(x, g, &mut q, &mut s) };
         } else {
             quantize_groups::<T::L>(x, g, &mut q, &mut s);
         }

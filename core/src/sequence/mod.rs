@@ -1,6 +1,10 @@
-//! Sequence handles, modes and records.
+//! Sequence handles, modes and records, and the set of them a cache keeps ([`SeqSet`]).
+
+mod set;
 
 use bytemuck::{Pod, Zeroable};
+
+pub(crate) use set::SeqSet;
 
 /// A handle to a sequence in one cache: a slot index, a generation and the cache instance's
 /// epoch. A handle kept after [`free_sequence`](crate::KvCache::free_sequence) is rejected with

@@ -8,7 +8,7 @@ use core::arch::x86_64::*;
 
 use half::f16;
 
-use super::super::q8::{F16Bits, Load, ViaElement};
+use crate::format::load::{F16Bits, Load, ViaElement};
 
 /// A row element type the AVX2 kernels read eight at a time.
 pub(super) trait Lanes: Copy {

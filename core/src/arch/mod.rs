@@ -1,0 +1,76 @@
+//! ISA-specific kernels behind one dispatch point.
+//!
+//! Each kernel family has one entry here, called by its portable home: the int8 and FP8
+//! quantizers ([`q8_f32`], [`q8_f16`], [`fp8_f32`], [`fp8_f16`], called by `format::int8` and
+//! `format::fp8`) and the attention page loop ([`attend_page`], called by `attention`). An entry
+//! forwards to `native`, the module of the ISA this build targets, chosen once below: today
+//! `x86_64/` (AVX2 and F16C, detected at run time), otherwise `none.rs`, where every entry takes
+//! the portable path. The portable code is the reference (the ISA builds are tested against it
+//! bit for bit) and is what Miri runs.
+//!
+//! Adding an ISA (e.g. Arm Helium for the Cortex-M55): a folder `arch/<isa>/` with the same
+//! functions as `none.rs`, its own [`Isa`] for the page loop if it has better f16 decoding or lane
+//! sums, and one more line in the selection below.
+
+mod portable;
+
+pub(crate) use portable::Portable;
+#[cfg(test)]
+pub(crate) use portable::reduce;
+
+// The one place that names a target: which ISA module this build dispatches to.
+#[cfg_attr(all(target_arch = "x86_64", not(miri)), path = "x86_64/mod.rs")]
+#[cfg_attr(not(all(target_arch = "x86_64", not(miri))), path = "none.rs")]
+// The only unsafe code of the kernels: intrinsics behind run-time detection.
+#[allow(unsafe_code)]
+mod native;
+
+use half::f16;
+
+use crate::attention::page::{Heads, Keys, Layout};
+use crate::format::LANES;
+
+/// What a build of the attention page loop does with instructions of its own: f16 values (f16
+/// pages, int8 scales) to f32, and lane sums. Every implementation gives the same bits: f16
+/// decoding those of `half::f16::to_f32` (NaNs made quiet), lane sums the fixed tree of
+/// [`Portable::reduce8`]. [`Portable`] runs on every target.
+pub(crate) trait Isa {
+    /// One f16 value.
+    fn one(h: u16) -> f32;
+    /// Eight little-endian f16 values.
+    fn block(b: &[u8; 2 * LANES]) -> [f32; LANES];
+    /// `[reduce(x[0]), …, reduce(x[7])]`: eight rows' lanes, each summed in the fixed tree.
+    fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES];
+}
+
+/// Quantizes an f32 row into int8 groups (as the portable `quantize_groups`) if an ISA kernel
+/// applies; `false` (nothing written) otherwise. Lengths as checked by `quantize_q8`.
+#[inline]
+pub(crate) fn q8_f32(x: &[f32], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
+    g % 8 == 0 && native::q8_f32(x, g, codes, scales)
+}
+
+/// [`q8_f32`] for an f16 row.
+#[inline]
+pub(crate) fn q8_f16(x: &[f16], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
+    g % 8 == 0 && native::q8_f16(x, g, codes, scales)
+}
+
+/// Quantizes the first `dv` values of an f32 row into FP8 tiles with f32 scales (as the portable
+/// `quantize_tiles` without bf16) if an ISA kernel applies; `false` (nothing written) otherwise.
+#[inline]
+pub(crate) fn fp8_f32(x: &[f32], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
+    tile % 8 == 0 && native::fp8_f32(x, tile, codes, scales)
+}
+
+/// [`fp8_f32`] for an f16 row.
+#[inline]
+pub(crate) fn fp8_f16(x: &[f16], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
+    tile % 8 == 0 && native::fp8_f16(x, tile, codes, scales)
+}
+
+/// One page of keys for one query row (the attention page loop), in the best build this CPU runs.
+#[inline(always)]
+pub(crate) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
+    native::attend_page(l, keys, heads)
+}

@@ -1,0 +1,37 @@
+//! The portable [`Isa`] of the attention page loop: integer operations and scalar sums, on every
+//! target.
+
+use core::hint::black_box;
+
+use super::Isa;
+use crate::format::LANES;
+use crate::format::float::{f16_block, f16_to_f32};
+
+/// [`Isa`] with integer operations and scalar sums, on every target.
+pub(crate) struct Portable;
+
+/// Sums eight lanes in a fixed tree.
+#[inline(always)]
+pub(crate) fn reduce(a: [f32; LANES]) -> f32 {
+    ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+}
+
+impl Isa for Portable {
+    #[inline(always)]
+    fn one(h: u16) -> f32 {
+        f16_to_f32(h)
+    }
+
+    #[inline(always)]
+    fn block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
+        f16_block(b)
+    }
+
+    #[inline(always)]
+    fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES] {
+        // The barrier keeps LLVM's SLP vectorizer from permuting the lanes where they are
+        // accumulated to suit the tree (it would shuffle every block); it changes no value.
+        let x = black_box(x);
+        core::array::from_fn(|i| reduce(x[i]))
+    }
+}

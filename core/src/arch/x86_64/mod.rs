@@ -1,0 +1,74 @@
+//! x86-64 with AVX2 and F16C (detected at run time, see `detect`; used directly when the build
+//! enables both statically): the quantizers' hot loops with explicit intrinsics (`int8`, `fp8`,
+//! reading rows through `lanes`), and the attention page loop built a second time for these
+//! instructions (`attend`).
+//!
+//! Baseline x86-64 has only SSE2, where the f16 widening, the `max|x|` reductions and the 4-lane
+//! division dominate. No FMA is used (it would change roundings); the f16 → f32 widening is exact
+//! and the division is IEEE `vdivps`, so the results are those of the portable code, which the
+//! tests check on random and corner-case rows.
+
+// Register-only intrinsics (and CPUID) are safe to call in `target_feature` code since Rust 1.87;
+// the workspace supports 1.85, where they are unsafe fns: keep the blocks, allow them unused.
+#![allow(unused_unsafe)]
+
+mod attend;
+mod detect;
+mod fp8;
+mod int8;
+mod lanes;
+#[cfg(test)]
+mod tests;
+
+pub(super) use attend::attend_page;
+use half::f16;
+
+/// Whether the AVX2/F16C kernels run here (this CPU, this build).
+#[inline]
+pub(super) fn available() -> bool {
+    detect::avx2_f16c()
+}
+
+/// See [`super::q8_f32`].
+#[inline]
+pub(super) fn q8_f32(x: &[f32], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
+    if !available() {
+        return false;
+    }
+    // SAFETY: `available()` checked AVX2 and F16C.
+    unsafe { int8::quantize_groups(x, g, codes, scales) };
+    true
+}
+
+/// See [`super::q8_f16`].
+#[inline]
+pub(super) fn q8_f16(x: &[f16], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
+    if !available() {
+        return false;
+    }
+    // SAFETY: `available()` checked AVX2 and F16C.
+    unsafe { int8::quantize_groups(x, g, codes, scales) };
+    true
+}
+
+/// See [`super::fp8_f32`].
+#[inline]
+pub(super) fn fp8_f32(x: &[f32], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
+    if !available() {
+        return false;
+    }
+    // SAFETY: `available()` checked AVX2 and F16C.
+    unsafe { fp8::quantize_tiles(x, tile, codes, scales) };
+    true
+}
+
+/// See [`super::fp8_f16`].
+#[inline]
+pub(super) fn fp8_f16(x: &[f16], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
+    if !available() {
+        return false;
+    }
+    // SAFETY: `available()` checked AVX2 and F16C.
+    unsafe { fp8::quantize_tiles(x, tile, codes, scales) };
+    true
+}

@@ -1,0 +1,64 @@
+//! What to compute: the score scale, grouped query heads, an optional sliding window with
+//! sinks; and the scratch a call needs.
+
+use crate::shape::Shape;
+
+/// A sliding window with attention sinks: query position `t` sees key `j ≤ t` when `j < sinks`
+/// or `t − j < window`. Positions keep their absolute values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Window {
+    /// Leading positions always kept (attention sinks).
+    pub sinks: u32,
+    /// Most recent positions kept, the query's own included (≥ 1).
+    pub window: u32,
+}
+
+impl Window {
+    /// Whether query position `query` sees key position `key` (`key ≤ query`).
+    #[inline]
+    pub const fn keeps(&self, query: u32, key: u32) -> bool {
+        key < self.sinks || query - key < self.window
+    }
+}
+
+/// How to compute attention.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct AttentionParams {
+    /// Query heads: a multiple of the cache's KV heads (grouped-query attention).
+    pub q_heads: u16,
+    /// Score scale (default `1 / sqrt(head_dim)`).
+    pub scale: f32,
+    /// Sliding window with sinks, or full causal attention.
+    pub window: Option<Window>,
+}
+
+impl AttentionParams {
+    /// Full causal attention with `q_heads` query heads and scale `1 / sqrt(head_dim)`.
+    pub fn new(shape: Shape, q_heads: u16) -> Self {
+        AttentionParams {
+            q_heads,
+            scale: 1.0 / libm::sqrtf(shape.head_dim as f32),
+            window: None,
+        }
+    }
+
+    /// Sets the score scale.
+    pub const fn with_scale(mut self, scale: f32) -> Self {
+        self.scale = scale;
+        self
+    }
+
+    /// Restricts attention to `sinks` leading and `window` most recent positions.
+    pub const fn with_window(mut self, sinks: u32, window: u32) -> Self {
+        self.window = Some(Window { sinks, window });
+        self
+    }
+}
+
+/// `f32`s of scratch [`KvCache::attention`](crate::KvCache::attention) needs: per query head a
+/// running max and sum plus one page of scores (`q_heads · (page_tokens + 2)`).
+pub const fn scratch_len(q_heads: u16, page_tokens: u16) -> usize {
+    q_heads as usize * (page_tokens as usize + 2)
+}

@@ -1,0 +1,158 @@
+//! The cases: what each one runs, and the formats and window it uses.
+
+use super::*;
+
+/// A named, fixed parity case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Case {
+    /// f32 pages: prefill 144 tokens in chunks of 32, decode 16 more; every output.
+    PagedF32,
+    /// As [`PagedF32`](Case::PagedF32) (same inputs) over f16 K and V pages.
+    PagedF16,
+    /// Same inputs over bf16 pages.
+    PagedBf16,
+    /// Same inputs over int8 pages, groups of 32 (ggml Q8_0).
+    PagedQ8_0,
+    /// Same inputs over int8 pages, one scale per token and head (group = head_dim).
+    PagedInt8Head,
+    /// Same inputs over FP8 E4M3 tile pages (`dv` 48, tiles of 16, f32 scales and tail).
+    PagedFp8Tile,
+    /// 48 tokens (K int8 Q8_0, V f16), prefilled in chunks of 32 with each chunk's queries
+    /// attended right after its rows are written, layer by layer.
+    Chunked,
+    /// The inputs of [`Chunked`](Case::Chunked), all rows written first and all 48 queries
+    /// attended in one call per layer: the same digest.
+    OnePass,
+    /// Prefix reuse (f16 pages): sequence A writes a 120-token prompt and publishes it
+    /// ([`commit_prompt`](KvCache::commit_prompt)); sequence B's 150-token prompt shares A's
+    /// first 100 tokens, attaches the 96-token hit ([`lookup`](KvCache::lookup),
+    /// [`attach`](KvCache::attach)), prefills the rest in [`plan_prefill`] chunks and decodes 8
+    /// tokens. Rows and queries are functions of the token prefix, as a model's are. Outputs of
+    /// B's positions from 96 on.
+    PrefixWarm,
+    /// B of [`PrefixWarm`](Case::PrefixWarm) prefilled cold in a fresh cache: the same outputs
+    /// and digest.
+    PrefixCold,
+    /// f32: a 56-token prefill, [`fork`](KvCache::fork), then 40 decode steps on each branch with
+    /// different rows and queries, interleaved.
+    ForkDiverge,
+    /// f32: prefill 100 tokens, [`truncate`](KvCache::truncate) to 70, re-append 60 different
+    /// tokens in chunks, decode 6.
+    TruncateReappend,
+    /// f32: the inputs of [`PagedF32`](Case::PagedF32) under a sliding window of 40 with 4
+    /// attention sinks (as a mask; no page is released).
+    WindowSinks,
+    /// [`WindowSinks`](Case::WindowSinks) releasing the pages no later query sees
+    /// ([`slide`](KvCache::slide) after every block): the same digest.
+    WindowSlide,
+    /// K int8 Q8_0, V f16: the 48-token system prompt of [`snapshot`] prefilled cold, then the 8
+    /// tokens after it decoded; their outputs.
+    SnapshotCold,
+    /// The same 8 decode steps after restoring the system prompt from a snapshot image
+    /// ([`snapshot::decode_after_image`]): the same digest. Not in [`CASES`] (it needs the
+    /// image); [`run`] refuses it with [`Error::NeedsImage`].
+    SnapshotRestored,
+}
+
+/// Every case, in the order firmware runs and prints them.
+pub const CASES: &[Case] = &[
+    Case::PagedF32,
+    Case::PagedF16,
+    Case::PagedBf16,
+    Case::PagedQ8_0,
+    Case::PagedInt8Head,
+    Case::PagedFp8Tile,
+    Case::Chunked,
+    Case::OnePass,
+    Case::PrefixWarm,
+    Case::PrefixCold,
+    Case::ForkDiverge,
+    Case::TruncateReappend,
+    Case::WindowSinks,
+    Case::WindowSlide,
+    Case::SnapshotCold,
+];
+
+/// The FP8 tile format of [`Case::PagedFp8Tile`].
+pub const FP8_TILE: ElementFormat = ElementFormat::Fp8Tile {
+    dv: 48,
+    tile: 16,
+    bf16: false,
+};
+
+/// Sinks and window of [`Case::WindowSinks`].
+pub const WINDOW: (u32, u32) = (4, 40);
+
+/// Bytes of a [`Digest`]'s fixed-size name.
+pub const NAME_LEN: usize = 24;
+
+// Every name fits a digest's name field.
+const _: () = {
+    let mut i = 0;
+    while i < CASES.len() {
+        assert!(CASES[i].name().len() <= NAME_LEN);
+        i += 1;
+    }
+};
+
+impl Case {
+    /// The case's stable name (lowercase ASCII, at most [`NAME_LEN`] bytes).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Case::PagedF32 => "paged_f32",
+            Case::PagedF16 => "paged_f16",
+            Case::PagedBf16 => "paged_bf16",
+            Case::PagedQ8_0 => "paged_q8_0",
+            Case::PagedInt8Head => "paged_int8_head",
+            Case::PagedFp8Tile => "paged_fp8_tile",
+            Case::Chunked => "prefill_chunked",
+            Case::OnePass => "prefill_one_pass",
+            Case::PrefixWarm => "prefix_warm",
+            Case::PrefixCold => "prefix_cold",
+            Case::ForkDiverge => "fork_diverge",
+            Case::TruncateReappend => "truncate_reappend",
+            Case::WindowSinks => "window_sinks",
+            Case::WindowSlide => "window_slide",
+            Case::SnapshotCold => "snapshot_cold",
+            Case::SnapshotRestored => "snapshot_restored",
+        }
+    }
+
+    /// The case with this name.
+    pub fn from_name(name: &str) -> Option<Case> {
+        CASES.iter().copied().find(|c| c.name() == name)
+    }
+
+    /// The K and V page formats.
+    pub const fn formats(self) -> (ElementFormat, ElementFormat) {
+        let f = match self {
+            Case::PagedF16 | Case::PrefixWarm | Case::PrefixCold => ElementFormat::F16,
+            Case::PagedBf16 => ElementFormat::Bf16,
+            Case::PagedQ8_0 => ElementFormat::Q8_0,
+            Case::PagedInt8Head => ElementFormat::Int8 {
+                group: SHAPE.head_dim,
+            },
+            Case::PagedFp8Tile => FP8_TILE,
+            Case::Chunked | Case::OnePass | Case::SnapshotCold | Case::SnapshotRestored => {
+                return (ElementFormat::Q8_0, ElementFormat::F16);
+            }
+            _ => ElementFormat::F32,
+        };
+        (f, f)
+    }
+
+    /// The cache configuration the case runs on.
+    pub const fn config(self) -> CacheConfig {
+        let (k, v) = self.formats();
+        base(k, v)
+    }
+
+    /// The attention parameters of every call of the case.
+    pub fn params(self) -> AttentionParams {
+        let p = AttentionParams::new(SHAPE, Q_HEADS);
+        match self {
+            Case::WindowSinks | Case::WindowSlide => p.with_window(WINDOW.0, WINDOW.1),
+            _ => p,
+        }
+    }
+}
