@@ -17,7 +17,7 @@ fn board_chat_equals_the_host_bit_for_bit() {
     let elf =
         qemu::build(&root, Board::An547, qemu::AN547_MAIN, true).expect("build the an547 firmware");
     let path = an547::model_path(&root).expect("the model (model/fetch-model.sh)");
-    let model = an547::load_model(&path).expect("model");
+    let (_, model) = an547::load_model(&path).expect("model");
     let turns = [Turn {
         prompt: TURNS[0].1,
         max_new: 8,

@@ -103,20 +103,35 @@ pub fn scratch(model: &Llama<'_>) -> Result<Vec<f32>, String> {
     Ok(vec![0.0; plan.scratch])
 }
 
-/// The system prompt's snapshot image: `system` prefilled by the host build of the forward pass
-/// into a cache laid out as the firmware's.
-pub fn system_image(model: &Llama<'_>, system: &[u32]) -> Result<Vec<u8>, String> {
-    let mut host = HostCache::new(cache_config(model)?, system.len())?;
+/// Runs `f` with the host build of the forward pass over a cache laid out as the firmware's
+/// (room for `tokens` positions), its scratch and one row of logits.
+fn with_host_engine<R>(
+    model: &Llama<'_>,
+    tokens: usize,
+    f: impl for<'c> FnOnce(
+        &mut Engine<'_, '_, '_>,
+        &mut KvCache<'c, FreeList<'c>>,
+        &mut [f32],
+    ) -> Result<R, String>,
+) -> Result<R, String> {
+    let mut host = HostCache::new(cache_config(model)?, tokens)?;
     let mut cache = host.cache()?;
     let mut scratch = scratch(model)?;
     let mut engine =
         Engine::new(model, &mut scratch, u32::from(CHUNK)).map_err(|e| e.to_string())?;
     let mut logits = vec![0f32; model.config().vocab];
+    f(&mut engine, &mut cache, &mut logits)
+}
+
+/// The system prompt's snapshot image: `system` prefilled by the host build of the forward pass
+/// into a cache laid out as the firmware's.
+pub fn system_image(model: &Llama<'_>, system: &[u32]) -> Result<Vec<u8>, String> {
     let mut mem = vec![0xffu8; IMAGE_MAX];
-    let mut flash = RamFlash::<16, 4096>::new(&mut mem);
-    let header =
-        chat::write_system_image(&mut engine, &mut cache, system, &mut logits, &mut flash, 0)
-            .map_err(|e| format!("system prompt image: {e}"))?;
+    let header = with_host_engine(model, system.len(), |engine, cache, logits| {
+        let mut flash = RamFlash::<16, 4096>::new(&mut mem);
+        chat::write_system_image(engine, cache, system, logits, &mut flash, 0)
+            .map_err(|e| format!("system prompt image: {e}"))
+    })?;
     mem.truncate(header.image as usize);
     Ok(mem)
 }
@@ -171,13 +186,15 @@ pub fn loader_args(
     Ok(args)
 }
 
-/// Reads the model file and parses it (the bytes are leaked: the model lives for the run).
-pub fn load_model(path: &Path) -> Result<Llama<'static>, String> {
+/// Reads the model file and parses it; returns its bytes with it (leaked: the model lives for
+/// the run).
+pub fn load_model(path: &Path) -> Result<(&'static [u8], Llama<'static>), String> {
     let bytes: &'static [u8] = std::fs::read(path)
         .map_err(|e| format!("{}: {e}", path.display()))?
         .leak();
     let gguf = Gguf::parse(bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    Llama::new(&gguf).map_err(|e| format!("{}: {e}", path.display()))
+    let model = Llama::new(&gguf).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((bytes, model))
 }
 
 /// The chat events of a firmware log line (costs in instructions), as [`chat::run`] reported
@@ -225,14 +242,13 @@ pub fn event(line: &str) -> Option<Event> {
 pub fn run(
     root: &Path,
     elf: &Path,
+    (model_path, model): (&Path, &Llama<'_>),
     script: &Script<'_>,
     timeout: Duration,
     line: &mut dyn FnMut(&str),
 ) -> Result<Run, String> {
-    let path = model_path(root)?;
-    let model = load_model(&path)?;
-    let image = system_image(&model, script.system)?;
-    let args = loader_args(root, &path, image, script)?;
+    let image = system_image(model, script.system)?;
+    let args = loader_args(root, model_path, image, script)?;
     qemu::run_with(Board::An547, elf, &args, timeout, line)
 }
 
@@ -356,27 +372,23 @@ pub fn host_events(
         .map(|t| t.prompt.len() + t.max_new as usize)
         .sum::<usize>();
     let tokens = script.system.len() + longest + 2 * usize::from(CHUNK);
-    let mut host = HostCache::new(cache_config(model)?, 2 * tokens)?;
-    let mut cache = host.cache()?;
-    let mut scratch = scratch(model)?;
-    let mut engine =
-        Engine::new(model, &mut scratch, u32::from(CHUNK)).map_err(|e| e.to_string())?;
-    let mut logits = vec![0f32; model.config().vocab];
     let mut prompt = vec![0u32; tokens];
     let mut events = Vec::new();
-    chat::run(
-        &mut engine,
-        &mut cache,
-        script,
-        &mut edgekv::snapshot::SliceFlash(image),
-        chat::Buffers {
-            logits: &mut logits,
-            prompt: &mut prompt,
-        },
-        &mut || 0,
-        &mut |e| events.push(e),
-    )
-    .map_err(|e| format!("host chat: {e}"))?;
+    with_host_engine(model, 2 * tokens, |engine, cache, logits| {
+        chat::run(
+            engine,
+            cache,
+            script,
+            &mut edgekv::snapshot::SliceFlash(image),
+            chat::Buffers {
+                logits,
+                prompt: &mut prompt,
+            },
+            &mut || 0,
+            &mut |e| events.push(e),
+        )
+        .map_err(|e| format!("host chat: {e}"))
+    })?;
     Ok(events)
 }
 

@@ -25,6 +25,7 @@
 
 mod checks;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -86,22 +87,33 @@ fn demo_flags(flags: &[&str]) -> Result<(bool, Vec<String>), String> {
 /// The main job: set-up, model fetch, build and QEMU run of the Cortex-M55 chat firmware, its
 /// log turned into a transcript as it arrives.
 fn chat_demo(cold: bool, asked: &[String]) -> Result<(), String> {
-    let start = Instant::now();
-    let root = qemu::repo_root();
-    eprintln!("demo: checking the rustup target and QEMU");
-    setup::targets(&[Board::An547.target()])?;
-    setup::qemu()?;
-    eprintln!(
-        "demo: building {} (release; the first build takes about three minutes on two cores) ...",
-        Board::An547.dir()
-    );
-    let elf = qemu::build(&root, Board::An547, qemu::AN547_MAIN, false)?;
+    let (start, elf) = demo_build(Board::An547, qemu::AN547_MAIN, "three")?;
     eprintln!(
         "demo: fetching the model, writing the system prompt's snapshot image on the host, running on \
          qemu-system-arm -machine mps3-an547 ({:.0} s since the start) ...",
         start.elapsed().as_secs_f64()
     );
     let code = chat(&elf, cold, asked)?;
+    demo_end(start, code)
+}
+
+/// A demo's set-up and firmware build: `board`'s rustup target, QEMU, then binary `bin` built
+/// in release (its first build takes about `minutes` minutes). Returns the start time and ELF.
+fn demo_build(board: Board, bin: &str, minutes: &str) -> Result<(Instant, PathBuf), String> {
+    let start = Instant::now();
+    eprintln!("demo: checking the rustup target and QEMU");
+    setup::targets(&[board.target()])?;
+    setup::qemu()?;
+    eprintln!(
+        "demo: building {} (release; the first build takes about {minutes} minutes on two cores) ...",
+        board.dir()
+    );
+    let elf = qemu::build(&qemu::repo_root(), board, bin, false)?;
+    Ok((start, elf))
+}
+
+/// Ends a demo: its time, and the firmware's exit `code` as a result.
+fn demo_end(start: Instant, code: i32) -> Result<(), String> {
     eprintln!("demo: done in {:.0} s", start.elapsed().as_secs_f64());
     match code {
         0 => Ok(()),
@@ -123,10 +135,8 @@ fn chat(elf: &std::path::Path, cold: bool, asked: &[String]) -> Result<i32, Stri
         an547::asked_turns(&root, asked)?
     };
     let users = texts.iter().map(|t| t.user.clone()).collect();
-    let mut transcript = edgekv_xtask::transcript::Transcript::new(
-        &std::fs::read(&path).map_err(|e| e.to_string())?,
-        users,
-    )?;
+    let (bytes, model) = an547::load_model(&path)?;
+    let mut transcript = edgekv_xtask::transcript::Transcript::new(bytes, users)?;
     let turns = an547::script_turns(&texts);
     let script = edgekv_llm::chat::Script {
         system: &edgekv_xtask::chat_script::SYSTEM_IDS,
@@ -135,9 +145,14 @@ fn chat(elf: &std::path::Path, cold: bool, asked: &[String]) -> Result<i32, Stri
         stop: &edgekv_xtask::chat_script::STOP,
     };
     let mut out = std::io::stdout();
-    let run = an547::run(&root, elf, &script, Duration::from_secs(1200), &mut |l| {
-        transcript.line(&mut out, l)
-    })?;
+    let run = an547::run(
+        &root,
+        elf,
+        (&path, &model),
+        &script,
+        Duration::from_secs(1200),
+        &mut |l| transcript.line(&mut out, l),
+    )?;
     Ok(run.code)
 }
 
@@ -150,27 +165,13 @@ fn chat(_elf: &std::path::Path, _cold: bool, _asked: &[String]) -> Result<i32, S
 /// Set-up, build and QEMU run of the an386 firmware (parity cases and synthetic session), its
 /// log streamed.
 fn board_demo() -> Result<(), String> {
-    let start = Instant::now();
-    let root = qemu::repo_root();
-    eprintln!("demo: checking the rustup target and QEMU");
-    setup::targets(&[Board::An386.target()])?;
-    setup::qemu()?;
-    eprintln!(
-        "demo: building {} (release; the first build takes about five minutes on two cores) ...",
-        Board::An386.dir()
-    );
-    let elf = qemu::build(&root, Board::An386, qemu::AN386_MAIN, false)?;
+    let (start, elf) = demo_build(Board::An386, qemu::AN386_MAIN, "five")?;
     eprintln!(
         "demo: running on qemu-system-arm -machine mps2-an386 ({:.0} s since the start) ...",
         start.elapsed().as_secs_f64()
     );
     let run = qemu::run_an386(&elf, Duration::from_secs(300), &mut std::io::stdout())?;
-    eprintln!("demo: done in {:.0} s", start.elapsed().as_secs_f64());
-    match run.code {
-        0 => Ok(()),
-        124 => Err("firmware timed out".into()),
-        c => Err(format!("firmware exited with {c}")),
-    }
+    demo_end(start, run.code)
 }
 
 /// The host-only demo session (`host-tests/examples/host_demo.rs`).
