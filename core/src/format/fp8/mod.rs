@@ -303,15 +303,20 @@ pub(crate) fn tile_codes<L: Load>(x: &[L::R], amax: f32, s: f32, codes: &mut [u8
     }
 }
 
+/// Whether `T`'s in-memory bytes are the tail's stored bytes (the tail's dtype, little-endian),
+/// so the tail is a plain copy.
+fn tail_is_native<T: Element>(bf16: bool) -> bool {
+    let dtype = if bf16 {
+        ElementFormat::Bf16
+    } else {
+        ElementFormat::F32
+    };
+    cfg!(target_endian = "little") && T::FORMAT == dtype
+}
+
 /// The `d − dv` tail values, raw in the input dtype (bf16 or f32, little-endian).
 fn write_tail<T: Element>(xt: &[T], bf16: bool, tail: &mut [u8]) {
-    let native = cfg!(target_endian = "little")
-        && (T::FORMAT
-            == if bf16 {
-                ElementFormat::Bf16
-            } else {
-                ElementFormat::F32
-            });
+    let native = tail_is_native::<T>(bf16);
     let raw = bytemuck::try_cast_slice::<T, u8>(xt)
         .ok()
         .filter(|r| native && r.len() == tail.len());
@@ -396,13 +401,7 @@ pub fn dequantize_fp8_tile<T: Element>(
             }
         }
     }
-    let native = cfg!(target_endian = "little")
-        && (T::FORMAT
-            == if bf16 {
-                ElementFormat::Bf16
-            } else {
-                ElementFormat::F32
-            });
+    let native = tail_is_native::<T>(bf16);
     let raw = bytemuck::try_cast_slice_mut::<T, u8>(ot)
         .ok()
         .filter(|r| native && r.len() == tail.len());
