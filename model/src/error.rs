@@ -5,18 +5,17 @@ use std::fmt;
 /// Everything that can go wrong loading or running the model.
 #[derive(Debug)]
 pub enum Error {
-    /// Reading the model file.
+    /// Reading a file.
     Io(std::io::Error),
-    /// candle: GGUF parsing, tensors, matmuls.
-    Candle(candle_core::Error),
     /// The KV cache refused a call.
     Cache(edgekv::Error),
     /// Building or running the tokenizer.
     Tokenizer(String),
-    /// The GGUF lacks a key or tensor this model needs, or holds an unsupported value.
+    /// The GGUF is not a llama model this forward pass runs (the reader's precise error), or the
+    /// file cannot be read.
     Model(String),
     /// A caller's argument: empty prompt, token id out of the vocabulary, positions past the
-    /// sequence.
+    /// model's context.
     Input(String),
 }
 
@@ -27,7 +26,6 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Io(e) => write!(f, "i/o: {e}"),
-            Error::Candle(e) => write!(f, "candle: {e}"),
             Error::Cache(e) => write!(f, "kv cache: {e}"),
             Error::Tokenizer(e) => write!(f, "tokenizer: {e}"),
             Error::Model(e) => write!(f, "model: {e}"),
@@ -44,14 +42,21 @@ impl From<std::io::Error> for Error {
     }
 }
 
-impl From<candle_core::Error> for Error {
-    fn from(e: candle_core::Error) -> Self {
-        Error::Candle(e)
-    }
-}
-
 impl From<edgekv::Error> for Error {
     fn from(e: edgekv::Error) -> Self {
         Error::Cache(e)
+    }
+}
+
+/// The forward pass's errors, sorted by whose mistake they are: the cache's, the caller's
+/// arguments, or the model file.
+impl From<edgekv_llm::Error> for Error {
+    fn from(e: edgekv_llm::Error) -> Self {
+        use edgekv_llm::Error as E;
+        match e {
+            E::Kv(e) => Error::Cache(e),
+            E::TokenOutOfRange(_) | E::Empty | E::ContextFull => Error::Input(e.to_string()),
+            _ => Error::Model(e.to_string()),
+        }
     }
 }

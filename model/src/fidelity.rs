@@ -135,6 +135,48 @@ pub fn compare(
     Ok((reference, figures.collect()))
 }
 
+/// The figures of `rows` against `reference` (both token-major, `vocab` logits per position, the
+/// positions of `tokens`, which give the perplexity's targets): e.g. this crate's forward pass
+/// against another implementation's logits for the same text.
+pub fn compare_rows(
+    reference: &[f32],
+    rows: &[f32],
+    vocab: usize,
+    tokens: &[u32],
+) -> Result<Fidelity> {
+    let n = tokens.len();
+    if vocab == 0 || reference.len() != n * vocab || rows.len() != n * vocab {
+        return Err(Error::Input(format!(
+            "{} and {} logits for {n} positions of {vocab}",
+            reference.len(),
+            rows.len()
+        )));
+    }
+    if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+        return Err(Error::Input(format!(
+            "token {bad} is outside the vocabulary"
+        )));
+    }
+    let mut t = Tally::default();
+    for (pos, (r, row)) in reference
+        .chunks_exact(vocab)
+        .zip(rows.chunks_exact(vocab))
+        .enumerate()
+    {
+        let (lr, lp) = (log_softmax(r), log_softmax(row));
+        if let Some(&next) = tokens.get(pos + 1) {
+            t.nll -= lp[next as usize];
+            t.predictions += 1;
+        }
+        let d = kl(&lr, &lp);
+        t.kl_sum += d;
+        t.kl_max = t.kl_max.max(d);
+        t.agree += usize::from(argmax(row) == argmax(r));
+        t.positions += 1;
+    }
+    Ok(t.finish())
+}
+
 #[cfg(test)]
 mod tests {
     use super::{kl, log_softmax};

@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use candle_core::quantized::gguf_file::Content;
+use edgekv_llm::Gguf;
+use edgekv_llm::gguf::Value;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -13,7 +14,7 @@ use tokenizers::{AddedToken, PreTokenizerWrapper};
 use crate::{Error, Result};
 
 /// GGUF token type of control tokens (`<|im_start|>`, `<|im_end|>`, …).
-const CONTROL: i32 = 3;
+const CONTROL: u64 = 3;
 
 /// Text ↔ token ids with the model's own vocabulary (GPT-2 style byte-level BPE). For SmolLM2
 /// (`tokenizer.ggml.pre = "smollm"`) the ids equal llama.cpp's: digits are split one by one
@@ -32,48 +33,66 @@ fn tok_err(e: impl std::fmt::Display) -> Error {
     Error::Tokenizer(e.to_string())
 }
 
+/// A metadata value of `gguf`, or the error naming the missing key.
+fn md<'a>(gguf: &Gguf<'a>, key: &str) -> Result<Value<'a>> {
+    gguf.get(key)
+        .ok_or_else(|| Error::Model(format!("GGUF has no `{key}`")))
+}
+
+/// A string value as UTF-8 text.
+fn text(v: Value<'_>, key: &str) -> Result<String> {
+    let bytes = v
+        .as_bytes()
+        .ok_or_else(|| Error::Model(format!("`{key}` holds a non-string")))?;
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| Error::Model(format!("`{key}` holds a string that is not UTF-8")))
+}
+
+/// A string array value as texts.
+fn texts(v: Value<'_>, key: &str) -> Result<Vec<String>> {
+    v.as_array()
+        .ok_or_else(|| Error::Model(format!("`{key}` is not an array")))?
+        .iter()
+        .map(|v| text(v, key))
+        .collect()
+}
+
 impl Tokenizer {
     /// Reads the tokenizer of a GGUF file.
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
-        let mut file = std::fs::File::open(path)?;
-        Self::from_gguf(&Content::read(&mut file)?)
+        let bytes = std::fs::read(path)?;
+        let gguf = Gguf::parse(&bytes).map_err(|e| Error::Model(e.to_string()))?;
+        Self::from_gguf(&gguf)
     }
 
     /// Builds the tokenizer from GGUF metadata (`tokenizer.ggml.{model,pre,tokens,merges,
     /// token_type}`). Only `gpt2` models with the `smollm` or `default` pre-tokenizer are
     /// accepted: other pre-tokenizers split text differently and would give wrong ids.
-    pub fn from_gguf(content: &Content) -> Result<Self> {
-        let md = |k: &str| {
-            content
-                .metadata
-                .get(k)
-                .ok_or_else(|| Error::Model(format!("GGUF has no `{k}`")))
-        };
-        let model = md("tokenizer.ggml.model")?.to_string()?;
+    pub fn from_gguf(gguf: &Gguf<'_>) -> Result<Self> {
+        const MODEL: &str = "tokenizer.ggml.model";
+        let model = text(md(gguf, MODEL)?, MODEL)?;
         if model != "gpt2" {
             return Err(Error::Model(format!("tokenizer model `{model}`, not gpt2")));
         }
-        let digits = match content.metadata.get("tokenizer.ggml.pre") {
-            Some(v) => match v.to_string()?.as_str() {
+        const PRE: &str = "tokenizer.ggml.pre";
+        let digits = match gguf.get(PRE) {
+            Some(v) => match text(v, PRE)?.as_str() {
                 "smollm" => true,
                 "default" => false,
                 other => return Err(Error::Model(format!("pre-tokenizer `{other}`"))),
             },
             None => false,
         };
-        let tokens = md("tokenizer.ggml.tokens")?.to_vec()?;
-        let mut vocab = ahash::AHashMap::with_capacity(tokens.len());
-        let mut names = Vec::with_capacity(tokens.len());
-        for (id, t) in tokens.iter().enumerate() {
-            let t = t.to_string()?;
+        const TOKENS: &str = "tokenizer.ggml.tokens";
+        let names = texts(md(gguf, TOKENS)?, TOKENS)?;
+        let mut vocab = ahash::AHashMap::with_capacity(names.len());
+        for (id, t) in names.iter().enumerate() {
             vocab.insert(t.clone(), id as u32);
-            names.push(t.clone());
         }
-        let merges = md("tokenizer.ggml.merges")?
-            .to_vec()?
-            .iter()
+        const MERGES: &str = "tokenizer.ggml.merges";
+        let merges = texts(md(gguf, MERGES)?, MERGES)?
+            .into_iter()
             .map(|m| {
-                let m = m.to_string()?;
                 m.split_once(' ')
                     .map(|(a, b)| (a.to_string(), b.to_string()))
                     .ok_or_else(|| Error::Model(format!("merge `{m}` has no space")))
@@ -92,12 +111,14 @@ impl Tokenizer {
         };
         inner.with_pre_tokenizer(Some(pre));
         inner.with_decoder(Some(ByteLevelDecoder::default()));
-        if let Some(types) = content.metadata.get("tokenizer.ggml.token_type") {
+        if let Some(types) = gguf
+            .get("tokenizer.ggml.token_type")
+            .and_then(|v| v.as_array())
+        {
             let special: Vec<AddedToken> = types
-                .to_vec()?
                 .iter()
                 .zip(&names)
-                .filter(|(t, _)| t.to_i32().is_ok_and(|t| t == CONTROL))
+                .filter(|(t, _)| t.as_u64() == Some(CONTROL))
                 .map(|(_, name)| AddedToken::from(name.clone(), true))
                 .collect();
             inner.add_special_tokens(special).map_err(tok_err)?;

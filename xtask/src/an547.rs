@@ -288,7 +288,7 @@ fn user_words(text: &str) -> &str {
 }
 
 /// Turns for the user's own `questions`, one conversation continuing the system prompt,
-/// tokenized on the host by `model/`'s tokenizer (`cargo run --release --example tokenize` in
+/// tokenized on the host by `model/`'s tokenizer (`cargo run --release --bin tokenize` in
 /// `model/`: its first build compiles candle and the tokenizer, a few minutes).
 pub fn asked_turns(root: &Path, questions: &[String]) -> Result<Vec<TurnText>, String> {
     let texts: Vec<String> = questions
@@ -304,15 +304,12 @@ pub fn asked_turns(root: &Path, questions: &[String]) -> Result<Vec<TurnText>, S
         })
         .collect();
     eprintln!(
-        "demo: tokenizing the questions with model/'s tokenizer (cargo run --release --example tokenize) ..."
+        "demo: tokenizing the questions with model/'s tokenizer (cargo run --release --bin tokenize) ..."
     );
     let mut cmd = crate::qemu::board_cargo(&root.join("model"));
-    cmd.args(["run", "--quiet", "--release", "--example", "tokenize", "--"])
+    cmd.args(["run", "--quiet", "--release", "--bin", "tokenize", "--"])
         .args(&texts);
-    let stdout = stdout_of(
-        cmd,
-        "the tokenizer (cargo run --example tokenize in model/)",
-    )?;
+    let stdout = stdout_of(cmd, "the tokenizer (cargo run --bin tokenize in model/)")?;
     let ids: Vec<Vec<u32>> = stdout
         .lines()
         .filter_map(|l| l.split_once("ids: "))

@@ -9,7 +9,7 @@
 pub mod an547;
 /// The Cortex-M55 chat's script: SmolLM2's ChatML text and its token ids, as `model/`'s
 /// tokenizer gives them (`model/tests/tokenizer.rs` checks every pair; `cargo run --release
-/// --example tokenize -- TEXT` in `model/` prints the ids of new text). Plain constants, so that
+/// --bin tokenize -- TEXT` in `model/` prints the ids of new text). Plain constants, so that
 /// test can `include!` the file.
 pub mod chat_script;
 pub mod qemu;

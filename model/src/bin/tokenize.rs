@@ -1,5 +1,5 @@
 //! Token ids of each argument as the model's tokenizer gives them (special tokens such as
-//! `<|im_start|>` included): `cargo run --release --example tokenize -- "text" ...`.
+//! `<|im_start|>` included): `cargo run --release --bin tokenize -- "text" ...`.
 
 use edgekv_model::{Tokenizer, model_path};
 
