@@ -141,7 +141,7 @@ pub fn table(req: &Request) -> Result<String, String> {
                     p.meta.total
                 );
             }
-            Err(edgekv::Error::ArenaTooSmall) => {
+            Err(edgekv::ConfigError::ArenaTooSmall) => {
                 let _ = writeln!(
                     out,
                     "{name:<12} {per_token:>11.0} {:>7} {:>14} {:>11} {:>11}  (one page needs {} B)",

@@ -55,3 +55,9 @@ impl From<edgekv::Error> for Error {
         Error::Cache(e)
     }
 }
+
+impl From<edgekv::ConfigError> for Error {
+    fn from(e: edgekv::ConfigError) -> Self {
+        Error::Cache(e.into())
+    }
+}

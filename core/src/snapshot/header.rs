@@ -1,6 +1,7 @@
 //! The 64-byte image header.
 
-use crate::error::{Error, Result};
+use super::SnapshotError;
+use crate::error::ConfigError;
 use crate::format::ElementFormat;
 use crate::planner::{CacheConfig, PoolKind};
 use crate::shape::Shape;
@@ -62,7 +63,7 @@ fn encode_format(f: ElementFormat) -> [u8; 8] {
     [code, 0, a0, a1, b0, b1, flag, 0]
 }
 
-fn decode_format(e: &[u8]) -> Result<ElementFormat> {
+fn decode_format(e: &[u8]) -> Result<ElementFormat, SnapshotError> {
     let a = u16::from_le_bytes([e[2], e[3]]);
     let b = u16::from_le_bytes([e[4], e[5]]);
     Ok(match (e[0], e[6]) {
@@ -75,16 +76,18 @@ fn decode_format(e: &[u8]) -> Result<ElementFormat> {
             tile: b,
             bf16: flag == 1,
         },
-        _ => return Err(Error::CorruptSnapshot),
+        _ => return Err(SnapshotError::CorruptSnapshot),
     })
 }
 
 impl Header {
     /// The header of an image of `tokens` tokens of a cache configured as `config`.
     ///
-    /// Errors: [`InvalidFormat`](Error::InvalidFormat) and the like for a configuration that
-    /// does not plan, [`Overflow`](Error::Overflow) for an image past 4 GiB.
-    pub fn new(config: &CacheConfig, tokens: u32, fingerprint: u64) -> Result<Header> {
+    /// # Errors
+    ///
+    /// [`InvalidFormat`](ConfigError::InvalidFormat) and the like for a configuration that
+    /// does not plan, [`Overflow`](ConfigError::Overflow) for an image past 4 GiB.
+    pub fn new(config: &CacheConfig, tokens: u32, fingerprint: u64) -> Result<Header, ConfigError> {
         let geometry = config.geometry()?;
         let p = config.page_tokens as u64;
         let pages = (tokens as u64).div_ceil(p);
@@ -94,14 +97,14 @@ impl Header {
             let bytes = (config.shape.layers as u64)
                 .checked_mul(p)
                 .and_then(|v| v.checked_mul(geometry.pool_row_bytes(pool) as u64))
-                .ok_or(Error::Overflow)?;
-            per_page = per_page.checked_add(bytes).ok_or(Error::Overflow)?;
+                .ok_or(ConfigError::Overflow)?;
+            per_page = per_page.checked_add(bytes).ok_or(ConfigError::Overflow)?;
         }
-        let payload = pages.checked_mul(per_page).ok_or(Error::Overflow)?;
+        let payload = pages.checked_mul(per_page).ok_or(ConfigError::Overflow)?;
         let image = (HEADER_BYTES as u64 + 4 * tokens as u64 + 4)
             .checked_add(payload)
-            .ok_or(Error::Overflow)?;
-        let fits = |v: u64| u32::try_from(v).map_err(|_| Error::Overflow);
+            .ok_or(ConfigError::Overflow)?;
+        let fits = |v: u64| u32::try_from(v).map_err(|_| ConfigError::Overflow);
         Ok(Header {
             fingerprint,
             shape: config.shape,
@@ -138,17 +141,20 @@ impl Header {
     /// Parses and checks header bytes: magic, version, and that every size follows from the
     /// others (so a damaged size field is caught before the CRC pass reads a wrong length).
     ///
-    /// Errors: [`BadMagic`](Error::BadMagic), [`UnsupportedVersion`](Error::UnsupportedVersion),
-    /// [`CorruptSnapshot`](Error::CorruptSnapshot).
-    pub fn decode(b: &[u8; HEADER_BYTES]) -> Result<Header> {
+    /// # Errors
+    ///
+    /// [`BadMagic`](SnapshotError::BadMagic),
+    /// [`UnsupportedVersion`](SnapshotError::UnsupportedVersion),
+    /// [`CorruptSnapshot`](SnapshotError::CorruptSnapshot).
+    pub fn decode(b: &[u8; HEADER_BYTES]) -> Result<Header, SnapshotError> {
         if b[0..4] != MAGIC {
-            return Err(Error::BadMagic);
+            return Err(SnapshotError::BadMagic);
         }
         if get16(b, 4) != VERSION {
-            return Err(Error::UnsupportedVersion);
+            return Err(SnapshotError::UnsupportedVersion);
         }
         if get16(b, 6) as usize != HEADER_BYTES || b[56..64] != [0; 8] {
-            return Err(Error::CorruptSnapshot);
+            return Err(SnapshotError::CorruptSnapshot);
         }
         let shape = Shape {
             layers: get16(b, 16),
@@ -161,10 +167,10 @@ impl Header {
         let fingerprint =
             u64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
         // A shape or format that does not plan is damage too.
-        let expected =
-            Header::new(&config, get32(b, 40), fingerprint).map_err(|_| Error::CorruptSnapshot)?;
+        let expected = Header::new(&config, get32(b, 40), fingerprint)
+            .map_err(|_| SnapshotError::CorruptSnapshot)?;
         if expected.encode() != *b {
-            return Err(Error::CorruptSnapshot);
+            return Err(SnapshotError::CorruptSnapshot);
         }
         Ok(expected)
     }
