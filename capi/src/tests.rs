@@ -6,7 +6,7 @@ use core::ffi::{CStr, c_void};
 use core::ptr::{null, null_mut};
 
 use super::*;
-use crate::HalError;
+use edgekv_hal::HalError;
 
 #[repr(C, align(64))]
 struct Aligned<const N: usize>([u8; N]);
@@ -1009,7 +1009,7 @@ mod ethosu_hooks {
         self, EthosuHooks, Registration, ethosu_address_remap, ethosu_flush_dcache,
         ethosu_invalidate_dcache,
     };
-    use crate::{CacheMaintenance, DevAddr, NoCache, OffsetMap};
+    use edgekv_hal::{CacheMaintenance, DevAddr, NoCache, OffsetMap};
     use std::sync::Mutex;
 
     /// Records maintenance calls (cloned by the hooks, so it writes to a shared log).
@@ -1022,17 +1022,17 @@ mod ethosu_hooks {
             32
         }
         fn clean(&mut self, a: usize, l: usize) -> Result<(), HalError> {
-            crate::line_aligned(a, l, 32)?;
+            edgekv_hal::line_aligned(a, l, 32)?;
             CALLS.lock().unwrap().push(('c', a, l));
             Ok(())
         }
         fn invalidate(&mut self, a: usize, l: usize) -> Result<(), HalError> {
-            crate::line_aligned(a, l, 32)?;
+            edgekv_hal::line_aligned(a, l, 32)?;
             CALLS.lock().unwrap().push(('i', a, l));
             Ok(())
         }
         fn clean_invalidate(&mut self, a: usize, l: usize) -> Result<(), HalError> {
-            crate::line_aligned(a, l, 32)?;
+            edgekv_hal::line_aligned(a, l, 32)?;
             CALLS.lock().unwrap().push(('x', a, l));
             Ok(())
         }

@@ -6,7 +6,7 @@ use core::ffi::{CStr, c_char};
 
 use edgekv::snapshot::SnapshotError;
 
-use crate::HalError;
+use edgekv_hal::HalError;
 
 /// The return type of every fallible `ekv_*` call: [`EKV_OK`] or a negative `EKV_ERR_*` code.
 pub type EkvStatus = i32;
