@@ -64,7 +64,7 @@ pub use heap::{HeapArena, HeapArenas};
 #[cfg(feature = "alloc")]
 mod heap {
     extern crate alloc;
-    use crate::error::{Error, Result};
+    use crate::error::{ConfigError, Result};
     use alloc::alloc::{Layout, alloc, dealloc};
     use core::mem::MaybeUninit;
     use core::ptr::NonNull;
@@ -81,17 +81,23 @@ mod heap {
     }
 
     impl HeapArena {
-        /// Allocates `len` bytes aligned to `align` (a power of two). Zero length, a bad alignment
-        /// or a failed allocation is an error.
-        pub fn new(len: usize, align: usize) -> Result<Self> {
+        /// Allocates `len` bytes aligned to `align` (a power of two).
+        ///
+        /// # Errors
+        ///
+        /// [`ZeroSize`](ConfigError::ZeroSize) for zero length,
+        /// [`InvalidAlignment`](ConfigError::InvalidAlignment) for a bad alignment,
+        /// [`ArenaTooSmall`](ConfigError::ArenaTooSmall) when the allocation fails.
+        pub fn new(len: usize, align: usize) -> Result<Self, ConfigError> {
             if len == 0 {
-                return Err(Error::ZeroSize);
+                return Err(ConfigError::ZeroSize);
             }
             let layout =
-                Layout::from_size_align(len, align).map_err(|_| Error::InvalidAlignment)?;
+                Layout::from_size_align(len, align).map_err(|_| ConfigError::InvalidAlignment)?;
             // SAFETY: `layout` has a non-zero size.
             let raw = unsafe { alloc(layout) };
-            let ptr = NonNull::new(raw.cast::<MaybeUninit<u8>>()).ok_or(Error::ArenaTooSmall)?;
+            let ptr =
+                NonNull::new(raw.cast::<MaybeUninit<u8>>()).ok_or(ConfigError::ArenaTooSmall)?;
             Ok(HeapArena { ptr, layout })
         }
 
@@ -141,7 +147,7 @@ mod heap {
         pub fn for_pages<'a, A: crate::PageAllocator<'a>>(
             config: &crate::CacheConfig,
             pages: usize,
-        ) -> Result<Self> {
+        ) -> Result<Self, ConfigError> {
             let plan = crate::KvCache::<'a, A>::plan_pages(config, pages)?;
             Self::for_plan(config, &plan)
         }
@@ -151,7 +157,10 @@ mod heap {
         /// # Errors
         ///
         /// As [`HeapArena::new`].
-        pub fn for_plan(config: &crate::CacheConfig, plan: &crate::Plan) -> Result<Self> {
+        pub fn for_plan(
+            config: &crate::CacheConfig,
+            plan: &crate::Plan,
+        ) -> Result<Self, ConfigError> {
             Ok(HeapArenas {
                 data: HeapArena::new(plan.data_bytes, config.align)?,
                 meta: HeapArena::new(plan.meta.total, crate::META_ALIGN)?,
@@ -166,7 +175,7 @@ mod heap {
         pub fn cache<'a, A: crate::PageAllocator<'a>>(
             &'a mut self,
             config: crate::CacheConfig,
-        ) -> Result<crate::KvCache<'a, A>> {
+        ) -> Result<crate::KvCache<'a, A>, ConfigError> {
             crate::KvCache::new(config, self.data.as_uninit_mut(), self.meta.as_uninit_mut())
         }
     }
@@ -192,10 +201,13 @@ mod tests {
         let mut a = HeapArena::new(1000, 128).unwrap();
         assert_eq!(a.as_uninit_mut().as_ptr() as usize % 128, 0);
         assert!(zeroed(a.as_uninit_mut()).iter().all(|&b| b == 0));
-        assert_eq!(HeapArena::new(0, 64).err(), Some(crate::Error::ZeroSize));
+        assert_eq!(
+            HeapArena::new(0, 64).err(),
+            Some(crate::ConfigError::ZeroSize)
+        );
         assert_eq!(
             HeapArena::new(10, 3).err(),
-            Some(crate::Error::InvalidAlignment)
+            Some(crate::ConfigError::InvalidAlignment)
         );
     }
 }

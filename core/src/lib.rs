@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
+#![warn(clippy::missing_errors_doc)]
 
 //! # Crate map
 //!
@@ -14,6 +15,8 @@
 //! - [`attention`]: causal GQA attention straight from pages, sliding window with sinks.
 //! - [`prefix`]: common-prefix matcher, chunk planner, verified prefix index and reuse.
 //! - [`snapshot`]: a sequence's KV saved to flash with a CRC and restored bit for bit.
+//! - Errors: [`ConfigError`] (planner, arenas, set-up), [`Error`] (the cache's calls),
+//!   [`snapshot::SnapshotError`] (images and flash); `?` converts them as callers need.
 
 #[cfg(feature = "alloc")]
 extern crate alloc as std_alloc;
@@ -40,7 +43,7 @@ pub use arena::ArenaBuf;
 pub use arena::{HeapArena, HeapArenas};
 pub use cache::{InvariantViolation, KvCache, Stats};
 pub use config::CacheConfig;
-pub use error::{Error, Result};
+pub use error::{ConfigError, Error, Result};
 pub use format::{Element, ElementFormat};
 pub use planner::{
     ArenaSizes, MAX_PAGES, META_ALIGN, MIN_ALIGN, MetaLayout, PageGeometry, Plan, Pool, PoolKind,

@@ -28,7 +28,7 @@
 //! configured (see [`MetaLayout::index`]).
 
 pub use crate::config::CacheConfig;
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::shape::Kv;
 
 /// Smallest data-arena alignment: no two pages may share a cache line on any supported core.
@@ -44,7 +44,7 @@ macro_rules! ck {
     ($e:expr) => {
         match $e {
             Some(v) => v,
-            None => return Err(Error::Overflow),
+            None => return Err(ConfigError::Overflow),
         }
     };
 }
@@ -54,6 +54,17 @@ macro_rules! tri {
         match $e {
             Ok(v) => v,
             Err(e) => return Err(e),
+        }
+    };
+}
+
+/// `tri!` in a function returning a runtime [`Error`]: a configuration error becomes
+/// [`Error::Config`] (`From` is not `const`).
+macro_rules! tri_config {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Err(Error::Config(e)),
         }
     };
 }
@@ -68,7 +79,16 @@ const fn round_up(x: usize, align: usize) -> Option<usize> {
 
 impl CacheConfig {
     /// Checks the configuration and derives the page geometry.
-    pub const fn geometry(&self) -> Result<PageGeometry> {
+    ///
+    /// # Errors
+    ///
+    /// [`ZeroSize`](ConfigError::ZeroSize),
+    /// [`PageTokensNotPowerOfTwo`](ConfigError::PageTokensNotPowerOfTwo),
+    /// [`InvalidAlignment`](ConfigError::InvalidAlignment),
+    /// [`InvalidChunkSize`](ConfigError::InvalidChunkSize), a format's
+    /// [`InvalidFormat`](ConfigError::InvalidFormat) or
+    /// [`FormatDisabled`](ConfigError::FormatDisabled), [`Overflow`](ConfigError::Overflow).
+    pub const fn geometry(&self) -> Result<PageGeometry, ConfigError> {
         let s = self.shape;
         if s.layers == 0
             || s.kv_heads == 0
@@ -77,16 +97,16 @@ impl CacheConfig {
             || self.max_seqs == 0
             || self.max_seq_tokens == 0
         {
-            return Err(Error::ZeroSize);
+            return Err(ConfigError::ZeroSize);
         }
         if !self.page_tokens.is_power_of_two() {
-            return Err(Error::PageTokensNotPowerOfTwo);
+            return Err(ConfigError::PageTokensNotPowerOfTwo);
         }
         if !self.align.is_power_of_two() || self.align < MIN_ALIGN {
-            return Err(Error::InvalidAlignment);
+            return Err(ConfigError::InvalidAlignment);
         }
         if self.chunk() % self.page_tokens as u32 != 0 {
-            return Err(Error::InvalidChunkSize);
+            return Err(ConfigError::InvalidChunkSize);
         }
         let p = self.page_tokens as usize;
         let (heads, dim) = (s.kv_heads as usize, s.head_dim as usize);
@@ -131,26 +151,44 @@ impl CacheConfig {
 
     /// Plans a cache whose allocator keeps `alloc_bits_per_page` bits per page in metadata, over a
     /// data arena of `data_bytes`: as many pages as fit (at most [`MAX_PAGES`]).
-    pub const fn plan(&self, data_bytes: usize, alloc_bits_per_page: usize) -> Result<Plan> {
+    ///
+    /// # Errors
+    ///
+    /// As [`geometry`](Self::geometry) and [`plan_pages`](Self::plan_pages);
+    /// [`ArenaTooSmall`](ConfigError::ArenaTooSmall) when not one page fits.
+    pub const fn plan(
+        &self,
+        data_bytes: usize,
+        alloc_bits_per_page: usize,
+    ) -> Result<Plan, ConfigError> {
         let geo = tri!(self.geometry());
         let mut pages = data_bytes / geo.page_bytes;
         if pages > MAX_PAGES {
             pages = MAX_PAGES;
         }
         if pages == 0 {
-            return Err(Error::ArenaTooSmall);
+            return Err(ConfigError::ArenaTooSmall);
         }
         self.plan_pages(pages, alloc_bits_per_page)
     }
 
     /// Plans a cache of exactly `num_pages` pages (the arenas' sizes follow).
-    pub const fn plan_pages(&self, num_pages: usize, alloc_bits_per_page: usize) -> Result<Plan> {
+    ///
+    /// # Errors
+    ///
+    /// As [`geometry`](Self::geometry); [`ZeroSize`](ConfigError::ZeroSize) for 0 pages,
+    /// [`Overflow`](ConfigError::Overflow) past [`MAX_PAGES`] or for sizes past `usize`.
+    pub const fn plan_pages(
+        &self,
+        num_pages: usize,
+        alloc_bits_per_page: usize,
+    ) -> Result<Plan, ConfigError> {
         let geo = tri!(self.geometry());
         if num_pages == 0 {
-            return Err(Error::ZeroSize);
+            return Err(ConfigError::ZeroSize);
         }
         if num_pages > MAX_PAGES {
-            return Err(Error::Overflow);
+            return Err(ConfigError::Overflow);
         }
         let data_bytes = ck!(geo.page_bytes.checked_mul(num_pages));
         // No sequence can hold more pages than the pool has.
@@ -182,7 +220,15 @@ impl CacheConfig {
 
     /// Plans one buffer of `total_bytes` (aligned to `align`) split into a metadata arena at its
     /// start and a data arena at the next multiple of `align`: as many pages as fit.
-    pub const fn plan_split(&self, total_bytes: usize, alloc_bits_per_page: usize) -> Result<Plan> {
+    ///
+    /// # Errors
+    ///
+    /// As [`plan`](Self::plan).
+    pub const fn plan_split(
+        &self,
+        total_bytes: usize,
+        alloc_bits_per_page: usize,
+    ) -> Result<Plan, ConfigError> {
         let geo = tri!(self.geometry());
         let mut lo = 0usize; // largest page count known to fit
         let mut hi = total_bytes / geo.page_bytes; // upper bound
@@ -205,12 +251,19 @@ impl CacheConfig {
             }
         }
         if lo == 0 {
-            return Err(Error::ArenaTooSmall);
+            return Err(ConfigError::ArenaTooSmall);
         }
         self.plan_pages(lo, alloc_bits_per_page)
     }
 
     /// Arena sizes for `seqs` sequences of `tokens_per_seq` tokens each, without sharing.
+    ///
+    /// # Errors
+    ///
+    /// A runtime [`Error`], as a cache would refuse the request:
+    /// [`TooManySequences`](Error::TooManySequences) past `max_seqs`,
+    /// [`SequenceFull`](Error::SequenceFull) past `max_seq_tokens`, and [`Error::Config`] with
+    /// [`ZeroSize`](ConfigError::ZeroSize) for zero tokens or sequences or the planner's errors.
     pub const fn bytes_for(
         &self,
         tokens_per_seq: u32,
@@ -218,7 +271,7 @@ impl CacheConfig {
         alloc_bits_per_page: usize,
     ) -> Result<ArenaSizes> {
         if tokens_per_seq == 0 || seqs == 0 {
-            return Err(Error::ZeroSize);
+            return Err(Error::Config(ConfigError::ZeroSize));
         }
         if seqs > self.max_seqs {
             return Err(Error::TooManySequences);
@@ -229,11 +282,14 @@ impl CacheConfig {
         let p = self.page_tokens as usize;
         // geometry() below rejects p == 0; guard the division here first.
         if p == 0 {
-            return Err(Error::ZeroSize);
+            return Err(Error::Config(ConfigError::ZeroSize));
         }
         let per_seq = (tokens_per_seq as usize).div_ceil(p);
-        let pages = ck!(per_seq.checked_mul(seqs as usize));
-        let plan = tri!(self.plan_pages(pages, alloc_bits_per_page));
+        let pages = tri_config!(match per_seq.checked_mul(seqs as usize) {
+            Some(v) => Ok(v),
+            None => Err(ConfigError::Overflow),
+        });
+        let plan = tri_config!(self.plan_pages(pages, alloc_bits_per_page));
         Ok(ArenaSizes {
             pages: plan.num_pages,
             data: plan.data_bytes,
@@ -478,7 +534,7 @@ impl MetaLayout {
         table_len: usize,
         alloc_bits: usize,
         index_tokens: usize,
-    ) -> Result<Self> {
+    ) -> Result<Self, ConfigError> {
         let refcounts = 0;
         let lru = ck!(round_up(refcounts + ck!(pages.checked_mul(2)), META_ALIGN));
         let flags = ck!(round_up(
@@ -589,7 +645,10 @@ mod tests {
         let plan = SMOL.plan(g.page_bytes * 7 + g.page_bytes - 1, 16).unwrap();
         assert_eq!(plan.num_pages, 7);
         assert_eq!(plan.token_capacity(), 112);
-        assert_eq!(SMOL.plan(g.page_bytes - 1, 16), Err(Error::ArenaTooSmall));
+        assert_eq!(
+            SMOL.plan(g.page_bytes - 1, 16),
+            Err(ConfigError::ArenaTooSmall)
+        );
         let tiny = CacheConfig::new(Shape {
             layers: 1,
             kv_heads: 1,
@@ -608,12 +667,18 @@ mod tests {
         assert_eq!(s.data, 21 * 30 * 2 * 16 * 768);
         let plan = SMOL.plan_pages(21, 16).unwrap();
         assert_eq!(s.meta, plan.meta.total);
-        assert_eq!(SMOL.bytes_for(0, 3, 16), Err(Error::ZeroSize));
+        assert_eq!(
+            SMOL.bytes_for(0, 3, 16),
+            Err(Error::Config(ConfigError::ZeroSize))
+        );
         assert_eq!(SMOL.bytes_for(1, 9, 16), Err(Error::TooManySequences));
         assert_eq!(SMOL.bytes_for(8193, 1, 16), Err(Error::SequenceFull));
         // 8 sequences of 8192 tokens need 4096 pages: fine; more pages than ids is an overflow.
         let big = SMOL.with_sequences(u16::MAX, u32::MAX);
-        assert_eq!(big.bytes_for(u32::MAX, u16::MAX, 16), Err(Error::Overflow));
+        assert_eq!(
+            big.bytes_for(u32::MAX, u16::MAX, 16),
+            Err(Error::Config(ConfigError::Overflow))
+        );
     }
 
     #[test]
@@ -629,8 +694,11 @@ mod tests {
             );
             assert_eq!(plan.split_data_offset() % g.align, 0);
         }
-        assert_eq!(SMOL.plan_split(g.page_bytes, 16), Err(Error::ArenaTooSmall));
-        assert_eq!(SMOL.plan_split(0, 16), Err(Error::ArenaTooSmall));
+        assert_eq!(
+            SMOL.plan_split(g.page_bytes, 16),
+            Err(ConfigError::ArenaTooSmall)
+        );
+        assert_eq!(SMOL.plan_split(0, 16), Err(ConfigError::ArenaTooSmall));
     }
 
     #[test]
@@ -642,7 +710,7 @@ mod tests {
                 kv_heads: 1,
                 head_dim: 1
             }),
-            Err(Error::ZeroSize)
+            Err(ConfigError::ZeroSize)
         );
         assert_eq!(
             z(Shape {
@@ -650,7 +718,7 @@ mod tests {
                 kv_heads: 0,
                 head_dim: 1
             }),
-            Err(Error::ZeroSize)
+            Err(ConfigError::ZeroSize)
         );
         assert_eq!(
             z(Shape {
@@ -658,21 +726,39 @@ mod tests {
                 kv_heads: 1,
                 head_dim: 0
             }),
-            Err(Error::ZeroSize)
+            Err(ConfigError::ZeroSize)
         );
-        assert_eq!(SMOL.with_page_tokens(0).geometry(), Err(Error::ZeroSize));
+        assert_eq!(
+            SMOL.with_page_tokens(0).geometry(),
+            Err(ConfigError::ZeroSize)
+        );
         assert_eq!(
             SMOL.with_page_tokens(24).geometry(),
-            Err(Error::PageTokensNotPowerOfTwo)
+            Err(ConfigError::PageTokensNotPowerOfTwo)
         );
-        assert_eq!(SMOL.with_align(32).geometry(), Err(Error::InvalidAlignment));
-        assert_eq!(SMOL.with_align(96).geometry(), Err(Error::InvalidAlignment));
-        assert_eq!(SMOL.with_align(0).geometry(), Err(Error::InvalidAlignment));
-        assert_eq!(SMOL.with_sequences(0, 10).geometry(), Err(Error::ZeroSize));
-        assert_eq!(SMOL.with_sequences(1, 0).geometry(), Err(Error::ZeroSize));
+        assert_eq!(
+            SMOL.with_align(32).geometry(),
+            Err(ConfigError::InvalidAlignment)
+        );
+        assert_eq!(
+            SMOL.with_align(96).geometry(),
+            Err(ConfigError::InvalidAlignment)
+        );
+        assert_eq!(
+            SMOL.with_align(0).geometry(),
+            Err(ConfigError::InvalidAlignment)
+        );
+        assert_eq!(
+            SMOL.with_sequences(0, 10).geometry(),
+            Err(ConfigError::ZeroSize)
+        );
+        assert_eq!(
+            SMOL.with_sequences(1, 0).geometry(),
+            Err(ConfigError::ZeroSize)
+        );
         assert_eq!(
             SMOL.with_align(1 << (usize::BITS - 1)).geometry(),
-            Err(Error::Overflow)
+            Err(ConfigError::Overflow)
         );
         let huge = CacheConfig::new(Shape {
             layers: u16::MAX,
@@ -680,9 +766,12 @@ mod tests {
             head_dim: u16::MAX,
         })
         .with_page_tokens(1 << 15);
-        assert_eq!(huge.geometry(), Err(Error::Overflow));
-        assert_eq!(SMOL.plan_pages(0, 16), Err(Error::ZeroSize));
-        assert_eq!(SMOL.plan_pages(MAX_PAGES + 1, 16), Err(Error::Overflow));
+        assert_eq!(huge.geometry(), Err(ConfigError::Overflow));
+        assert_eq!(SMOL.plan_pages(0, 16), Err(ConfigError::ZeroSize));
+        assert_eq!(
+            SMOL.plan_pages(MAX_PAGES + 1, 16),
+            Err(ConfigError::Overflow)
+        );
     }
 
     #[test]
@@ -732,27 +821,27 @@ mod tests {
         let bad = |f| SMOL.with_formats(ElementFormat::F32, f).geometry();
         assert_eq!(
             bad(ElementFormat::Int8 { group: 0 }),
-            Err(Error::InvalidFormat)
+            Err(ConfigError::InvalidFormat)
         );
         assert_eq!(
             bad(ElementFormat::Int8 { group: 48 }),
-            Err(Error::InvalidFormat)
+            Err(ConfigError::InvalidFormat)
         );
         assert_eq!(
             bad(ElementFormat::Int8 { group: 128 }),
-            Err(Error::InvalidFormat)
+            Err(ConfigError::InvalidFormat)
         );
         let fp8 = |dv, tile| ElementFormat::Fp8Tile {
             dv,
             tile,
             bf16: false,
         };
-        assert_eq!(bad(fp8(64, 0)), Err(Error::InvalidFormat));
-        assert_eq!(bad(fp8(0, 16)), Err(Error::InvalidFormat));
-        assert_eq!(bad(fp8(48, 32)), Err(Error::InvalidFormat));
+        assert_eq!(bad(fp8(64, 0)), Err(ConfigError::InvalidFormat));
+        assert_eq!(bad(fp8(0, 16)), Err(ConfigError::InvalidFormat));
+        assert_eq!(bad(fp8(48, 32)), Err(ConfigError::InvalidFormat));
         assert_eq!(
             bad(fp8(128, 64)),
-            Err(Error::InvalidFormat),
+            Err(ConfigError::InvalidFormat),
             "dv > head_dim"
         );
         assert!(bad(fp8(64, 64)).is_ok());

@@ -3,7 +3,7 @@
 //! keeps a flag per page, and reports the pages it evicts.
 
 use crate::alloc::{NO_PAGE, PageAllocator, PageId};
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 
 /// Page flag: the page is registered for reuse (kept as cached when unreferenced).
 const REGISTERED: u8 = 1;
@@ -46,17 +46,22 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
     /// `links` (two `u16` per page), `flags` and the allocator's section. Pages registered for
     /// reuse are the cache's (a pool alone never caches). [`KvCache`](crate::KvCache) builds its
     /// own pool.
+    ///
+    /// # Errors
+    ///
+    /// [`ArenaTooSmall`](ConfigError::ArenaTooSmall) for a section shorter than `num_pages` need,
+    /// and the allocator's [`PageAllocator::new`] errors.
     pub fn new(
         num_pages: u16,
         refcounts: &'a mut [u16],
         links: &'a mut [u16],
         flags: &'a mut [u8],
         alloc_meta: &'a mut [u8],
-    ) -> Result<Self> {
+    ) -> Result<Self, ConfigError> {
         let n = num_pages as usize;
-        let refcounts = refcounts.get_mut(..n).ok_or(Error::ArenaTooSmall)?;
-        let links = links.get_mut(..2 * n).ok_or(Error::ArenaTooSmall)?;
-        let flags = flags.get_mut(..n).ok_or(Error::ArenaTooSmall)?;
+        let refcounts = refcounts.get_mut(..n).ok_or(ConfigError::ArenaTooSmall)?;
+        let links = links.get_mut(..2 * n).ok_or(ConfigError::ArenaTooSmall)?;
+        let flags = flags.get_mut(..n).ok_or(ConfigError::ArenaTooSmall)?;
         let alloc = A::new(alloc_meta, num_pages)?;
         refcounts.fill(0);
         links.fill(NO_PAGE);
@@ -142,6 +147,10 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
 
     /// Allocates one page with refcount 1: a free page, else the least recently cached one
     /// (which loses its registration).
+    ///
+    /// # Errors
+    ///
+    /// [`OutOfPages`](Error::OutOfPages).
     #[inline]
     pub fn alloc(&mut self) -> Result<PageId> {
         self.alloc_evicting(|_| {})
@@ -176,6 +185,11 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
 
     /// Allocates `n` consecutive free pages (cached pages are not evicted for runs), each with
     /// refcount 1, and returns the first.
+    ///
+    /// # Errors
+    ///
+    /// [`ContiguousUnsupported`](Error::ContiguousUnsupported) (the allocator gives single pages),
+    /// [`OutOfPages`](Error::OutOfPages), [`NoContiguousRun`](Error::NoContiguousRun).
     pub fn alloc_run(&mut self, n: usize) -> Result<PageId> {
         if n > 1 && !A::CONTIGUOUS {
             return Err(Error::ContiguousUnsupported);
@@ -206,10 +220,17 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
     }
 
     /// Adds a reference to a used or cached page (a cached page is revived).
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidPage`](Error::InvalidPage) for a free or out-of-range page;
+    /// [`Error::Config`] ([`Overflow`](ConfigError::Overflow)) past `u16::MAX` references.
     pub fn retain(&mut self, page: PageId) -> Result<()> {
         match self.state(page) {
             Some(PageState::Used(rc)) => {
-                self.refcounts[page as usize] = rc.checked_add(1).ok_or(Error::Overflow)?;
+                self.refcounts[page as usize] = rc
+                    .checked_add(1)
+                    .ok_or(Error::Config(ConfigError::Overflow))?;
             }
             Some(PageState::Cached) => {
                 self.lru_unlink(page);
@@ -221,6 +242,10 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
     }
 
     /// Drops a reference; the last one frees the page, or caches it if registered.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidPage`](Error::InvalidPage) for a free or out-of-range page.
     #[inline]
     pub fn release(&mut self, page: PageId) -> Result<()> {
         let rc = self

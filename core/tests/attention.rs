@@ -5,7 +5,9 @@ mod common;
 
 use common::{Arenas, invariants};
 use edgekv::attention::{AttentionParams, scratch_len};
-use edgekv::{CacheConfig, ElementFormat, Error, FreeList, Kv, KvCache, SeqId, SeqMode, Shape};
+use edgekv::{
+    CacheConfig, ConfigError, ElementFormat, Error, FreeList, Kv, KvCache, SeqId, SeqMode, Shape,
+};
 
 const SHAPE: Shape = Shape {
     layers: 2,
@@ -278,7 +280,7 @@ fn bad_input_is_an_error() {
     let w0 = p.with_window(0, 0);
     assert_eq!(
         run(s, 0, 0, &q, &mut out, &w0, &mut scratch),
-        Err(Error::ZeroSize)
+        Err(Error::Config(ConfigError::ZeroSize))
     );
     assert!(out.iter().all(|&x| x == 0.0), "no output on error");
 }
@@ -378,7 +380,10 @@ fn sliding_window_releases_pages_and_keeps_results() {
         sinks: 0,
         window: 0,
     };
-    assert_eq!(c.slide(s, &zero, n), Err(Error::ZeroSize));
+    assert_eq!(
+        c.slide(s, &zero, n),
+        Err(Error::Config(ConfigError::ZeroSize))
+    );
     // Sinks still read; forks of a slid sequence carry its holes.
     c.read(s, 0, Kv::K, 3, &mut row).unwrap();
     assert_eq!(row, k[3 * KV_ROW..4 * KV_ROW]);

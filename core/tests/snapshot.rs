@@ -2,9 +2,10 @@
 //! and every single-bit flip of an image detected.
 
 use edgekv::attention::{AttentionParams, scratch_len};
-use edgekv::snapshot::{HEADER_BYTES, Header, RamFlash, SliceFlash};
+use edgekv::snapshot::{HEADER_BYTES, Header, RamFlash, SliceFlash, SnapshotError};
 use edgekv::{
-    CacheConfig, ElementFormat, Error, HeapArenas, Kv, KvCache, SeqId, SeqMode, Shape, Stats,
+    CacheConfig, ConfigError, ElementFormat, Error, HeapArenas, Kv, KvCache, SeqId, SeqMode, Shape,
+    Stats,
 };
 use embedded_storage::nor_flash::{ErrorType, NorFlashErrorKind, ReadNorFlash};
 
@@ -227,57 +228,63 @@ fn bad_images_are_refused_with_the_cache_unchanged() {
         im
     };
     let mut toks = [0u32; 64];
-    let cases: Vec<(&str, Vec<u8>, u64, CacheConfig, Error)> = vec![
-        ("empty", vec![], FINGERPRINT, cfg, Error::Truncated),
+    let cases: Vec<(&str, Vec<u8>, u64, CacheConfig, SnapshotError)> = vec![
+        ("empty", vec![], FINGERPRINT, cfg, SnapshotError::Truncated),
         (
             "header cut",
             image[..40].to_vec(),
             FINGERPRINT,
             cfg,
-            Error::Truncated,
+            SnapshotError::Truncated,
         ),
         (
             "payload cut",
             image[..image.len() - 5].to_vec(),
             FINGERPRINT,
             cfg,
-            Error::Truncated,
+            SnapshotError::Truncated,
         ),
-        ("magic", patched(0, b'X'), FINGERPRINT, cfg, Error::BadMagic),
+        (
+            "magic",
+            patched(0, b'X'),
+            FINGERPRINT,
+            cfg,
+            SnapshotError::BadMagic,
+        ),
         (
             "version",
             patched(4, 2),
             FINGERPRINT,
             cfg,
-            Error::UnsupportedVersion,
+            SnapshotError::UnsupportedVersion,
         ),
         (
             "token count",
             patched(40, 22),
             FINGERPRINT,
             cfg,
-            Error::CorruptSnapshot,
+            SnapshotError::CorruptSnapshot,
         ),
         (
             "format code",
             patched(24, 9),
             FINGERPRINT,
             cfg,
-            Error::CorruptSnapshot,
+            SnapshotError::CorruptSnapshot,
         ),
         (
             "payload bit",
             patched(HEADER_BYTES + 200, image[HEADER_BYTES + 200] ^ 1),
             FINGERPRINT,
             cfg,
-            Error::CrcMismatch,
+            SnapshotError::CrcMismatch,
         ),
         (
             "fingerprint",
             image.clone(),
             FINGERPRINT ^ 1,
             cfg,
-            Error::FingerprintMismatch,
+            SnapshotError::FingerprintMismatch,
         ),
     ];
     for (what, im, fp, _, err) in &cases {
@@ -305,7 +312,11 @@ fn bad_images_are_refused_with_the_cache_unchanged() {
         let mut d = cache(&mut b, other);
         let before = state(&d);
         let got = d.restore(&mut SliceFlash(&image), 0, FINGERPRINT, &mut toks);
-        assert_eq!(got.map(|r| r.1), Err(Error::ConfigMismatch), "{what}");
+        assert_eq!(
+            got.map(|r| r.1),
+            Err(SnapshotError::ConfigMismatch),
+            "{what}"
+        );
         assert_eq!(state(&d), before);
     }
 
@@ -315,14 +326,14 @@ fn bad_images_are_refused_with_the_cache_unchanged() {
     assert_eq!(
         c.restore(&mut SliceFlash(&image), 0, FINGERPRINT, &mut toks)
             .map(|r| r.1),
-        Err(Error::OutOfPages)
+        Err(SnapshotError::Cache(Error::OutOfPages))
     );
     assert_eq!(state(&c), before);
     // Token buffer too short.
     assert_eq!(
         c.restore(&mut SliceFlash(&image), 0, FINGERPRINT, &mut toks[..20])
             .map(|r| r.1),
-        Err(Error::LengthMismatch)
+        Err(SnapshotError::Cache(Error::LengthMismatch))
     );
     assert_eq!(state(&c), before);
     assert_eq!(fingerprint_of(&c, live), live_bits);
@@ -343,17 +354,17 @@ fn snapshot_refuses_bad_requests_before_erasing() {
         (
             "tokens",
             c.snapshot(seq, &toks[1..], 0, &mut flash, 0),
-            Error::LengthMismatch,
+            SnapshotError::Cache(Error::LengthMismatch),
         ),
         (
             "unaligned offset",
             c.snapshot(seq, &toks, 0, &mut flash, 16),
-            Error::FlashBounds,
+            SnapshotError::FlashBounds,
         ),
         (
             "past the end",
             c.snapshot(seq, &toks, 0, &mut flash, 8192),
-            Error::FlashBounds,
+            SnapshotError::FlashBounds,
         ),
     ];
     for (what, got, err) in cases {
@@ -363,14 +374,14 @@ fn snapshot_refuses_bad_requests_before_erasing() {
     let mut tiny = RamFlash::<16, 4096>::new(&mut small);
     assert_eq!(
         c.snapshot(seq, &toks, 0, &mut tiny, 0).map(|h| h.image),
-        Err(Error::FlashBounds),
+        Err(SnapshotError::FlashBounds),
         "image larger than the flash"
     );
     let mut wide = vec![0u8; 65536];
     let mut wide = RamFlash::<512, 4096>::new(&mut wide);
     assert_eq!(
         c.snapshot(seq, &toks, 0, &mut wide, 0).map(|h| h.image),
-        Err(Error::FlashBounds),
+        Err(SnapshotError::FlashBounds),
         "write size above 256"
     );
     assert_eq!((flash.erases, tiny.erases, wide.erases), (0, 0, 0));
@@ -378,7 +389,7 @@ fn snapshot_refuses_bad_requests_before_erasing() {
     c.free_sequence(freed).unwrap();
     assert_eq!(
         c.snapshot(freed, &[], 0, &mut flash, 0).map(|h| h.image),
-        Err(Error::UnknownSequence)
+        Err(SnapshotError::Cache(Error::UnknownSequence))
     );
     // A sequence with released pages cannot be saved.
     let w = edgekv::attention::Window {
@@ -388,7 +399,7 @@ fn snapshot_refuses_bad_requests_before_erasing() {
     c.slide(seq, &w, 29).unwrap();
     assert_eq!(
         c.snapshot(seq, &toks, 0, &mut flash, 0).map(|h| h.image),
-        Err(Error::WindowedSequence)
+        Err(SnapshotError::WindowedSequence)
     );
 }
 
@@ -429,10 +440,10 @@ fn header_round_trips_and_rejects_inconsistency() {
     assert!(h.matches(&cfg));
     let mut b = h.encode();
     b[48] ^= 4; // payload size
-    assert_eq!(Header::decode(&b), Err(Error::CorruptSnapshot));
+    assert_eq!(Header::decode(&b), Err(SnapshotError::CorruptSnapshot));
     let mut b = h.encode();
     b[60] = 1; // reserved
-    assert_eq!(Header::decode(&b), Err(Error::CorruptSnapshot));
+    assert_eq!(Header::decode(&b), Err(SnapshotError::CorruptSnapshot));
 }
 
 #[test]
@@ -444,7 +455,7 @@ fn a_header_claiming_a_huge_shape_is_corrupt_not_a_panic() {
     for at in [16, 18, 20, 22] {
         b[at..at + 2].copy_from_slice(&0xFFFFu16.to_le_bytes());
     }
-    assert_eq!(Header::decode(&b), Err(Error::CorruptSnapshot));
+    assert_eq!(Header::decode(&b), Err(SnapshotError::CorruptSnapshot));
     let shape = Shape {
         layers: u16::MAX,
         kv_heads: u16::MAX,
@@ -453,6 +464,6 @@ fn a_header_claiming_a_huge_shape_is_corrupt_not_a_panic() {
     let huge = CacheConfig::new(shape).with_page_tokens(1 << 15);
     assert!(matches!(
         Header::new(&huge, u32::MAX, 0),
-        Err(Error::Overflow | Error::InvalidFormat | Error::ZeroSize)
+        Err(ConfigError::Overflow | ConfigError::InvalidFormat | ConfigError::ZeroSize)
     ));
 }

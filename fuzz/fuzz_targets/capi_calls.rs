@@ -6,7 +6,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use edgekv_hal::capi::*;
+use edgekv_capi::*;
 use libfuzzer_sys::fuzz_target;
 
 /// Where a pointer argument points.

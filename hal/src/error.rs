@@ -54,6 +54,12 @@ impl From<edgekv::Error> for HalError {
     }
 }
 
+impl From<edgekv::ConfigError> for HalError {
+    fn from(e: edgekv::ConfigError) -> Self {
+        HalError::Cache(e.into())
+    }
+}
+
 impl fmt::Display for HalError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -36,7 +36,8 @@
 //! Every fallible operation returns a [`HalError`] instead of panicking and
 //! leaves the cache unchanged. The crate is `no_std` and allocation-free
 //! (the `sim` feature uses `std`); `unsafe` appears only in the Cortex-M
-//! invalidate, the C ABI (`capi`) and the Ethos-U hooks (`ethosu`).
+//! invalidate. The C ABI over this crate and the core, and the Ethos-U driver
+//! hooks, are the `edgekv-capi` crate.
 //! `defmt` derives `defmt::Format` for the public types.
 //!
 //! [edgekv]: https://example.invalid/edgekv
@@ -56,13 +57,6 @@ mod pages;
 mod sim;
 mod views;
 
-#[cfg(feature = "capi")]
-#[allow(unsafe_code)]
-pub mod capi;
-#[cfg(feature = "ethosu")]
-#[allow(unsafe_code)]
-pub mod ethosu;
-
 pub use addr::DevAddr;
 pub use address_map::{AddressMap, IdentityMap, MapEntry, OffsetMap, TableMap};
 pub use cache::{CacheMaintenance, NoCache, expand_to_lines, line_aligned};
@@ -76,6 +70,6 @@ pub use pages::{PageRegion, for_each_page_region, page_region};
 #[cfg(feature = "sim")]
 pub use sim::{SimCache, SimMemory, SimStats};
 pub use views::{
-    NO_OFFSET, ReadView, RegionBinding, Segment, bind_region, device_input, device_output, gather,
-    ingest, read_view, segments, take_output,
+    NO_OFFSET, ReadView, RegionBinding, Segment, bind_region, clean_view, device_input,
+    device_output, gather, ingest, read_view, segments, take_output,
 };

@@ -231,8 +231,8 @@ fn kernel_round_trip(fmt: ElementFormat, head_dim: usize, x: &[f32]) -> edgekv::
         }
         ElementFormat::Fp8Tile { dv, tile, bf16 } => {
             let (dv, tile) = (dv as usize, tile as usize);
-            let bytes =
-                fp8_tile_row_bytes(head_dim, dv, tile, bf16).ok_or(edgekv::Error::Overflow)?;
+            let bytes = fp8_tile_row_bytes(head_dim, dv, tile, bf16)
+                .ok_or(edgekv::ConfigError::Overflow)?;
             let mut row = vec![0u8; bytes];
             for (src, dst) in x.chunks_exact(head_dim).zip(out.chunks_exact_mut(head_dim)) {
                 quantize_fp8_tile(src, dv, tile, bf16, &mut row)?;

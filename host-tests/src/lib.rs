@@ -1,8 +1,6 @@
-//! Host-side harness for edgekv: the `edgekv` command line, the host demo session, the snapshot
-//! tool, and (in `tests/` and `benches/`) dense references, parity suites and benchmarks. The
-//! task runner and the QEMU driver live in `xtask/`.
+//! Host-side harness for edgekv: the host demo session (`examples/host_demo.rs`), and (in
+//! `tests/` and `benches/`) dense references, parity suites, the C ABI and board tests, and
+//! benchmarks. The `edgekv` command line is the `edgekv-cli` crate (`cli/`); the task runner and
+//! the QEMU driver live in `xtask/`.
 
-pub mod cli;
 pub mod demo;
-pub mod plan;
-pub mod snapshot_tool;

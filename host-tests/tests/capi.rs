@@ -1,6 +1,6 @@
-//! The C ABI from C: the committed header matches what cbindgen generates from
-//! `edgekv-hal`'s `capi` module, and a C program compiled with the system C compiler against the
-//! static library (`edgekv-capi`) runs the whole flow and every error path.
+//! The C ABI from C: the committed header matches what cbindgen generates from the `edgekv-capi`
+//! crate, and a C program compiled with the system C compiler against its static library runs
+//! the whole flow and every error path.
 //!
 //! Regenerate the header: `EDGEKV_BLESS=1 cargo test -p edgekv-host-tests --test capi`.
 
@@ -15,10 +15,10 @@ fn root() -> PathBuf {
 }
 
 fn generate_header() -> String {
-    let hal = root().join("hal");
-    let config = cbindgen::Config::from_file(hal.join("cbindgen.toml")).expect("cbindgen.toml");
+    let capi = root().join("capi");
+    let config = cbindgen::Config::from_file(capi.join("cbindgen.toml")).expect("cbindgen.toml");
     let bindings = cbindgen::Builder::new()
-        .with_crate(&hal)
+        .with_crate(&capi)
         .with_config(config)
         .generate()
         .expect("cbindgen generates the header");
@@ -51,7 +51,7 @@ fn parenthesize_negative_defines(header: &str) -> String {
 
 #[test]
 fn header_is_ascii_with_parenthesized_negative_macros() {
-    let header = std::fs::read_to_string(root().join("hal/include/edgekv.h")).expect("header");
+    let header = std::fs::read_to_string(root().join("capi/include/edgekv.h")).expect("header");
     for (i, line) in header.lines().enumerate() {
         assert!(line.is_ascii(), "line {}: not ASCII: {line}", i + 1);
         if let Some(rest) = line.strip_prefix("#define ") {
@@ -68,7 +68,7 @@ fn header_is_ascii_with_parenthesized_negative_macros() {
 
 #[test]
 fn header_is_up_to_date() {
-    let path = root().join("hal/include/edgekv.h");
+    let path = root().join("capi/include/edgekv.h");
     let generated = generate_header();
     if std::env::var_os("EDGEKV_BLESS").is_some() {
         std::fs::write(&path, &generated).expect("write header");
@@ -77,7 +77,7 @@ fn header_is_up_to_date() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "hal/include/edgekv.h is stale: regenerate it with \
+        "capi/include/edgekv.h is stale: regenerate it with \
          `EDGEKV_BLESS=1 cargo test -p edgekv-host-tests --test capi`"
     );
 }
@@ -153,7 +153,7 @@ fn c_program_runs_against_the_staticlib() {
                 .args(STRICT)
                 .args(extra)
                 .arg("-I")
-                .arg(root().join("hal/include"))
+                .arg(root().join("capi/include"))
                 .arg(&src)
                 .arg(&lib)
                 .args(["-Wl,--gc-sections", "-lpthread", "-ldl", "-lm", "-o"])

@@ -525,7 +525,9 @@ fn arenas_of_any_alignment_and_too_small_ones() {
         work: &mut work,
     };
     assert_eq!(run(Case::OnePass, &mut arenas, &mut |_| {}), Ok(want));
-    let too_small = Err(edgekv_parity::Error::Cache(edgekv::Error::ArenaTooSmall));
+    let too_small = Err(edgekv_parity::Error::Cache(
+        edgekv::ConfigError::ArenaTooSmall.into(),
+    ));
     let mut short = Arenas {
         data: &mut data[d..d + edgekv_parity::DATA_USED - 1],
         meta: &mut meta,
@@ -585,6 +587,8 @@ fn restored_snapshot_decodes_like_a_cold_prefill() {
     bad[100] ^= 0x10;
     assert_eq!(
         decode_after_image(&bad, &mut arenas),
-        Err(edgekv_parity::Error::Cache(edgekv::Error::CrcMismatch))
+        Err(edgekv_parity::Error::Snapshot(
+            edgekv::snapshot::SnapshotError::CrcMismatch
+        ))
     );
 }

@@ -52,8 +52,10 @@ pub enum Error {
     Mismatch(&'static str),
     /// A chat script's words are malformed (what, named).
     BadScript(&'static str),
-    /// A KV-cache operation failed.
+    /// A KV-cache operation failed (a configuration error as [`edgekv::Error::Config`]).
     Kv(edgekv::Error),
+    /// Writing or restoring a KV snapshot failed.
+    Snapshot(edgekv::snapshot::SnapshotError),
 }
 
 /// Result with this crate's [`Error`].
@@ -68,6 +70,18 @@ impl From<GgufError> for Error {
 impl From<edgekv::Error> for Error {
     fn from(e: edgekv::Error) -> Self {
         Error::Kv(e)
+    }
+}
+
+impl From<edgekv::ConfigError> for Error {
+    fn from(e: edgekv::ConfigError) -> Self {
+        Error::Kv(e.into())
+    }
+}
+
+impl From<edgekv::snapshot::SnapshotError> for Error {
+    fn from(e: edgekv::snapshot::SnapshotError) -> Self {
+        Error::Snapshot(e)
     }
 }
 
@@ -96,6 +110,7 @@ impl fmt::Display for Error {
             Error::Mismatch(what) => write!(f, "{what} differs from what was expected"),
             Error::BadScript(what) => write!(f, "chat script: bad {what}"),
             Error::Kv(e) => write!(f, "KV cache: {e}"),
+            Error::Snapshot(e) => write!(f, "KV snapshot: {e}"),
         }
     }
 }

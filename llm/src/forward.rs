@@ -72,7 +72,10 @@ impl Llama<'_> {
     /// RoPE are per row, attention computes each query row alone), so splitting a prompt over
     /// calls gives the same bits.
     ///
-    /// All or nothing: on an error the sequence is truncated back to `len`. Errors:
+    /// All or nothing: on an error the sequence is truncated back to `len`.
+    ///
+    /// # Errors
+    ///
     /// [`Empty`](Error::Empty), [`TokenOutOfRange`](Error::TokenOutOfRange),
     /// [`ContextFull`](Error::ContextFull), [`BufferTooSmall`](Error::BufferTooSmall) /
     /// [`TooManyRows`](Error::TooManyRows) (scratch or logits), [`Kv`](Error::Kv).

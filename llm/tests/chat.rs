@@ -224,7 +224,7 @@ fn bad_scripts_images_and_buffers_are_refused_without_a_sequence_left() {
     let last = bad.len() - 1;
     bad[last] ^= 1;
     let (r, live) = run(&model, &ok, &bad);
-    assert!(matches!(r.unwrap_err(), Error::Kv(_)));
+    assert!(matches!(r.unwrap_err(), Error::Snapshot(_)));
     assert_eq!(live, 0);
     // A prompt buffer too small for a new conversation's prompt.
     let long: Vec<u32> = HELLO.iter().copied().cycle().take(40).collect();

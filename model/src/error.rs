@@ -60,3 +60,9 @@ impl From<edgekv_llm::Error> for Error {
         }
     }
 }
+
+impl From<edgekv::ConfigError> for Error {
+    fn from(e: edgekv::ConfigError) -> Self {
+        Error::Cache(e.into())
+    }
+}

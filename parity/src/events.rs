@@ -156,8 +156,10 @@ impl fmt::Display for Digest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
-    /// A cache call failed.
+    /// A cache call failed (a configuration error as [`edgekv::Error::Config`]).
     Cache(edgekv::Error),
+    /// Writing or restoring the snapshot image failed.
+    Snapshot(edgekv::snapshot::SnapshotError),
     /// The work buffer is shorter than [`WORK_F32`].
     WorkTooSmall,
     /// A cache call succeeded with another result than the script expects (e.g. the prefix hit
@@ -173,10 +175,23 @@ impl From<edgekv::Error> for Error {
     }
 }
 
+impl From<edgekv::ConfigError> for Error {
+    fn from(e: edgekv::ConfigError) -> Self {
+        Error::Cache(e.into())
+    }
+}
+
+impl From<edgekv::snapshot::SnapshotError> for Error {
+    fn from(e: edgekv::snapshot::SnapshotError) -> Self {
+        Error::Snapshot(e)
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Cache(e) => write!(f, "cache: {e}"),
+            Error::Snapshot(e) => write!(f, "snapshot: {e}"),
             Error::WorkTooSmall => f.write_str("work buffer shorter than WORK_F32"),
             Error::Unexpected(what) => write!(f, "unexpected result: {what}"),
             Error::NeedsImage => f.write_str("this case needs a snapshot image"),

@@ -277,7 +277,9 @@ impl<F: FnMut(Event<'_>)> Runner<'_, F> {
 /// Runs `case` in a fresh cache over `arenas`, feeding every step to `sink`, and returns the
 /// digest of its attention outputs.
 ///
-/// Errors: [`Error::Cache`] with [`ArenaTooSmall`](edgekv::Error::ArenaTooSmall) when `data` or
+/// # Errors
+///
+/// [`Error::Cache`] with [`ArenaTooSmall`](edgekv::ConfigError::ArenaTooSmall) when `data` or
 /// `meta` is shorter than [`DATA_BYTES`] / [`META_BYTES`]; [`Error::WorkTooSmall`];
 /// [`Error::NeedsImage`] for [`Case::SnapshotRestored`]; any other error means the cache
 /// misbehaved.
@@ -303,7 +305,7 @@ pub(crate) fn run_with<F: FnMut(Event<'_>)>(
             .filter(|&end| end <= buf.len())
             .map(|end| off..end)
     };
-    let too_small = Error::Cache(edgekv::Error::ArenaTooSmall);
+    let too_small = Error::from(edgekv::ConfigError::ArenaTooSmall);
     let data_range = cut(arenas.data, DATA_ALIGN, DATA_USED).ok_or(too_small)?;
     let plan = case.config().plan(DATA_USED, BITS)?;
     let meta_range = cut(arenas.meta, META_ALIGN, plan.meta.total).ok_or(too_small)?;

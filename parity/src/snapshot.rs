@@ -19,7 +19,9 @@ pub const FINGERPRINT: u64 =
 /// Writes the system prompt's KV (prefilled in chunks, formats of [`Case::SnapshotCold`]) as an
 /// image at offset 0 of `flash` and returns its header.
 ///
-/// Errors: as [`run`](super::run), plus the snapshot's flash errors.
+/// # Errors
+///
+/// As [`run`](super::run), plus [`Error::Snapshot`] for the snapshot's flash errors.
 pub fn write_image<Fl: NorFlash>(arenas: &mut Arenas<'_>, flash: &mut Fl) -> Result<Header, Error> {
     let mut header = None;
     run_with(Case::SnapshotCold, arenas, &mut |_| {}, |r| {
@@ -36,7 +38,10 @@ pub fn write_image<Fl: NorFlash>(arenas: &mut Arenas<'_>, flash: &mut Fl) -> Res
 /// [`write_image`] into `buf` used as a RAM flash (16-byte writes, 4 KiB sectors): returns the
 /// image bytes (`IMAGE_MAX` bytes of `buf` suffice).
 ///
-/// Errors: as [`write_image`] ([`edgekv::Error::FlashBounds`] when `buf` is too short).
+/// # Errors
+///
+/// As [`write_image`] ([`FlashBounds`](edgekv::snapshot::SnapshotError::FlashBounds) when `buf`
+/// is too short).
 pub fn write_image_into<'b>(arenas: &mut Arenas<'_>, buf: &'b mut [u8]) -> Result<&'b [u8], Error> {
     let mut flash = RamFlash::<16, 4096>::new(buf);
     let len = write_image(arenas, &mut flash)?.image as usize;
@@ -50,7 +55,9 @@ pub const IMAGE_MAX: usize = 60 * 1024;
 /// tokens after the system prompt and returns the digest of their attention outputs (named
 /// `snapshot_restored`; its CRC equals [`Case::SnapshotCold`]'s).
 ///
-/// Errors: as [`run`](super::run); [`Error::Cache`] with the restore's error for a bad image.
+/// # Errors
+///
+/// As [`run`](super::run); [`Error::Snapshot`] with the restore's error for a bad image.
 pub fn decode_after_image(image: &[u8], arenas: &mut Arenas<'_>) -> Result<Digest, Error> {
     run_with(Case::SnapshotRestored, arenas, &mut |_| {}, |r| {
         let mut prompt = [0u32; SYSTEM_TOKENS as usize];

@@ -189,9 +189,10 @@ pub fn all(stages: &mut Stages) -> Result<(), String> {
 
 /// The libraries type-checked for the no_std targets (one cargo call per feature set, its
 /// targets at once): everything plain for all four; `defmt` for an ARMv7E-M and the ARMv6-M
-/// target (the logging layer is target-independent); the C ABI checked for all four and its
-/// static library built (code generated) for the Cortex-M7 and Cortex-M55 targets vendor NPU
-/// SDKs link it on; the D-cache maintenance (`cortex-m`) and the LLM forward pass for those two.
+/// target (the logging layer is target-independent); the C ABI crate (with the Ethos-U hooks)
+/// checked for all four and its static library built (code generated) for the Cortex-M7 and
+/// Cortex-M55 targets vendor NPU SDKs link it on; the D-cache maintenance (`cortex-m`) and the
+/// LLM forward pass for those two.
 fn no_std() -> Result<(), String> {
     const ALL: &[&str] = &TARGETS;
     const M7_M55: &[&str] = &["thumbv7em-none-eabihf", "thumbv8m.main-none-eabihf"];
@@ -210,7 +211,14 @@ fn no_std() -> Result<(), String> {
             ALL,
         ),
         (
-            &["check", "-p", "edgekv-hal", "--features", "capi,ethosu"],
+            &[
+                "check",
+                "-p",
+                "edgekv-capi",
+                "--no-default-features",
+                "--features",
+                "ethosu",
+            ],
             ALL,
         ),
         (
@@ -269,13 +277,14 @@ fn boards() -> Result<(), String> {
 /// Miri on the modules with unsafe code and the pool / cache / snapshot logic: the core's unit
 /// tests except the numeric kernels (their portable paths are what the x86 builds are compared
 /// with bit for bit in the normal tests) plus its arena, fault, pool-model, prefix and snapshot
-/// integration tests; the HAL's tests (views, simulated cache, software NPU, C ABI, Ethos-U).
-/// Miri is single-threaded: the core's unit tests, its integration tests and the HAL run as three
-/// processes side by side, their logs printed one after the other. They share one target
-/// directory, built first by one process after the other (`--no-run`; the second and third reuse
-/// what the first compiled), so nothing is compiled twice and the runs never wait for a build
-/// lock (cargo holds it only while building). nextest was tried instead: each test its own Miri
-/// process cost ~7 s of start-up per test, twice the old stage's time.
+/// integration tests; the HAL's tests (views, simulated cache, software NPU) and the C ABI
+/// crate's (every `ekv_*` call from raw pointers, the contract tests, the Ethos-U hooks).
+/// Miri is single-threaded: the core's unit tests, its integration tests and the HAL with the C
+/// ABI run as three processes side by side, their logs printed one after the other. They share
+/// one target directory, built first by one process after the other (`--no-run`; the second and
+/// third reuse what the first compiled), so nothing is compiled twice and the runs never wait for
+/// a build lock (cargo holds it only while building). nextest was tried instead: each test its
+/// own Miri process cost ~7 s of start-up per test, twice the old stage's time.
 fn miri() -> Result<(), String> {
     let toolchain = format!("+{}", setup::NIGHTLY);
     let core_lib: Vec<&str> = vec![
@@ -333,8 +342,10 @@ fn miri() -> Result<(), String> {
         "test",
         "-p",
         "edgekv-hal",
+        "-p",
+        "edgekv-capi",
         "--features",
-        "sim,capi,ethosu",
+        "edgekv-hal/sim,edgekv-capi/ethosu",
     ];
     let root = qemu::repo_root();
     let target = root.join("target/miri");

@@ -78,6 +78,12 @@ impl From<edgekv::Error> for Failure {
     }
 }
 
+impl From<edgekv::ConfigError> for Failure {
+    fn from(e: edgekv::ConfigError) -> Self {
+        Failure::Cache(e.into())
+    }
+}
+
 #[entry]
 fn main() -> ! {
     // Both arenas are statics (in .bss), taken once.

@@ -169,7 +169,7 @@ pub fn run(data: &mut [MaybeUninit<u8>]) -> Result<(), edgekv::Error> {
     let skip = data.as_ptr().align_offset(CONFIG.align);
     let data = data
         .get_mut(skip..skip + PLAN.data_bytes)
-        .ok_or(edgekv::Error::ArenaTooSmall)?;
+        .ok_or(edgekv::ConfigError::ArenaTooSmall)?;
     let meta = META.take();
     let skip = meta.as_ptr().align_offset(edgekv::META_ALIGN);
     let mut cache: KvCache = KvCache::new(CONFIG, data, &mut meta[skip..])?;

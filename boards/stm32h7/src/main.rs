@@ -79,7 +79,7 @@ fn main() -> ! {
     let data_addr = data.as_ptr() as usize;
     let mut cache: KvCache = match KvCache::new(session::CFG, data, KV_META.as_uninit_mut()) {
         Ok(c) => c,
-        Err(e) => halt_with(e),
+        Err(e) => halt_with(e.into()),
     };
     defmt::info!(
         "cache: {=u16} pages x {=u16} tokens, {=usize} B/page, data {=usize} B at {=usize:#x}, meta {=usize} B in DTCM",

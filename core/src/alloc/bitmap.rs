@@ -1,7 +1,7 @@
 //! Bitmap first-fit allocator: one bit per page, hands out contiguous runs.
 
 use super::{PageAllocator, PageId};
-use crate::error::{Error, Result};
+use crate::error::ConfigError;
 
 /// First-fit bitmap allocator: one bit per page (set = free), lowest free page first, and
 /// contiguous runs of `n` pages for devices that need one linear tensor. Single-page alloc is
@@ -59,13 +59,13 @@ impl<'a> PageAllocator<'a> for Bitmap<'a> {
     const META_BITS_PER_PAGE: usize = 1;
     const CONTIGUOUS: bool = true;
 
-    fn new(meta: &'a mut [u8], num_pages: u16) -> Result<Self> {
+    fn new(meta: &'a mut [u8], num_pages: u16) -> Result<Self, ConfigError> {
         let pages = num_pages as usize;
         let words: &mut [u32] =
-            bytemuck::try_cast_slice_mut(meta).map_err(|_| Error::MisalignedArena)?;
+            bytemuck::try_cast_slice_mut(meta).map_err(|_| ConfigError::MisalignedArena)?;
         let words = words
             .get_mut(..pages.div_ceil(32))
-            .ok_or(Error::ArenaTooSmall)?;
+            .ok_or(ConfigError::ArenaTooSmall)?;
         let mut bm = Bitmap {
             words,
             pages,
@@ -231,10 +231,13 @@ mod tests {
     fn bad_metadata() {
         let mut mem = [0u64; 1];
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut mem);
-        assert_eq!(Bitmap::new(bytes, 65).err(), Some(Error::ArenaTooSmall));
+        assert_eq!(
+            Bitmap::new(bytes, 65).err(),
+            Some(ConfigError::ArenaTooSmall)
+        );
         assert_eq!(
             Bitmap::new(&mut bytes[1..5], 1).err(),
-            Some(Error::MisalignedArena)
+            Some(ConfigError::MisalignedArena)
         );
     }
 }

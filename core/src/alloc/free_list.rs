@@ -1,7 +1,7 @@
 //! LIFO free list: O(1) alloc and free through an intrusive `u16` link per page.
 
 use super::{NO_PAGE, PageAllocator, PageId};
-use crate::error::{Error, Result};
+use crate::error::ConfigError;
 
 /// LIFO free-list allocator: O(1) alloc and free, the most recently freed page is reused first
 /// (warm in cache). Hands out single pages only (runs of one).
@@ -15,11 +15,11 @@ impl<'a> PageAllocator<'a> for FreeList<'a> {
     const META_BITS_PER_PAGE: usize = 16;
     const CONTIGUOUS: bool = false;
 
-    fn new(meta: &'a mut [u8], num_pages: u16) -> Result<Self> {
+    fn new(meta: &'a mut [u8], num_pages: u16) -> Result<Self, ConfigError> {
         let n = num_pages as usize;
         let words: &mut [u16] =
-            bytemuck::try_cast_slice_mut(meta).map_err(|_| Error::MisalignedArena)?;
-        let next = words.get_mut(..n).ok_or(Error::ArenaTooSmall)?;
+            bytemuck::try_cast_slice_mut(meta).map_err(|_| ConfigError::MisalignedArena)?;
+        let next = words.get_mut(..n).ok_or(ConfigError::ArenaTooSmall)?;
         // Pages come out in ascending order at first: 0, 1, 2, …
         for (i, link) in next.iter_mut().enumerate() {
             *link = if i + 1 < n { (i + 1) as u16 } else { NO_PAGE };
@@ -121,10 +121,13 @@ mod tests {
     fn bad_metadata() {
         let mut mem = [0u64; 1];
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut mem);
-        assert_eq!(FreeList::new(bytes, 5).err(), Some(Error::ArenaTooSmall));
+        assert_eq!(
+            FreeList::new(bytes, 5).err(),
+            Some(ConfigError::ArenaTooSmall)
+        );
         assert_eq!(
             FreeList::new(&mut bytes[1..7], 1).err(),
-            Some(Error::MisalignedArena)
+            Some(ConfigError::MisalignedArena)
         );
         // Out-of-range free is ignored rather than corrupting memory.
         let mut fl = FreeList::new(bytes, 4).unwrap();

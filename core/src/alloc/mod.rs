@@ -10,7 +10,7 @@ mod free_list;
 pub use bitmap::Bitmap;
 pub use free_list::FreeList;
 
-use crate::error::Result;
+use crate::error::ConfigError;
 
 /// A page id: an index into every pool of the data arena (same id for all layers, K and V).
 pub type PageId = u16;
@@ -31,7 +31,13 @@ pub trait PageAllocator<'a>: Sized {
 
     /// Builds the allocator over its metadata section (zeroed, aligned to 8) with all
     /// `num_pages` pages free.
-    fn new(meta: &'a mut [u8], num_pages: u16) -> Result<Self>;
+    ///
+    /// # Errors
+    ///
+    /// [`ArenaTooSmall`](ConfigError::ArenaTooSmall) when `meta` is shorter than
+    /// [`META_BITS_PER_PAGE`](Self::META_BITS_PER_PAGE) bits per page need,
+    /// [`MisalignedArena`](ConfigError::MisalignedArena) when it is misaligned for its words.
+    fn new(meta: &'a mut [u8], num_pages: u16) -> Result<Self, ConfigError>;
     /// Pages currently free.
     fn free_pages(&self) -> usize;
     /// Takes one free page.

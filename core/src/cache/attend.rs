@@ -5,7 +5,7 @@ use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator};
 use crate::attention::page::{Layout, PageSlices, attend};
 use crate::attention::{AttentionParams, scratch_len};
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::planner::PoolKind;
 use crate::sequence::SeqId;
 use crate::shape::Kv;
@@ -20,12 +20,14 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// fixed key order: chunking never changes results. On x86-64 CPUs with AVX2 and F16C the
     /// page loop runs a build for those instructions (chosen at run time; the same bits).
     ///
-    /// Errors: [`UnknownSequence`](Error::UnknownSequence),
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence),
     /// [`LayerOutOfRange`](Error::LayerOutOfRange), [`HeadMismatch`](Error::HeadMismatch) (q_heads
     /// not a nonzero multiple of kv_heads), [`LengthMismatch`](Error::LengthMismatch) (`q` not a
     /// whole number of rows, `out` of another length, `scratch` too short),
     /// [`PositionOutOfRange`](Error::PositionOutOfRange) (queries past the reserved positions, or
-    /// a kept key in a released page), [`ZeroSize`](Error::ZeroSize) (a window of 0). Everything,
+    /// a kept key in a released page), [`Config`](Error::Config)([`ZeroSize`](crate::ConfigError::ZeroSize)) (a window of 0). Everything,
     /// every key page any query needs included, is checked before anything is computed: on
     /// error neither `out` nor `scratch` was written.
     #[allow(clippy::too_many_arguments)]
@@ -62,7 +64,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             return Err(Error::PositionOutOfRange);
         }
         if params.window.is_some_and(|w| w.window == 0) {
-            return Err(Error::ZeroSize);
+            return Err(ConfigError::ZeroSize.into());
         }
         let p = self.config.page_tokens as usize;
         let group = q_heads / kv_heads;

@@ -8,7 +8,9 @@ use crate::sequence::{SeqId, SeqMode};
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Creates an empty sequence.
     ///
-    /// Errors: [`TooManySequences`](Error::TooManySequences);
+    /// # Errors
+    ///
+    /// [`TooManySequences`](Error::TooManySequences);
     /// [`ContiguousUnsupported`](Error::ContiguousUnsupported) for a contiguous sequence over an
     /// allocator without runs.
     pub fn create_sequence(&mut self, mode: SeqMode) -> Result<SeqId> {
@@ -20,6 +22,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     }
 
     /// Frees a sequence, releasing its pages (registered pages become cached).
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence).
     pub fn free_sequence(&mut self, seq: SeqId) -> Result<()> {
         let slot = self.seqs.slot(seq)?;
         self.release_tail(slot, 0);
@@ -114,7 +120,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// parent's full pages (refcount + 1) and gets a copy of the partial tail page, so later
     /// writes never affect the other sequence. A contiguous child gets its own run (a copy).
     ///
-    /// Errors: [`UnknownSequence`](Error::UnknownSequence),
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence),
     /// [`TooManySequences`](Error::TooManySequences), [`OutOfPages`](Error::OutOfPages),
     /// [`NoContiguousRun`](Error::NoContiguousRun).
     pub fn fork(&mut self, seq: SeqId) -> Result<SeqId> {
@@ -187,7 +195,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Shortens a sequence to `len` positions. A paged sequence releases the pages past `len`; a
     /// contiguous one keeps its run as capacity (like `Vec::truncate`).
     ///
-    /// Errors: [`UnknownSequence`](Error::UnknownSequence),
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence),
     /// [`TruncateBeyondLength`](Error::TruncateBeyondLength).
     pub fn truncate(&mut self, seq: SeqId, len: u32) -> Result<()> {
         let slot = self.seqs.slot(seq)?;

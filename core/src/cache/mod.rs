@@ -22,7 +22,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::alloc::{FreeList, PageAllocator, PageId};
 use crate::arena::zeroed;
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::planner::{CacheConfig, META_ALIGN, Plan, PoolKind, SEQ_RECORD_BYTES};
 use crate::pool::{PagePool, PageState};
 use crate::prefix::index::PrefixIndex;
@@ -93,7 +93,11 @@ fn next_epoch() -> u32 {
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Plans a cache with this allocator over a data arena of `data_bytes` (see
     /// [`CacheConfig::plan`]); `const`, so arenas can be sized at compile time.
-    pub const fn plan(config: &CacheConfig, data_bytes: usize) -> Result<Plan> {
+    ///
+    /// # Errors
+    ///
+    /// As [`CacheConfig::plan`].
+    pub const fn plan(config: &CacheConfig, data_bytes: usize) -> Result<Plan, ConfigError> {
         config.plan(data_bytes, A::META_BITS_PER_PAGE)
     }
 
@@ -103,32 +107,46 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// # Errors
     ///
     /// As [`CacheConfig::plan_pages`].
-    pub const fn plan_pages(config: &CacheConfig, pages: usize) -> Result<Plan> {
+    pub const fn plan_pages(config: &CacheConfig, pages: usize) -> Result<Plan, ConfigError> {
         config.plan_pages(pages, A::META_BITS_PER_PAGE)
     }
 
     /// Creates a cache with as many pages as fit in `data` (aligned to `config.align`), keeping
     /// its bookkeeping in `meta` (aligned to [`META_ALIGN`], at least `plan.meta.total` bytes).
     /// Both arenas are zeroed; bytes past the plan's needs are left untouched.
+    ///
+    /// # Errors
+    ///
+    /// As [`CacheConfig::plan`] for the configuration;
+    /// [`MisalignedArena`](ConfigError::MisalignedArena) or
+    /// [`ArenaTooSmall`](ConfigError::ArenaTooSmall) for an arena.
     pub fn new(
         config: CacheConfig,
         data: &'a mut [MaybeUninit<u8>],
         meta: &'a mut [MaybeUninit<u8>],
-    ) -> Result<Self> {
+    ) -> Result<Self, ConfigError> {
         let plan = config.plan(data.len(), A::META_BITS_PER_PAGE)?;
         Self::with_plan(config, plan, data, meta)
     }
 
     /// Creates a cache in one buffer (aligned to `config.align`): metadata at its start, data at
     /// the next aligned offset, as many pages as fit ([`CacheConfig::plan_split`]).
-    pub fn new_split(config: CacheConfig, buf: &'a mut [MaybeUninit<u8>]) -> Result<Self> {
+    ///
+    /// # Errors
+    ///
+    /// As [`CacheConfig::plan_split`];
+    /// [`MisalignedArena`](ConfigError::MisalignedArena) for a misaligned buffer.
+    pub fn new_split(
+        config: CacheConfig,
+        buf: &'a mut [MaybeUninit<u8>],
+    ) -> Result<Self, ConfigError> {
         let plan = config.plan_split(buf.len(), A::META_BITS_PER_PAGE)?;
         if buf.as_ptr() as usize % config.align != 0 {
-            return Err(Error::MisalignedArena);
+            return Err(ConfigError::MisalignedArena);
         }
         let (meta, data) = buf
             .split_at_mut_checked(plan.split_data_offset())
-            .ok_or(Error::ArenaTooSmall)?;
+            .ok_or(ConfigError::ArenaTooSmall)?;
         Self::with_plan(config, plan, data, meta)
     }
 
@@ -137,47 +155,48 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         plan: Plan,
         data: &'a mut [MaybeUninit<u8>],
         meta: &'a mut [MaybeUninit<u8>],
-    ) -> Result<Self> {
+    ) -> Result<Self, ConfigError> {
         if data.as_ptr() as usize % config.align != 0 || meta.as_ptr() as usize % META_ALIGN != 0 {
-            return Err(Error::MisalignedArena);
+            return Err(ConfigError::MisalignedArena);
         }
         let data = data
             .get_mut(..plan.data_bytes)
-            .ok_or(Error::ArenaTooSmall)?;
+            .ok_or(ConfigError::ArenaTooSmall)?;
         let meta = meta
             .get_mut(..plan.meta.total)
-            .ok_or(Error::ArenaTooSmall)?;
+            .ok_or(ConfigError::ArenaTooSmall)?;
         let data = zeroed(data);
         let meta = zeroed(meta);
 
         let m = &plan.meta;
-        let split =
-            |buf: &'a mut [u8], at: usize| buf.split_at_mut_checked(at).ok_or(Error::Overflow);
+        let split = |buf: &'a mut [u8], at: usize| {
+            buf.split_at_mut_checked(at).ok_or(ConfigError::Overflow)
+        };
         let (rc, rest) = split(meta, m.lru)?;
         let (links, rest) = split(rest, m.flags - m.lru)?;
         let (flags, rest) = split(rest, m.allocator - m.flags)?;
         let (alloc, rest) = split(rest, m.seqs - m.allocator)?;
         let (seqs, rest) = split(rest, m.tables - m.seqs)?;
         let (tables, index) = split(rest, m.index - m.tables)?;
-        let cast16 = |b: &'a mut [u8]| -> Result<&'a mut [u16]> {
-            bytemuck::try_cast_slice_mut(b).map_err(|_| Error::MisalignedArena)
+        let cast16 = |b: &'a mut [u8]| -> Result<&'a mut [u16], ConfigError> {
+            bytemuck::try_cast_slice_mut(b).map_err(|_| ConfigError::MisalignedArena)
         };
         let seqs = seqs
             .get_mut(..config.max_seqs as usize * SEQ_RECORD_BYTES)
-            .ok_or(Error::ArenaTooSmall)?;
+            .ok_or(ConfigError::ArenaTooSmall)?;
         let records: &mut [SeqRecord] =
-            bytemuck::try_cast_slice_mut(seqs).map_err(|_| Error::MisalignedArena)?;
+            bytemuck::try_cast_slice_mut(seqs).map_err(|_| ConfigError::MisalignedArena)?;
         let tables = cast16(tables)?;
         let tables = tables
             .get_mut(..config.max_seqs as usize * plan.table_len)
-            .ok_or(Error::ArenaTooSmall)?;
+            .ok_or(ConfigError::ArenaTooSmall)?;
         let index = if m.index_buckets == 0 {
             PrefixIndex::disabled()
         } else {
             let n = plan.num_pages as usize;
             let tokens = n * config.page_tokens as usize;
-            let cast64 = |b: &'a mut [u8]| -> Result<&'a mut [u64]> {
-                bytemuck::try_cast_slice_mut(b).map_err(|_| Error::MisalignedArena)
+            let cast64 = |b: &'a mut [u8]| -> Result<&'a mut [u64], ConfigError> {
+                bytemuck::try_cast_slice_mut(b).map_err(|_| ConfigError::MisalignedArena)
             };
             let (hashes, rest) = split(index, 8 * n)?;
             let (regs, rest) = split(rest, 8 * n)?;
@@ -185,8 +204,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             let (ids, rest) = split(rest, 4 * tokens)?;
             let buckets = rest
                 .get_mut(..2 * m.index_buckets)
-                .ok_or(Error::ArenaTooSmall)?;
-            let ids = bytemuck::try_cast_slice_mut(ids).map_err(|_| Error::MisalignedArena)?;
+                .ok_or(ConfigError::ArenaTooSmall)?;
+            let ids =
+                bytemuck::try_cast_slice_mut(ids).map_err(|_| ConfigError::MisalignedArena)?;
             PrefixIndex::new(
                 config.page_tokens as usize,
                 cast64(hashes)?,
@@ -231,12 +251,20 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// A sequence's page table: the pages holding its positions, in order (for a contiguous
     /// sequence, its whole run, including capacity past its length). Pages released by
     /// [`slide`](Self::slide) read as [`NO_PAGE`](crate::NO_PAGE).
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence).
     pub fn page_table(&self, seq: SeqId) -> Result<&[PageId]> {
         let slot = self.seqs.slot(seq)?;
         Ok(self.seqs.table(slot))
     }
 
     /// Length, pages, capacity and mode of a sequence.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence).
     pub fn sequence(&self, seq: SeqId) -> Result<SeqInfo> {
         let slot = self.seqs.slot(seq)?;
         let r = self.seqs.record(slot);
@@ -250,11 +278,20 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     }
 
     /// Reserved positions of a sequence.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence).
     pub fn seq_len(&self, seq: SeqId) -> Result<u32> {
         Ok(self.seqs.record(self.seqs.slot(seq)?).len)
     }
 
     /// The bytes of one value page `(layer, kv, page)` in the data arena (for devices and tests).
+    ///
+    /// # Errors
+    ///
+    /// [`LayerOutOfRange`](Error::LayerOutOfRange), [`InvalidPage`](Error::InvalidPage) (past the
+    /// pool).
     pub fn page_bytes(&self, layer: u16, kv: Kv, page: PageId) -> Result<&[u8]> {
         if layer >= self.config.shape.layers {
             return Err(Error::LayerOutOfRange);

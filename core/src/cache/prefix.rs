@@ -33,7 +33,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// newly published. A contiguous sequence, or a cache without an index, only records the
     /// length. Call it again after each prefill of a longer prompt (e.g. every chat turn).
     ///
-    /// Errors: [`UnknownSequence`](Error::UnknownSequence);
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence);
     /// [`PromptMismatch`](Error::PromptMismatch) when the prompt is longer than the sequence or
     /// differs from the tokens its already-published pages hold.
     pub fn commit_prompt(&mut self, seq: SeqId, prompt: &[u32]) -> Result<u16> {
@@ -125,7 +127,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// is always recomputed). Changes nothing; an empty prompt or index gives
     /// [`PrefixHit::NONE`]'s zero reuse.
     ///
-    /// Errors: [`NoPrefixIndex`](Error::NoPrefixIndex).
+    /// # Errors
+    ///
+    /// [`NoPrefixIndex`](Error::NoPrefixIndex).
     pub fn lookup(&self, prompt: &[u32]) -> Result<PrefixHit> {
         if !self.index.enabled() {
             return Err(Error::NoPrefixIndex);
@@ -157,7 +161,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// count (cached pages are revived), committed as prompt. Returns the positions attached;
     /// prefill continues from there ([`plan_prefill`](crate::prefix::plan_prefill)).
     ///
-    /// Errors: [`UnknownSequence`](Error::UnknownSequence), [`NotPaged`](Error::NotPaged),
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence), [`NotPaged`](Error::NotPaged),
     /// [`SequenceNotEmpty`](Error::SequenceNotEmpty), [`NoPrefixIndex`](Error::NoPrefixIndex),
     /// [`StaleHit`](Error::StaleHit) when pages of the hit were evicted since the lookup or the
     /// hit does not belong to this prompt.
@@ -216,7 +222,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// chunk size and capped below `prompt.len()`, truncates the sequence there and returns the
     /// positions kept; prefill continues from there. Decode positions are never kept.
     ///
-    /// Errors: [`UnknownSequence`](Error::UnknownSequence);
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence);
     /// [`PromptMismatch`](Error::PromptMismatch) when `held` is longer than the sequence.
     pub fn reuse_prefix(&mut self, seq: SeqId, held: &[u32], prompt: &[u32]) -> Result<u32> {
         let slot = self.seqs.slot(seq)?;

@@ -3,7 +3,7 @@
 
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator, PageId};
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::planner::PoolKind;
 use crate::sequence::SeqId;
 
@@ -17,20 +17,26 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// All slots of `pool` in `layer`: `num_pages` slots of the pool's stride, page 0 first
     /// (empty for the scale pool of a full-precision format).
     ///
-    /// Errors: [`LayerOutOfRange`](Error::LayerOutOfRange).
+    /// # Errors
+    ///
+    /// [`LayerOutOfRange`](Error::LayerOutOfRange).
     pub fn pool_bytes(&self, layer: u16, pool: PoolKind) -> Result<&[u8]> {
         if layer >= self.config.shape.layers {
             return Err(Error::LayerOutOfRange);
         }
         let start = self.plan.pool_offset(layer, pool);
         let len = self.plan.num_pages as usize * self.plan.geometry.pool_stride(pool);
-        self.data.get(start..start + len).ok_or(Error::Overflow)
+        self.data
+            .get(start..start + len)
+            .ok_or(ConfigError::Overflow.into())
     }
 
     /// The slot of `page` in `pool` of `layer`: its value bytes (`[page_tokens][kv_heads]
     /// [head_dim]` in the page format) or its scale bytes, padded to the pool stride.
     ///
-    /// Errors: [`LayerOutOfRange`](Error::LayerOutOfRange), [`InvalidPage`](Error::InvalidPage).
+    /// # Errors
+    ///
+    /// [`LayerOutOfRange`](Error::LayerOutOfRange), [`InvalidPage`](Error::InvalidPage).
     pub fn slot_bytes(&self, layer: u16, pool: PoolKind, page: PageId) -> Result<&[u8]> {
         let stride = self.plan.geometry.pool_stride(pool);
         let pool_bytes = self.pool_bytes(layer, pool)?;
@@ -48,7 +54,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// with another sequence or published for prefix reuse is copied first (as
     /// [`write`](Self::write) does), so the write is never seen through anyone else.
     ///
-    /// Errors: [`UnknownSequence`](Error::UnknownSequence),
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence),
     /// [`LayerOutOfRange`](Error::LayerOutOfRange), [`PositionOutOfRange`](Error::PositionOutOfRange)
     /// (`index` past the held pages, or a page released by a sliding window),
     /// [`LengthMismatch`](Error::LengthMismatch) (`bytes` is not one slot; a pool without scales

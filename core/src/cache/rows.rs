@@ -5,7 +5,7 @@ use crate::alloc::PageAllocator;
 use core::ops::Range;
 
 use crate::alloc::{NO_PAGE, PageId};
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::format::{Element, ElementFormat, decode_rows, encode_rows};
 use crate::planner::Plan;
 use crate::pool::PageState;
@@ -20,7 +20,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// A page shared with another sequence (or registered for prefix reuse) is copied first, so
     /// the write is never seen through another sequence.
     ///
-    /// Errors: [`UnknownSequence`](Error::UnknownSequence),
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence),
     /// [`LayerOutOfRange`](Error::LayerOutOfRange), [`LengthMismatch`](Error::LengthMismatch),
     /// [`PositionOutOfRange`](Error::PositionOutOfRange), [`OutOfPages`](Error::OutOfPages)
     /// (no page for a copy-on-write).
@@ -40,6 +42,11 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
 
     /// Writes K and V rows of one layer for the same positions in one call (both lengths are
     /// checked before anything is written).
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](Self::write); [`LengthMismatch`](Error::LengthMismatch) also when K and V
+    /// differ in length.
     pub fn write_kv<T: Element>(
         &mut self,
         seq: SeqId,
@@ -61,6 +68,13 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Reads rows for positions `[start, start + n)` of one layer's K or V into `out` (`n` rows
     /// of `kv_heads × head_dim`), converting from the page format. Reserved positions that were
     /// never written read as whatever the page last held (zero in a fresh arena).
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence), [`LayerOutOfRange`](Error::LayerOutOfRange),
+    /// [`LengthMismatch`](Error::LengthMismatch) (`out` not whole rows),
+    /// [`PositionOutOfRange`](Error::PositionOutOfRange) (past the reserved positions, or in pages
+    /// released by a window).
     pub fn read<T: Element>(
         &self,
         seq: SeqId,
@@ -129,7 +143,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let n = elems / row_elems;
         let end = (start as u64)
             .checked_add(n as u64)
-            .ok_or(Error::Overflow)?;
+            .ok_or(ConfigError::Overflow)?;
         if end > self.seqs.record(slot).len as u64 {
             return Err(Error::PositionOutOfRange);
         }

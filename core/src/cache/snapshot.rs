@@ -1,13 +1,15 @@
 //! Saving a sequence to flash and restoring it (see [`snapshot`](crate::snapshot)).
 
-use embedded_storage::nor_flash::{NorFlash, ReadNorFlash};
+use embedded_storage::nor_flash::{NorFlash, NorFlashError, ReadNorFlash};
 
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator};
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::planner::PoolKind;
 use crate::sequence::{SeqId, SeqMode};
-use crate::snapshot::{HEADER_BYTES, Header, Reader, Writer};
+use crate::snapshot::{HEADER_BYTES, Header, Reader, SnapshotError, Writer};
+
+type Result<T> = core::result::Result<T, SnapshotError>;
 
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Writes `seq` — its `tokens` (one id per position, which the cache does not keep) and its
@@ -15,11 +17,15 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// `offset`: erases the sectors the image needs, programs it in `WRITE_SIZE` chunks (the last
     /// padded with 0xFF) and returns its header. The cache is not changed.
     ///
-    /// Errors: [`UnknownSequence`](Error::UnknownSequence),
-    /// [`LengthMismatch`](Error::LengthMismatch) (`tokens` not one per position),
-    /// [`WindowedSequence`](Error::WindowedSequence), [`Overflow`](Error::Overflow) (image past
-    /// 4 GiB), [`FlashBounds`](Error::FlashBounds) (offset not erase-aligned, image past the end,
-    /// unsupported write size) — all before the first erase — and [`Flash`](Error::Flash).
+    /// # Errors
+    ///
+    /// [`Cache`](SnapshotError::Cache) with [`UnknownSequence`](Error::UnknownSequence),
+    /// [`LengthMismatch`](Error::LengthMismatch) (`tokens` not one per position) or
+    /// [`Config`](Error::Config) ([`Overflow`](crate::ConfigError::Overflow): image past 4 GiB);
+    /// [`WindowedSequence`](SnapshotError::WindowedSequence),
+    /// [`FlashBounds`](SnapshotError::FlashBounds) (offset not erase-aligned, image past the
+    /// end, unsupported write size) — all before the first erase — and
+    /// [`Flash`](SnapshotError::Flash) with the driver's error kind.
     pub fn snapshot<F: NorFlash>(
         &self,
         seq: SeqId,
@@ -31,13 +37,13 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let slot = self.seqs.slot(seq)?;
         let len = self.seqs.record(slot).len;
         if tokens.len() != len as usize {
-            return Err(Error::LengthMismatch);
+            return Err(Error::LengthMismatch.into());
         }
         let p = self.config.page_tokens as usize;
         let pages = (len as usize).div_ceil(p);
         let table = &self.seqs.table(slot)[..pages];
         if table.contains(&NO_PAGE) {
-            return Err(Error::WindowedSequence);
+            return Err(SnapshotError::WindowedSequence);
         }
         let header = Header::new(&self.config, len, fingerprint)?;
         let erase = F::ERASE_SIZE;
@@ -45,18 +51,18 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             .div_ceil(F::WRITE_SIZE.max(1))
             .checked_mul(F::WRITE_SIZE)
             .map(|b| b.div_ceil(erase.max(1)) * erase)
-            .ok_or(Error::FlashBounds)?;
+            .ok_or(SnapshotError::FlashBounds)?;
         let end = (offset as usize)
             .checked_add(span)
             .filter(|&e| e <= flash.capacity() && u32::try_from(e).is_ok())
-            .ok_or(Error::FlashBounds)?;
+            .ok_or(SnapshotError::FlashBounds)?;
         if erase == 0 || offset as usize % erase != 0 {
-            return Err(Error::FlashBounds);
+            return Err(SnapshotError::FlashBounds);
         }
         let mut w = Writer::new(flash, offset)?;
         w.flash_mut()
             .erase(offset, end as u32)
-            .map_err(|_| Error::Flash)?;
+            .map_err(|e| SnapshotError::Flash(e.kind()))?;
         w.put(&header.encode())?;
         for t in tokens {
             w.put(&t.to_le_bytes())?;
@@ -88,14 +94,19 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// filled from a second pass (CRC checked again), and, with a prefix index, the full chunks
     /// published as a committed prompt (so later prompts starting with these tokens reuse them).
     ///
-    /// Errors: [`Truncated`](Error::Truncated), [`BadMagic`](Error::BadMagic),
-    /// [`UnsupportedVersion`](Error::UnsupportedVersion),
-    /// [`CorruptSnapshot`](Error::CorruptSnapshot), [`CrcMismatch`](Error::CrcMismatch),
-    /// [`FingerprintMismatch`](Error::FingerprintMismatch),
-    /// [`ConfigMismatch`](Error::ConfigMismatch), [`LengthMismatch`](Error::LengthMismatch)
-    /// (`tokens` too short), [`FlashBounds`](Error::FlashBounds), [`Flash`](Error::Flash),
-    /// [`TooManySequences`](Error::TooManySequences), [`SequenceFull`](Error::SequenceFull),
-    /// [`OutOfPages`](Error::OutOfPages). On every error the cache holds what it held before;
+    /// # Errors
+    ///
+    /// [`Truncated`](SnapshotError::Truncated), [`BadMagic`](SnapshotError::BadMagic),
+    /// [`UnsupportedVersion`](SnapshotError::UnsupportedVersion),
+    /// [`CorruptSnapshot`](SnapshotError::CorruptSnapshot),
+    /// [`CrcMismatch`](SnapshotError::CrcMismatch),
+    /// [`FingerprintMismatch`](SnapshotError::FingerprintMismatch),
+    /// [`ConfigMismatch`](SnapshotError::ConfigMismatch),
+    /// [`FlashBounds`](SnapshotError::FlashBounds), [`Flash`](SnapshotError::Flash), and
+    /// [`Cache`](SnapshotError::Cache) with [`LengthMismatch`](Error::LengthMismatch) (`tokens`
+    /// too short), [`TooManySequences`](Error::TooManySequences),
+    /// [`SequenceFull`](Error::SequenceFull) or [`OutOfPages`](Error::OutOfPages). On every
+    /// error the cache holds what it held before;
     /// only a flash that fails or changes during the second pass, after the allocation, can have
     /// cost cached (unreferenced, published) pages their place.
     pub fn restore<F: ReadNorFlash>(
@@ -115,13 +126,13 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let mut crc = [0u8; 4];
         r.get(&mut crc, false)?;
         if u32::from_le_bytes(crc) != expected {
-            return Err(Error::CrcMismatch);
+            return Err(SnapshotError::CrcMismatch);
         }
         if header.fingerprint != fingerprint {
-            return Err(Error::FingerprintMismatch);
+            return Err(SnapshotError::FingerprintMismatch);
         }
         if !header.matches(&self.config) {
-            return Err(Error::ConfigMismatch);
+            return Err(SnapshotError::ConfigMismatch);
         }
         let n = header.tokens as usize;
         let tokens = tokens.get_mut(..n).ok_or(Error::LengthMismatch)?;
@@ -129,13 +140,13 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let seq = self.create_sequence(SeqMode::Paged)?;
         let filled = self
             .reserve(seq, header.tokens)
+            .map_err(SnapshotError::from)
             .and_then(|_| self.fill_from(seq, flash, offset, tokens))
             .and_then(|()| {
                 if self.config.prefix_index {
-                    self.commit_prompt(seq, tokens).map(drop)
-                } else {
-                    Ok(())
+                    self.commit_prompt(seq, tokens).map(drop)?;
                 }
+                Ok(())
             });
         match filled {
             Ok(()) => Ok((seq, header)),
@@ -189,7 +200,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         r.get(&mut crc, false)?;
         if u32::from_le_bytes(crc) != expected {
             // The flash changed between the passes.
-            return Err(Error::CrcMismatch);
+            return Err(SnapshotError::CrcMismatch);
         }
         Ok(())
     }

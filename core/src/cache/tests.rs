@@ -568,27 +568,27 @@ fn construction_errors() {
     let data = aligned(&mut a.data, 64, plan.data_bytes);
     let meta = aligned(&mut a.meta, 8, plan.meta.total);
     let r = KvCache::<FreeList>::new(cfg, &mut data[..100], meta);
-    assert_eq!(r.err(), Some(Error::ArenaTooSmall));
+    assert_eq!(r.err(), Some(ConfigError::ArenaTooSmall));
     let mut a = arenas(&cfg, 4);
     let data = aligned(&mut a.data, 64, plan.data_bytes);
     let meta = aligned(&mut a.meta, 8, plan.meta.total);
     let r = KvCache::<FreeList>::new(cfg, data, &mut meta[..plan.meta.total - 1]);
-    assert_eq!(r.err(), Some(Error::ArenaTooSmall));
+    assert_eq!(r.err(), Some(ConfigError::ArenaTooSmall));
     let mut a = arenas(&cfg, 4);
     let data = aligned(&mut a.data, 64, plan.data_bytes);
     let meta = aligned(&mut a.meta, 8, plan.meta.total + 8);
     let r = KvCache::<FreeList>::new(cfg, data, &mut meta[1..]);
-    assert_eq!(r.err(), Some(Error::MisalignedArena));
+    assert_eq!(r.err(), Some(ConfigError::MisalignedArena));
     let mut a = arenas(&cfg, 5);
     let data = aligned(&mut a.data, 64, plan.data_bytes + 64);
     let meta = aligned(&mut a.meta, 8, plan.meta.total);
     let r = KvCache::<FreeList>::new(cfg, &mut data[32..], meta);
-    assert_eq!(r.err(), Some(Error::MisalignedArena));
+    assert_eq!(r.err(), Some(ConfigError::MisalignedArena));
     let mut a = arenas(&cfg, 4);
     let data = aligned(&mut a.data, 64, plan.data_bytes);
     let meta = aligned(&mut a.meta, 8, plan.meta.total);
     let r = KvCache::<FreeList>::new(cfg.with_page_tokens(3), data, meta);
-    assert_eq!(r.err(), Some(Error::PageTokensNotPowerOfTwo));
+    assert_eq!(r.err(), Some(ConfigError::PageTokensNotPowerOfTwo));
 }
 
 #[test]
@@ -606,12 +606,12 @@ fn one_buffer_split_in_two() {
     let mut small = crate::ArenaBuf::<256>::new();
     assert_eq!(
         KvCache::<FreeList>::new_split(cfg, small.as_uninit_mut()).err(),
-        Some(Error::ArenaTooSmall)
+        Some(ConfigError::ArenaTooSmall)
     );
     let mut buf = crate::ArenaBuf::<{ 64 * 1024 }>::new();
     assert_eq!(
         KvCache::<FreeList>::new_split(cfg, &mut buf.as_uninit_mut()[8..]).err(),
-        Some(Error::MisalignedArena)
+        Some(ConfigError::MisalignedArena)
     );
 }
 

@@ -26,6 +26,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// pages in the LRU list exactly once, free pages in the allocator exactly once; the counts
     /// agree; registered pages are exactly those in the prefix index, each reachable from its
     /// hash's home bucket. For tests, fuzzing and after recovery from a suspected memory fault.
+    ///
+    /// # Errors
+    ///
+    /// The first [`InvariantViolation`] found.
     pub fn check_invariants(&self, scratch: &mut [u16]) -> Result<(), InvariantViolation> {
         let bad = |m| Err(InvariantViolation(m));
         let n = self.plan.num_pages as usize;

@@ -3,7 +3,7 @@
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator, PageId};
 use crate::attention::Window;
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::sequence::SeqId;
 
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
@@ -15,8 +15,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// below `from` is done (typically `from = len` after each decode step). Returns the pages
     /// released.
     ///
-    /// Errors: [`UnknownSequence`](Error::UnknownSequence), [`NotPaged`](Error::NotPaged),
-    /// [`ZeroSize`](Error::ZeroSize) for a window of 0,
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence), [`NotPaged`](Error::NotPaged),
+    /// [`Config`](Error::Config)([`ZeroSize`](crate::ConfigError::ZeroSize)) for a window of 0,
     /// [`PositionOutOfRange`](Error::PositionOutOfRange) for `from` past the sequence's length.
     pub fn slide(&mut self, seq: SeqId, window: &Window, from: u32) -> Result<u16> {
         let slot = self.seqs.slot(seq)?;
@@ -25,7 +27,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             return Err(Error::NotPaged);
         }
         if window.window == 0 {
-            return Err(Error::ZeroSize);
+            return Err(ConfigError::ZeroSize.into());
         }
         if from > rec.len {
             return Err(Error::PositionOutOfRange);

@@ -19,7 +19,7 @@ pub(crate) mod load;
 pub(crate) use decode::{Decode, LANES, f32_at, u16_at};
 pub use element::Element;
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 
 /// How the values of a page are stored. All multi-byte values are little-endian.
 ///
@@ -64,7 +64,7 @@ impl ElementFormat {
 
     /// Whether this build includes the format: f32 always; the others with their cargo feature
     /// (`f16`, `bf16`, `int8`, `fp8`, all on by default). A configuration using a format left out
-    /// fails with [`FormatDisabled`](Error::FormatDisabled), and its code is not linked.
+    /// fails with [`FormatDisabled`](ConfigError::FormatDisabled), and its code is not linked.
     pub const fn enabled(self) -> bool {
         match self {
             ElementFormat::F32 => true,
@@ -83,12 +83,16 @@ impl ElementFormat {
         )
     }
 
-    /// Bytes of one token's row in the value pool (all heads), or an error when the format does
-    /// not fit the shape ([`InvalidFormat`](Error::InvalidFormat)), is not in this build
-    /// ([`FormatDisabled`](Error::FormatDisabled)) or the size overflows.
-    pub const fn row_bytes(self, kv_heads: usize, head_dim: usize) -> Result<usize> {
+    /// Bytes of one token's row in the value pool (all heads).
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidFormat`](ConfigError::InvalidFormat) when the format does not fit the shape,
+    /// [`FormatDisabled`](ConfigError::FormatDisabled) when it is not in this build,
+    /// [`Overflow`](ConfigError::Overflow) when the size overflows.
+    pub const fn row_bytes(self, kv_heads: usize, head_dim: usize) -> Result<usize, ConfigError> {
         if !self.enabled() {
-            return Err(Error::FormatDisabled);
+            return Err(ConfigError::FormatDisabled);
         }
         let per_head = match self {
             ElementFormat::F32 => head_dim.checked_mul(4),
@@ -100,7 +104,7 @@ impl ElementFormat {
             ElementFormat::Fp8Tile { dv, tile, bf16 } => {
                 let (dv, tile) = (dv as usize, tile as usize);
                 if tile == 0 || dv == 0 || dv % tile != 0 || dv > head_dim {
-                    return Err(Error::InvalidFormat);
+                    return Err(ConfigError::InvalidFormat);
                 }
                 fp8::fp8_tile_row_bytes(head_dim, dv, tile, bf16)
             }
@@ -108,22 +112,30 @@ impl ElementFormat {
         match per_head {
             Some(b) => match b.checked_mul(kv_heads) {
                 Some(r) => Ok(r),
-                None => Err(Error::Overflow),
+                None => Err(ConfigError::Overflow),
             },
-            None => Err(Error::Overflow),
+            None => Err(ConfigError::Overflow),
         }
     }
 
     /// Bytes of one token's scales in the scale pool (0 for formats without one).
-    pub const fn scale_row_bytes(self, kv_heads: usize, head_dim: usize) -> Result<usize> {
+    ///
+    /// # Errors
+    ///
+    /// As [`row_bytes`](Self::row_bytes).
+    pub const fn scale_row_bytes(
+        self,
+        kv_heads: usize,
+        head_dim: usize,
+    ) -> Result<usize, ConfigError> {
         if !self.enabled() {
-            return Err(Error::FormatDisabled);
+            return Err(ConfigError::FormatDisabled);
         }
         match self {
             ElementFormat::Int8 { group } => match int8::head_scale_bytes(head_dim, group) {
                 Ok(b) => match b.checked_mul(kv_heads) {
                     Some(b) => Ok(b),
-                    None => Err(Error::Overflow),
+                    None => Err(ConfigError::Overflow),
                 },
                 Err(e) => Err(e),
             },
@@ -146,10 +158,10 @@ pub(crate) fn encode_rows<T: Element>(
     }
     match fmt {
         // Guards on `enabled()` (a constant) drop a left-out format's code from the build.
-        _ if !fmt.enabled() => Err(Error::FormatDisabled),
+        _ if !fmt.enabled() => Err(ConfigError::FormatDisabled.into()),
         ElementFormat::Int8 { group } => {
-            let scales =
-                bytemuck::try_cast_slice_mut(scales).map_err(|_| Error::MisalignedArena)?;
+            let scales = bytemuck::try_cast_slice_mut(scales)
+                .map_err(|_| Error::Config(ConfigError::MisalignedArena))?;
             int8::quantize_q8(src, group as usize, bytemuck::cast_slice_mut(vals), scales)
         }
         ElementFormat::Fp8Tile { dv, tile, bf16 } => {
@@ -179,9 +191,10 @@ pub(crate) fn decode_rows<T: Element>(
         return Ok(());
     }
     match fmt {
-        _ if !fmt.enabled() => Err(Error::FormatDisabled),
+        _ if !fmt.enabled() => Err(ConfigError::FormatDisabled.into()),
         ElementFormat::Int8 { group } => {
-            let scales = bytemuck::try_cast_slice(scales).map_err(|_| Error::MisalignedArena)?;
+            let scales = bytemuck::try_cast_slice(scales)
+                .map_err(|_| Error::Config(ConfigError::MisalignedArena))?;
             int8::dequantize_q8(bytemuck::cast_slice(vals), scales, group as usize, dst)
         }
         ElementFormat::Fp8Tile { dv, tile, bf16 } => {
@@ -230,7 +243,7 @@ mod tests {
             let cfg = crate::CacheConfig::new(shape).with_formats(ElementFormat::F32, fmt);
             match cfg.geometry() {
                 Ok(_) => assert!(on, "{fmt:?} planned"),
-                Err(e) => assert!(!on && e == Error::FormatDisabled, "{fmt:?}: {e:?}"),
+                Err(e) => assert!(!on && e == ConfigError::FormatDisabled, "{fmt:?}: {e:?}"),
             }
             let mut vals = [0u8; 256];
             let vals = &mut vals[..fmt.row_bytes(1, 64).unwrap_or(256)];

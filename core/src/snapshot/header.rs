@@ -1,6 +1,9 @@
 //! The 64-byte image header.
 
-use crate::error::{Error, Result};
+use core::ops::Range;
+
+use super::SnapshotError;
+use crate::error::ConfigError;
 use crate::format::ElementFormat;
 use crate::planner::{CacheConfig, PoolKind};
 use crate::shape::Shape;
@@ -36,20 +39,90 @@ pub struct Header {
     pub image: u32,
 }
 
-fn put16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
-}
-fn put32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-fn get16(b: &[u8; HEADER_BYTES], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn get32(b: &[u8; HEADER_BYTES], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+/// Where a field lies in the header or in a format entry: its first byte and its length.
+#[derive(Debug, Clone, Copy)]
+struct Field {
+    at: usize,
+    len: usize,
 }
 
-fn encode_format(f: ElementFormat) -> [u8; 8] {
+impl Field {
+    /// `len` bytes at offset 0.
+    const fn first(len: usize) -> Field {
+        Field { at: 0, len }
+    }
+
+    /// `len` bytes right after `prev`.
+    const fn after(prev: Field, len: usize) -> Field {
+        Field {
+            at: prev.at + prev.len,
+            len,
+        }
+    }
+
+    /// One past its last byte.
+    const fn end(self) -> usize {
+        self.at + self.len
+    }
+
+    const fn range(self) -> Range<usize> {
+        self.at..self.end()
+    }
+}
+
+// The header, field after field: the one table `encode` and `decode` share (the image layout
+// in the `snapshot` module docs).
+const F_MAGIC: Field = Field::first(4);
+const F_VERSION: Field = Field::after(F_MAGIC, 2);
+const F_HEADER_BYTES: Field = Field::after(F_VERSION, 2);
+const F_FINGERPRINT: Field = Field::after(F_HEADER_BYTES, 8);
+const F_LAYERS: Field = Field::after(F_FINGERPRINT, 2);
+const F_KV_HEADS: Field = Field::after(F_LAYERS, 2);
+const F_HEAD_DIM: Field = Field::after(F_KV_HEADS, 2);
+const F_PAGE_TOKENS: Field = Field::after(F_HEAD_DIM, 2);
+const F_K_FORMAT: Field = Field::after(F_PAGE_TOKENS, FORMAT_BYTES);
+const F_V_FORMAT: Field = Field::after(F_K_FORMAT, FORMAT_BYTES);
+const F_TOKENS: Field = Field::after(F_V_FORMAT, 4);
+const F_PAGES: Field = Field::after(F_TOKENS, 4);
+const F_PAYLOAD: Field = Field::after(F_PAGES, 4);
+const F_IMAGE: Field = Field::after(F_PAYLOAD, 4);
+/// Zero.
+const F_RESERVED: Field = Field::after(F_IMAGE, 8);
+const _: () = assert!(F_RESERVED.end() == HEADER_BYTES);
+
+// A format entry (`F_K_FORMAT`, `F_V_FORMAT`), field after field.
+const FORMAT_BYTES: usize = 8;
+const E_CODE: Field = Field::first(1);
+/// Zero.
+const E_PAD: Field = Field::after(E_CODE, 1);
+const E_A: Field = Field::after(E_PAD, 2);
+const E_B: Field = Field::after(E_A, 2);
+const E_FLAG: Field = Field::after(E_B, 1);
+/// Zero.
+const E_PAD_END: Field = Field::after(E_FLAG, 1);
+const _: () = assert!(E_PAD_END.end() == FORMAT_BYTES);
+
+/// Writes `bytes` (of the field's length, by construction of the table) into field `f` of `b`.
+fn put(b: &mut [u8], f: Field, bytes: &[u8]) {
+    b[f.range()].copy_from_slice(bytes);
+}
+
+/// The `N` bytes of field `f` of `b` (`N` is the field's length).
+fn get<const N: usize>(b: &[u8], f: Field) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(&b[f.range()]);
+    out
+}
+
+fn get16(b: &[u8], f: Field) -> u16 {
+    u16::from_le_bytes(get(b, f))
+}
+
+fn get32(b: &[u8], f: Field) -> u32 {
+    u32::from_le_bytes(get(b, f))
+}
+
+fn encode_format(f: ElementFormat) -> [u8; FORMAT_BYTES] {
     let (code, a, b, flag) = match f {
         ElementFormat::F32 => (1u8, 0u16, 0u16, 0u8),
         ElementFormat::F16 => (2, 0, 0, 0),
@@ -57,15 +130,19 @@ fn encode_format(f: ElementFormat) -> [u8; 8] {
         ElementFormat::Int8 { group } => (4, group, 0, 0),
         ElementFormat::Fp8Tile { dv, tile, bf16 } => (5, dv, tile, u8::from(bf16)),
     };
-    let [a0, a1] = a.to_le_bytes();
-    let [b0, b1] = b.to_le_bytes();
-    [code, 0, a0, a1, b0, b1, flag, 0]
+    let mut e = [0u8; FORMAT_BYTES];
+    put(&mut e, E_CODE, &[code]);
+    put(&mut e, E_A, &a.to_le_bytes());
+    put(&mut e, E_B, &b.to_le_bytes());
+    put(&mut e, E_FLAG, &[flag]);
+    e
 }
 
-fn decode_format(e: &[u8]) -> Result<ElementFormat> {
-    let a = u16::from_le_bytes([e[2], e[3]]);
-    let b = u16::from_le_bytes([e[4], e[5]]);
-    Ok(match (e[0], e[6]) {
+fn decode_format(e: &[u8]) -> Result<ElementFormat, SnapshotError> {
+    let (a, b) = (get16(e, E_A), get16(e, E_B));
+    let [code] = get(e, E_CODE);
+    let [flag] = get(e, E_FLAG);
+    Ok(match (code, flag) {
         (1, 0) => ElementFormat::F32,
         (2, 0) => ElementFormat::F16,
         (3, 0) => ElementFormat::Bf16,
@@ -75,16 +152,18 @@ fn decode_format(e: &[u8]) -> Result<ElementFormat> {
             tile: b,
             bf16: flag == 1,
         },
-        _ => return Err(Error::CorruptSnapshot),
+        _ => return Err(SnapshotError::CorruptSnapshot),
     })
 }
 
 impl Header {
     /// The header of an image of `tokens` tokens of a cache configured as `config`.
     ///
-    /// Errors: [`InvalidFormat`](Error::InvalidFormat) and the like for a configuration that
-    /// does not plan, [`Overflow`](Error::Overflow) for an image past 4 GiB.
-    pub fn new(config: &CacheConfig, tokens: u32, fingerprint: u64) -> Result<Header> {
+    /// # Errors
+    ///
+    /// [`InvalidFormat`](ConfigError::InvalidFormat) and the like for a configuration that
+    /// does not plan, [`Overflow`](ConfigError::Overflow) for an image past 4 GiB.
+    pub fn new(config: &CacheConfig, tokens: u32, fingerprint: u64) -> Result<Header, ConfigError> {
         let geometry = config.geometry()?;
         let p = config.page_tokens as u64;
         let pages = (tokens as u64).div_ceil(p);
@@ -94,14 +173,14 @@ impl Header {
             let bytes = (config.shape.layers as u64)
                 .checked_mul(p)
                 .and_then(|v| v.checked_mul(geometry.pool_row_bytes(pool) as u64))
-                .ok_or(Error::Overflow)?;
-            per_page = per_page.checked_add(bytes).ok_or(Error::Overflow)?;
+                .ok_or(ConfigError::Overflow)?;
+            per_page = per_page.checked_add(bytes).ok_or(ConfigError::Overflow)?;
         }
-        let payload = pages.checked_mul(per_page).ok_or(Error::Overflow)?;
+        let payload = pages.checked_mul(per_page).ok_or(ConfigError::Overflow)?;
         let image = (HEADER_BYTES as u64 + 4 * tokens as u64 + 4)
             .checked_add(payload)
-            .ok_or(Error::Overflow)?;
-        let fits = |v: u64| u32::try_from(v).map_err(|_| Error::Overflow);
+            .ok_or(ConfigError::Overflow)?;
+        let fits = |v: u64| u32::try_from(v).map_err(|_| ConfigError::Overflow);
         Ok(Header {
             fingerprint,
             shape: config.shape,
@@ -118,53 +197,58 @@ impl Header {
     /// The 64 header bytes.
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut b = [0u8; HEADER_BYTES];
-        b[0..4].copy_from_slice(&MAGIC);
-        put16(&mut b, 4, VERSION);
-        put16(&mut b, 6, HEADER_BYTES as u16);
-        b[8..16].copy_from_slice(&self.fingerprint.to_le_bytes());
-        put16(&mut b, 16, self.shape.layers);
-        put16(&mut b, 18, self.shape.kv_heads);
-        put16(&mut b, 20, self.shape.head_dim);
-        put16(&mut b, 22, self.page_tokens);
-        b[24..32].copy_from_slice(&encode_format(self.k_format));
-        b[32..40].copy_from_slice(&encode_format(self.v_format));
-        put32(&mut b, 40, self.tokens);
-        put32(&mut b, 44, self.pages);
-        put32(&mut b, 48, self.payload);
-        put32(&mut b, 52, self.image);
+        put(&mut b, F_MAGIC, &MAGIC);
+        put(&mut b, F_VERSION, &VERSION.to_le_bytes());
+        put(&mut b, F_HEADER_BYTES, &(HEADER_BYTES as u16).to_le_bytes());
+        put(&mut b, F_FINGERPRINT, &self.fingerprint.to_le_bytes());
+        put(&mut b, F_LAYERS, &self.shape.layers.to_le_bytes());
+        put(&mut b, F_KV_HEADS, &self.shape.kv_heads.to_le_bytes());
+        put(&mut b, F_HEAD_DIM, &self.shape.head_dim.to_le_bytes());
+        put(&mut b, F_PAGE_TOKENS, &self.page_tokens.to_le_bytes());
+        put(&mut b, F_K_FORMAT, &encode_format(self.k_format));
+        put(&mut b, F_V_FORMAT, &encode_format(self.v_format));
+        put(&mut b, F_TOKENS, &self.tokens.to_le_bytes());
+        put(&mut b, F_PAGES, &self.pages.to_le_bytes());
+        put(&mut b, F_PAYLOAD, &self.payload.to_le_bytes());
+        put(&mut b, F_IMAGE, &self.image.to_le_bytes());
         b
     }
 
     /// Parses and checks header bytes: magic, version, and that every size follows from the
     /// others (so a damaged size field is caught before the CRC pass reads a wrong length).
     ///
-    /// Errors: [`BadMagic`](Error::BadMagic), [`UnsupportedVersion`](Error::UnsupportedVersion),
-    /// [`CorruptSnapshot`](Error::CorruptSnapshot).
-    pub fn decode(b: &[u8; HEADER_BYTES]) -> Result<Header> {
-        if b[0..4] != MAGIC {
-            return Err(Error::BadMagic);
+    /// # Errors
+    ///
+    /// [`BadMagic`](SnapshotError::BadMagic),
+    /// [`UnsupportedVersion`](SnapshotError::UnsupportedVersion),
+    /// [`CorruptSnapshot`](SnapshotError::CorruptSnapshot).
+    pub fn decode(b: &[u8; HEADER_BYTES]) -> Result<Header, SnapshotError> {
+        if get::<4>(b, F_MAGIC) != MAGIC {
+            return Err(SnapshotError::BadMagic);
         }
-        if get16(b, 4) != VERSION {
-            return Err(Error::UnsupportedVersion);
+        if get16(b, F_VERSION) != VERSION {
+            return Err(SnapshotError::UnsupportedVersion);
         }
-        if get16(b, 6) as usize != HEADER_BYTES || b[56..64] != [0; 8] {
-            return Err(Error::CorruptSnapshot);
+        if get16(b, F_HEADER_BYTES) as usize != HEADER_BYTES || get::<8>(b, F_RESERVED) != [0; 8] {
+            return Err(SnapshotError::CorruptSnapshot);
         }
         let shape = Shape {
-            layers: get16(b, 16),
-            kv_heads: get16(b, 18),
-            head_dim: get16(b, 20),
+            layers: get16(b, F_LAYERS),
+            kv_heads: get16(b, F_KV_HEADS),
+            head_dim: get16(b, F_HEAD_DIM),
         };
         let config = CacheConfig::new(shape)
-            .with_page_tokens(get16(b, 22))
-            .with_formats(decode_format(&b[24..32])?, decode_format(&b[32..40])?);
-        let fingerprint =
-            u64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
+            .with_page_tokens(get16(b, F_PAGE_TOKENS))
+            .with_formats(
+                decode_format(&b[F_K_FORMAT.range()])?,
+                decode_format(&b[F_V_FORMAT.range()])?,
+            );
+        let fingerprint = u64::from_le_bytes(get(b, F_FINGERPRINT));
         // A shape or format that does not plan is damage too.
-        let expected =
-            Header::new(&config, get32(b, 40), fingerprint).map_err(|_| Error::CorruptSnapshot)?;
+        let expected = Header::new(&config, get32(b, F_TOKENS), fingerprint)
+            .map_err(|_| SnapshotError::CorruptSnapshot)?;
         if expected.encode() != *b {
-            return Err(Error::CorruptSnapshot);
+            return Err(SnapshotError::CorruptSnapshot);
         }
         Ok(expected)
     }

@@ -30,10 +30,12 @@
 //! The image does not depend on the cache's alignment or pool size: a cache with the same shape,
 //! formats and page size restores it.
 
+mod error;
 mod flash;
 mod header;
 mod stream;
 
+pub use error::SnapshotError;
 pub use flash::{RamFlash, SliceFlash};
 pub use header::{HEADER_BYTES, Header, MAGIC, VERSION};
 pub(crate) use stream::{Reader, Writer};

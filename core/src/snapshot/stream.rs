@@ -2,9 +2,11 @@
 //! that fetches aligned blocks, both feeding the CRC.
 
 use crc::{CRC_32_ISO_HDLC, Crc, Digest};
-use embedded_storage::nor_flash::{NorFlash, ReadNorFlash};
+use embedded_storage::nor_flash::{NorFlash, NorFlashError, ReadNorFlash};
 
-use crate::error::{Error, Result};
+use super::SnapshotError;
+
+type Result<T> = core::result::Result<T, SnapshotError>;
 
 /// The image checksum: CRC-32 (ISO-HDLC, as zlib and Ethernet).
 const CRC: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
@@ -25,7 +27,7 @@ impl<'f, F: NorFlash> Writer<'f, F> {
     /// A writer at `offset` (whose range the caller erased).
     pub fn new(flash: &'f mut F, offset: u32) -> Result<Self> {
         if !F::WRITE_SIZE.is_power_of_two() || F::WRITE_SIZE > BLOCK {
-            return Err(Error::FlashBounds);
+            return Err(SnapshotError::FlashBounds);
         }
         Ok(Writer {
             flash,
@@ -70,7 +72,7 @@ impl<'f, F: NorFlash> Writer<'f, F> {
     fn flush(&mut self) -> Result<()> {
         self.flash
             .write(self.at, &self.buf[..F::WRITE_SIZE])
-            .map_err(|_| Error::Flash)?;
+            .map_err(|e| SnapshotError::Flash(e.kind()))?;
         self.at += F::WRITE_SIZE as u32;
         self.buf = [0xFF; BLOCK];
         self.fill = 0;
@@ -106,7 +108,7 @@ impl<'f, F: ReadNorFlash> Reader<'f, F> {
     /// A reader at `offset`.
     pub fn new(flash: &'f mut F, offset: u32) -> Result<Self> {
         if !F::READ_SIZE.is_power_of_two() || F::READ_SIZE > BLOCK {
-            return Err(Error::FlashBounds);
+            return Err(SnapshotError::FlashBounds);
         }
         let base = offset & !(F::READ_SIZE as u32 - 1);
         Ok(Reader {
@@ -157,16 +159,18 @@ impl<'f, F: ReadNorFlash> Reader<'f, F> {
         let next = self
             .base
             .checked_add(self.len as u32)
-            .ok_or(Error::Truncated)?;
+            .ok_or(SnapshotError::Truncated)?;
         let cap = self.flash.capacity();
-        let left = cap.checked_sub(next as usize).ok_or(Error::Truncated)?;
+        let left = cap
+            .checked_sub(next as usize)
+            .ok_or(SnapshotError::Truncated)?;
         let n = left.min(BLOCK) & !(F::READ_SIZE - 1);
         if n == 0 {
-            return Err(Error::Truncated);
+            return Err(SnapshotError::Truncated);
         }
         self.flash
             .read(next, &mut self.buf[..n])
-            .map_err(|_| Error::Flash)?;
+            .map_err(|e| SnapshotError::Flash(e.kind()))?;
         self.pos -= self.len;
         self.base = next;
         self.len = n;

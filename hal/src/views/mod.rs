@@ -73,8 +73,13 @@ pub fn read_view<'a, A: PageAllocator<'a>>(
 
 /// The checks and maintenance of [`read_view`] without its outputs: counts the value and scale
 /// segments, fails with [`HalError::BufferTooSmall`] if they exceed `capacity` (values,
-/// scales), checks every segment is whole lines of `maint`, then cleans them all.
-pub(crate) fn clean_view<'a, A: PageAllocator<'a>>(
+/// scales), checks every segment is whole lines of `maint`, then cleans them all. For callers
+/// that write the segment lists themselves afterwards (the C ABI writes them into C buffers).
+///
+/// # Errors
+///
+/// As [`read_view`].
+pub fn clean_view<'a, A: PageAllocator<'a>>(
     cache: &KvCache<'a, A>,
     map: &impl AddressMap,
     maint: &mut impl CacheMaintenance,

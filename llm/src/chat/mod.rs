@@ -145,7 +145,9 @@ pub struct Buffers<'b> {
 /// Prefills `system` into a fresh sequence of `cache`, writes its snapshot image to `flash` at
 /// `offset` (fingerprinted with the model's identity) and frees the sequence.
 ///
-/// Errors: the prefill's and [`KvCache::snapshot`]'s; the cache is left as it was.
+/// # Errors
+///
+/// The prefill's and [`KvCache::snapshot`]'s; the cache is left as it was.
 pub fn write_system_image<'c, A: PageAllocator<'c>, F: NorFlash>(
     engine: &mut Engine<'_, '_, '_>,
     cache: &mut KvCache<'c, A>,
@@ -172,7 +174,9 @@ pub fn write_system_image<'c, A: PageAllocator<'c>, F: NorFlash>(
 /// step; `observe` gets every [`Event`] as it happens. The cache holds the last conversation
 /// on return.
 ///
-/// Errors: [`Error::BufferTooSmall`] (logits or prompt buffer), [`Error::Empty`] (no system
+/// # Errors
+///
+/// [`Error::BufferTooSmall`] (logits or prompt buffer), [`Error::Empty`] (no system
 /// prompt, a turn without tokens), [`Error::Mismatch`] (the image holds other tokens than
 /// `script.system`), and the cache's and forward pass's errors. On an error the sequence in use
 /// is freed, so the cache holds no sequence (pages the restore or a new conversation published

@@ -28,7 +28,9 @@ pub fn encoded_len(script: &Script<'_>) -> usize {
 
 /// Writes `script` into `out` and returns the words written.
 ///
-/// Errors: [`Error::BufferTooSmall`] when `out` is shorter than [`encoded_len`];
+/// # Errors
+///
+/// [`Error::BufferTooSmall`] when `out` is shorter than [`encoded_len`];
 /// [`Error::BadScript`] when a count does not fit a word.
 pub fn encode(script: &Script<'_>, out: &mut [u32]) -> Result<usize> {
     let n = encoded_len(script);
@@ -64,7 +66,9 @@ pub fn encode(script: &Script<'_>, out: &mut [u32]) -> Result<usize> {
 
 /// Reads a script from `words`, its turns into `turns` (borrowing the ids in place).
 ///
-/// Errors: [`Error::BadScript`] for a wrong magic or version, unknown flag bits, or counts that
+/// # Errors
+///
+/// [`Error::BadScript`] for a wrong magic or version, unknown flag bits, or counts that
 /// overrun `words`; [`Error::BufferTooSmall`] when `turns` holds fewer than the script's turns.
 pub fn decode<'w>(words: &'w [u32], turns: &'w mut [Turn<'w>]) -> Result<Script<'w>> {
     let head = words.get(..HEAD).ok_or(Error::BadScript("truncated"))?;

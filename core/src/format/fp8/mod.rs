@@ -23,7 +23,7 @@ use half::bf16;
 use super::decode::{Decode, LANES};
 use super::load::{BUF, Bf16Of, F16Bits, Load, ViaElement, store_f32};
 use crate::arch;
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::format::{Element, ElementFormat};
 
 /// 2^-120: moves an f32 holding an e4m3 value to where its bits `>> 20` are the e4m3 code (the
@@ -126,7 +126,7 @@ fn split_row(
     bf16: bool,
 ) -> Result<(usize, usize)> {
     let Some(bytes) = fp8_tile_row_bytes(d, dv, tile, bf16) else {
-        return Err(Error::InvalidFormat);
+        return Err(ConfigError::InvalidFormat.into());
     };
     if row_len != bytes {
         return Err(Error::LengthMismatch);
@@ -150,7 +150,7 @@ fn split_row(
 ///
 /// # Errors
 ///
-/// [`Error::InvalidFormat`] if `tile == 0`, `dv == 0`, `dv % tile != 0` or `dv > x.len()`;
+/// [`Error::Config`] ([`InvalidFormat`](ConfigError::InvalidFormat)) if `tile == 0`, `dv == 0`, `dv % tile != 0` or `dv > x.len()`;
 /// [`Error::LengthMismatch`] if `row.len()` is not the row size. On error nothing is written.
 ///
 /// # Example
@@ -349,7 +349,7 @@ fn f32_le(b: &[u8]) -> f32 {
 ///
 /// # Errors
 ///
-/// [`Error::InvalidFormat`] if `tile == 0`, `dv == 0`, `dv % tile != 0` or `dv > out.len()`;
+/// [`Error::Config`] ([`InvalidFormat`](ConfigError::InvalidFormat)) if `tile == 0`, `dv == 0`, `dv % tile != 0` or `dv > out.len()`;
 /// [`Error::LengthMismatch`] if `row.len()` is not the row size for `out.len()` values. On error
 /// nothing is written.
 pub fn dequantize_fp8_tile<T: Element>(

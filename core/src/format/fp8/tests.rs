@@ -281,19 +281,19 @@ fn errors_leave_outputs_untouched() {
     let e = |r: Result<()>| r.expect_err("must fail");
     assert_eq!(
         e(quantize_fp8_tile(&x, 32, 0, false, &mut row)),
-        Error::InvalidFormat
+        Error::Config(ConfigError::InvalidFormat)
     );
     assert_eq!(
         e(quantize_fp8_tile(&x, 0, 16, false, &mut row)),
-        Error::InvalidFormat
+        Error::Config(ConfigError::InvalidFormat)
     );
     assert_eq!(
         e(quantize_fp8_tile(&x, 24, 16, false, &mut row)),
-        Error::InvalidFormat
+        Error::Config(ConfigError::InvalidFormat)
     );
     assert_eq!(
         e(quantize_fp8_tile(&x[..16], 32, 16, false, &mut row)),
-        Error::InvalidFormat
+        Error::Config(ConfigError::InvalidFormat)
     );
     assert_eq!(
         e(quantize_fp8_tile(&x, 32, 16, false, &mut row[..71])),
@@ -311,11 +311,11 @@ fn errors_leave_outputs_untouched() {
     let mut y = [3f32; 40];
     assert_eq!(
         e(dequantize_fp8_tile(&row, 32, 0, false, &mut y)),
-        Error::InvalidFormat
+        Error::Config(ConfigError::InvalidFormat)
     );
     assert_eq!(
         e(dequantize_fp8_tile(&row, 48, 16, false, &mut y)),
-        Error::InvalidFormat
+        Error::Config(ConfigError::InvalidFormat)
     );
     assert_eq!(
         e(dequantize_fp8_tile(&row[..70], 32, 16, false, &mut y)),

@@ -25,7 +25,7 @@ use groups::{f16_bits_rne, round_mag_cast, round_mag_magic, round_q8};
 use super::decode::{Decode, LANES};
 use super::load::{BUF, F16Bits, ViaElement, store_f32};
 use crate::arch;
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::format::{Element, ElementFormat};
 
 /// Quantizes `x` in groups of `group` values into `codes` (one per value) and `scales` (one per
@@ -44,7 +44,7 @@ use crate::format::{Element, ElementFormat};
 ///
 /// # Errors
 ///
-/// [`Error::InvalidFormat`] if `group == 0`; [`Error::LengthMismatch`] if `group` does not divide
+/// [`Error::Config`] ([`InvalidFormat`](ConfigError::InvalidFormat)) if `group == 0`; [`Error::LengthMismatch`] if `group` does not divide
 /// `x.len()`, `codes.len() != x.len()` or `scales.len() != x.len() / group`. On error nothing is
 /// written.
 ///
@@ -94,7 +94,7 @@ pub fn quantize_q8<T: Element>(
 ///
 /// # Errors
 ///
-/// [`Error::InvalidFormat`] if `group == 0`; [`Error::LengthMismatch`] if `group` does not divide
+/// [`Error::Config`] ([`InvalidFormat`](ConfigError::InvalidFormat)) if `group == 0`; [`Error::LengthMismatch`] if `group` does not divide
 /// `out.len()`, `codes.len() != out.len()` or `scales.len() != out.len() / group`. On error
 /// nothing is written.
 pub fn dequantize_q8<T: Element>(
@@ -139,7 +139,7 @@ pub fn dequantize_q8<T: Element>(
 /// Argument checks shared by both directions.
 fn check_q8(n: usize, group: usize, codes: usize, scales: usize) -> Result<()> {
     if group == 0 {
-        return Err(Error::InvalidFormat);
+        return Err(ConfigError::InvalidFormat.into());
     }
     if n % group != 0 || codes != n || scales != n / group {
         return Err(Error::LengthMismatch);
@@ -147,23 +147,23 @@ fn check_q8(n: usize, group: usize, codes: usize, scales: usize) -> Result<()> {
     Ok(())
 }
 
-/// Bytes of one head row of `head_dim` codes, or [`Error::InvalidFormat`] when `group` is 0 or
-/// does not divide `head_dim`.
-pub(crate) const fn head_bytes(head_dim: usize, group: u16) -> Result<usize> {
+/// Bytes of one head row of `head_dim` codes, or [`ConfigError::InvalidFormat`] when `group` is
+/// 0 or does not divide `head_dim`.
+pub(crate) const fn head_bytes(head_dim: usize, group: u16) -> Result<usize, ConfigError> {
     if group == 0 || head_dim % group as usize != 0 {
-        return Err(Error::InvalidFormat);
+        return Err(ConfigError::InvalidFormat);
     }
     Ok(head_dim)
 }
 
 /// Bytes of one head row's f16 scales, errors as [`head_bytes`].
-pub(crate) const fn head_scale_bytes(head_dim: usize, group: u16) -> Result<usize> {
+pub(crate) const fn head_scale_bytes(head_dim: usize, group: u16) -> Result<usize, ConfigError> {
     if group == 0 || head_dim % group as usize != 0 {
-        return Err(Error::InvalidFormat);
+        return Err(ConfigError::InvalidFormat);
     }
     match (head_dim / group as usize).checked_mul(2) {
         Some(b) => Ok(b),
-        None => Err(Error::Overflow),
+        None => Err(ConfigError::Overflow),
     }
 }
 

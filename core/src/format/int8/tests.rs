@@ -293,7 +293,10 @@ fn errors_leave_outputs_untouched() {
     let mut q = [5i8; 8];
     let mut s = [f16::ONE; 2];
     let bad = |r: Result<()>, e: Error| assert_eq!(r, Err(e));
-    bad(quantize_q8(&x, 0, &mut q, &mut s), Error::InvalidFormat);
+    bad(
+        quantize_q8(&x, 0, &mut q, &mut s),
+        Error::Config(ConfigError::InvalidFormat),
+    );
     bad(quantize_q8(&x, 3, &mut q, &mut s), Error::LengthMismatch);
     bad(
         quantize_q8(&x, 4, &mut q[..7], &mut s),
@@ -307,7 +310,10 @@ fn errors_leave_outputs_untouched() {
     assert_eq!(q, [5; 8]);
     assert_eq!(s, [f16::ONE; 2]);
     let mut y = [7f32; 8];
-    bad(dequantize_q8(&q, &s, 0, &mut y), Error::InvalidFormat);
+    bad(
+        dequantize_q8(&q, &s, 0, &mut y),
+        Error::Config(ConfigError::InvalidFormat),
+    );
     bad(dequantize_q8(&q, &s, 3, &mut y), Error::LengthMismatch);
     bad(dequantize_q8(&q[..4], &s, 4, &mut y), Error::LengthMismatch);
     bad(dequantize_q8(&q, &s[..1], 4, &mut y), Error::LengthMismatch);

@@ -21,7 +21,7 @@
 //! only atomic loads and stores (no compare-and-swap), so they work on thumbv6m too.
 //!
 //! ```
-//! use edgekv_hal::ethosu::{EthosuHooks, Registration, register};
+//! use edgekv_capi::ethosu::{EthosuHooks, Registration, register};
 //! use edgekv_hal::{DevAddr, NoCache, OffsetMap};
 //!
 //! // Region 1 (the KV arena, in TCM) is seen by the NPU through an alias.
@@ -32,14 +32,14 @@
 //!     });
 //! static REG: Registration = Registration::new(&HOOKS);
 //! register(&REG);
-//! assert_eq!(edgekv_hal::ethosu::remap(0x2000_0040, 1), Ok(0x3000_0040));
+//! assert_eq!(edgekv_capi::ethosu::remap(0x2000_0040, 1), Ok(0x3000_0040));
 //! ```
 
 use core::ptr;
 use core::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
-use crate::capi::{EKV_ERR_NOT_REGISTERED, EKV_OK, EkvStatus};
-use crate::{AddressMap, CacheMaintenance, HalError, IdentityMap, expand_to_lines};
+use crate::{EKV_ERR_NOT_REGISTERED, EKV_OK, EkvStatus};
+use edgekv_hal::{AddressMap, CacheMaintenance, HalError, IdentityMap, expand_to_lines};
 
 /// Base-pointer regions of an Ethos-U command stream.
 pub const REGIONS: usize = 8;
@@ -225,7 +225,7 @@ fn with_target<T>(f: impl FnOnce(&dyn EthosuTarget) -> Result<T, HalError>) -> O
     match f(reg.target) {
         Ok(v) => Some(v),
         Err(e) => {
-            LAST_ERROR.store(crate::capi::hal_status(e), Ordering::Relaxed);
+            LAST_ERROR.store(crate::hal_status(e), Ordering::Relaxed);
             None
         }
     }

@@ -6,7 +6,7 @@ use core::ptr;
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::ethosu::{self, EthosuTarget, REGIONS, Registration, invalidate_range};
-use crate::{AddressMap, CacheMaintenance, HalError, expand_to_lines};
+use edgekv_hal::{AddressMap, CacheMaintenance, HalError, expand_to_lines};
 
 use super::maint::{EkvMaintenance, Maint};
 use super::map::{EkvAddressMap, Map};

@@ -2,7 +2,7 @@
 
 use core::ffi::c_void;
 
-use crate::{CacheMaintenance, HalError, NoCache, line_aligned};
+use edgekv_hal::{CacheMaintenance, HalError, NoCache, line_aligned};
 
 use super::status::{EKV_ERR_INVALID_LINE_SIZE, EKV_ERR_MAINTENANCE, EKV_ERR_NULL, Fail, Res};
 

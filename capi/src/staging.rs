@@ -48,7 +48,7 @@ where
             check_disjoint(a, &[staging.span(), row.span(), rs])?;
             // SAFETY: writable (caller), pairwise disjoint and outside the cache.
             let (st, rw) = unsafe { (T::view_mut(staging.get_mut()), T::view_mut(row.get_mut())) };
-            let r = dispatch!(c, c => crate::gather(c, maint, seq, layer, kv, start, st, rw));
+            let r = dispatch!(c, c => edgekv_hal::gather(c, maint, seq, layer, kv, start, st, rw));
             r.map_err(|e| maint.error(e.into()))
         })?;
         if let Some(out) = rows {
@@ -91,7 +91,7 @@ unsafe fn ingest<T: super::rows::CElem>(
             check_disjoint(a, &[staging.span(), super::ptr::opt_span(&rows)])?;
             // SAFETY: writable (caller), outside the cache.
             let st = T::view_mut(unsafe { staging.get_mut() });
-            let r = dispatch!(c, c => crate::ingest(c, maint, seq, layer, kv, start, st));
+            let r = dispatch!(c, c => edgekv_hal::ingest(c, maint, seq, layer, kv, start, st));
             r.map_err(|e| maint.error(e.into()))
         })?;
         if let Some(out) = rows {

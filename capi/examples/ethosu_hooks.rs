@@ -2,7 +2,7 @@
 //! per-region address maps once at start-up, bind the KV pages of a sequence as one base region,
 //! and see what the driver's hooks do around an inference.
 //!
-//! Run on the host: `cargo run -p edgekv-hal --example ethosu_hooks --features ethosu,std`.
+//! Run on the host: `cargo run -p edgekv-capi --example ethosu_hooks --features ethosu`.
 //! On a board, use the Cortex-M cache maintenance instead of the logging one below, and the
 //! driver (not this example) calls the three hooks.
 
@@ -10,7 +10,7 @@ use core::ffi::c_int;
 use std::sync::Mutex;
 
 use edgekv::{ArenaBuf, CacheConfig, Kv, KvCache, SeqMode, Shape};
-use edgekv_hal::ethosu::{
+use edgekv_capi::ethosu::{
     self, EthosuHooks, Registration, ethosu_address_remap, ethosu_flush_dcache,
     ethosu_invalidate_dcache,
 };
@@ -104,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(remapped, region.base.0);
     ethosu_flush_dcache(cache.data_ptr().cast_mut().cast(), 100); // rounded out to lines
     ethosu_invalidate_dcache(cache.data_ptr().wrapping_add(8).cast_mut().cast(), 100);
-    assert_eq!(ethosu::take_last_error(), edgekv_hal::capi::EKV_OK);
+    assert_eq!(ethosu::take_last_error(), edgekv_capi::EKV_OK);
     for line in LOG.lock().unwrap().iter() {
         println!("{line}");
     }

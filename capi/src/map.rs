@@ -1,6 +1,6 @@
 //! Address maps given by C: identity, one offset window, or a table of windows.
 
-use crate::{AddressMap, DevAddr, HalError, IdentityMap, MapEntry, OffsetMap, TableMap};
+use edgekv_hal::{AddressMap, DevAddr, HalError, IdentityMap, MapEntry, OffsetMap, TableMap};
 
 use super::ptr::Buf;
 use super::status::{EKV_ERR_INVALID_ARGUMENT, Fail, Res};

@@ -34,7 +34,7 @@ pub unsafe extern "C" fn ekv_config_init(
 fn plan_with(
     config: &CacheConfig,
     alloc: AllocKind,
-    f: impl Fn(&CacheConfig, usize) -> edgekv::Result<edgekv::Plan>,
+    f: impl Fn(&CacheConfig, usize) -> Res<edgekv::Plan>,
 ) -> Res<EkvPlan> {
     let bits = match alloc {
         AllocKind::FreeList => FreeList::META_BITS_PER_PAGE,
@@ -51,7 +51,7 @@ fn plan_with(
 unsafe fn plan_call(
     config: *const EkvConfig,
     out: *mut EkvPlan,
-    f: impl Fn(&CacheConfig, usize) -> edgekv::Result<edgekv::Plan>,
+    f: impl Fn(&CacheConfig, usize) -> Res<edgekv::Plan>,
 ) -> EkvStatus {
     status((|| {
         // SAFETY: forwarded obligation; the struct is copied out at once.
@@ -78,7 +78,7 @@ pub unsafe extern "C" fn ekv_plan(
     out: *mut EkvPlan,
 ) -> EkvStatus {
     // SAFETY: forwarded obligations.
-    unsafe { plan_call(config, out, |c, bits| c.plan(data_bytes, bits)) }
+    unsafe { plan_call(config, out, |c, bits| Ok(c.plan(data_bytes, bits)?)) }
 }
 
 /// The plan for exactly `pages` pages: the arena sizes follow.
@@ -93,7 +93,7 @@ pub unsafe extern "C" fn ekv_plan_pages(
     out: *mut EkvPlan,
 ) -> EkvStatus {
     // SAFETY: forwarded obligations.
-    unsafe { plan_call(config, out, |c, bits| c.plan_pages(pages, bits)) }
+    unsafe { plan_call(config, out, |c, bits| Ok(c.plan_pages(pages, bits)?)) }
 }
 
 /// The plan for one buffer of `total_bytes` split into metadata then data
@@ -109,7 +109,7 @@ pub unsafe extern "C" fn ekv_plan_split(
     out: *mut EkvPlan,
 ) -> EkvStatus {
     // SAFETY: forwarded obligations.
-    unsafe { plan_call(config, out, |c, bits| c.plan_split(total_bytes, bits)) }
+    unsafe { plan_call(config, out, |c, bits| Ok(c.plan_split(total_bytes, bits)?)) }
 }
 
 /// The plan for `seqs` sequences of `tokens_per_seq` tokens each, without sharing.
@@ -128,7 +128,7 @@ pub unsafe extern "C" fn ekv_plan_for(
     unsafe {
         plan_call(config, out, |c, bits| {
             let sizes = c.bytes_for(tokens_per_seq, seqs, bits)?;
-            c.plan_pages(sizes.pages as usize, bits)
+            Ok(c.plan_pages(sizes.pages as usize, bits)?)
         })
     }
 }

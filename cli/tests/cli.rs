@@ -8,9 +8,10 @@ use std::process::Command;
 
 use npyz::WriterBuilder;
 
+/// The published reference vectors, kept with the host tests (`host-tests/tests/data`).
 fn data(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
+        .join("../host-tests/tests/data")
         .join(rel)
 }
 

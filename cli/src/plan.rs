@@ -5,17 +5,6 @@ use std::fmt::Write as _;
 
 use edgekv::{CacheConfig, ElementFormat, FreeList, PageAllocator, Shape};
 
-/// A K/V format pair as the command line names it (`q8_0`, or `q8_0/f16` for K/V).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FormatPair {
-    /// Name as given.
-    pub name: &'static str,
-    /// Key pages.
-    pub k: ElementFormat,
-    /// Value pages.
-    pub v: ElementFormat,
-}
-
 /// One named element format for `head_dim` (fp8 tiles of 32 over the whole head row).
 fn format(name: &str, head_dim: u16) -> Option<ElementFormat> {
     Some(match name {
@@ -141,7 +130,7 @@ pub fn table(req: &Request) -> Result<String, String> {
                     p.meta.total
                 );
             }
-            Err(edgekv::Error::ArenaTooSmall) => {
+            Err(edgekv::ConfigError::ArenaTooSmall) => {
                 let _ = writeln!(
                     out,
                     "{name:<12} {per_token:>11.0} {:>7} {:>14} {:>11} {:>11}  (one page needs {} B)",

@@ -6,7 +6,7 @@ use core::ffi::{CStr, c_void};
 use core::ptr::{null, null_mut};
 
 use super::*;
-use crate::HalError;
+use edgekv_hal::HalError;
 
 #[repr(C, align(64))]
 struct Aligned<const N: usize>([u8; N]);
@@ -841,14 +841,22 @@ fn prefix_commit_lookup_attach() {
 
 #[test]
 fn every_error_has_a_distinct_code_and_message() {
+    use edgekv::ConfigError as C;
     use edgekv::Error as E;
+    use edgekv::snapshot::SnapshotError as S;
+    use embedded_storage::nor_flash::NorFlashErrorKind;
+    let config = [
+        C::ZeroSize,
+        C::PageTokensNotPowerOfTwo,
+        C::InvalidAlignment,
+        C::Overflow,
+        C::ArenaTooSmall,
+        C::MisalignedArena,
+        C::InvalidFormat,
+        C::InvalidChunkSize,
+        C::FormatDisabled,
+    ];
     let core = [
-        E::ZeroSize,
-        E::PageTokensNotPowerOfTwo,
-        E::InvalidAlignment,
-        E::Overflow,
-        E::ArenaTooSmall,
-        E::MisalignedArena,
         E::OutOfPages,
         E::NoContiguousRun,
         E::ContiguousUnsupported,
@@ -860,25 +868,24 @@ fn every_error_has_a_distinct_code_and_message() {
         E::LengthMismatch,
         E::TruncateBeyondLength,
         E::InvalidPage,
-        E::InvalidFormat,
-        E::InvalidChunkSize,
         E::NoPrefixIndex,
         E::NotPaged,
         E::SequenceNotEmpty,
         E::PromptMismatch,
         E::StaleHit,
         E::HeadMismatch,
-        E::FormatDisabled,
-        E::BadMagic,
-        E::UnsupportedVersion,
-        E::CorruptSnapshot,
-        E::Truncated,
-        E::CrcMismatch,
-        E::FingerprintMismatch,
-        E::ConfigMismatch,
-        E::FlashBounds,
-        E::Flash,
-        E::WindowedSequence,
+    ];
+    let snapshot = [
+        S::WindowedSequence,
+        S::BadMagic,
+        S::UnsupportedVersion,
+        S::CorruptSnapshot,
+        S::Truncated,
+        S::CrcMismatch,
+        S::FingerprintMismatch,
+        S::ConfigMismatch,
+        S::FlashBounds,
+        S::Flash(NorFlashErrorKind::Other),
     ];
     let hal = [
         HalError::Unmapped,
@@ -904,14 +911,17 @@ fn every_error_has_a_distinct_code_and_message() {
         EKV_ERR_BAD_LENGTH,
         EKV_ERR_NOT_REGISTERED,
     ];
-    let mut codes: Vec<EkvStatus> = core.iter().map(|&e| status::core_code(e)).collect();
+    let mut codes: Vec<EkvStatus> = config.iter().map(|&e| status::config_code(e)).collect();
+    codes.extend(core.iter().map(|&e| status::core_code(e)));
+    codes.extend(snapshot.iter().map(|&e| status::snapshot_code(e)));
     codes.extend(hal.iter().map(|&e| status::hal_code(e)));
     codes.extend(own);
     let mut msgs: Vec<&str> = codes.iter().map(|&c| msg(c)).collect();
     assert!(codes.iter().all(|&c| c < 0 && c != EKV_ERR_UNKNOWN));
     codes.sort_unstable();
     codes.dedup();
-    assert_eq!(codes.len(), core.len() + hal.len() + own.len());
+    let cases = config.len() + core.len() + snapshot.len() + hal.len() + own.len();
+    assert_eq!(codes.len(), cases);
     msgs.sort_unstable();
     msgs.dedup();
     assert_eq!(msgs.len(), codes.len());
@@ -921,6 +931,24 @@ fn every_error_has_a_distinct_code_and_message() {
         status::hal_code(HalError::Cache(E::StaleHit)),
         EKV_ERR_STALE_HIT
     );
+    // A wrapped error keeps its own code, whichever type carries it.
+    for c in config {
+        let code = status::config_code(c);
+        assert_eq!(status::core_code(E::Config(c)), code);
+        assert_eq!(status::snapshot_code(S::from(c)), code);
+        assert_eq!(status::hal_code(HalError::from(c)), code);
+    }
+    for e in core {
+        assert_eq!(status::snapshot_code(S::Cache(e)), status::core_code(e));
+    }
+    let kinds = [
+        NorFlashErrorKind::NotAligned,
+        NorFlashErrorKind::OutOfBounds,
+        NorFlashErrorKind::Other,
+    ];
+    for kind in kinds {
+        assert_eq!(status::snapshot_code(S::Flash(kind)), EKV_ERR_FLASH);
+    }
 }
 
 #[test]
@@ -981,7 +1009,7 @@ mod ethosu_hooks {
         self, EthosuHooks, Registration, ethosu_address_remap, ethosu_flush_dcache,
         ethosu_invalidate_dcache,
     };
-    use crate::{CacheMaintenance, DevAddr, NoCache, OffsetMap};
+    use edgekv_hal::{CacheMaintenance, DevAddr, NoCache, OffsetMap};
     use std::sync::Mutex;
 
     /// Records maintenance calls (cloned by the hooks, so it writes to a shared log).
@@ -994,17 +1022,17 @@ mod ethosu_hooks {
             32
         }
         fn clean(&mut self, a: usize, l: usize) -> Result<(), HalError> {
-            crate::line_aligned(a, l, 32)?;
+            edgekv_hal::line_aligned(a, l, 32)?;
             CALLS.lock().unwrap().push(('c', a, l));
             Ok(())
         }
         fn invalidate(&mut self, a: usize, l: usize) -> Result<(), HalError> {
-            crate::line_aligned(a, l, 32)?;
+            edgekv_hal::line_aligned(a, l, 32)?;
             CALLS.lock().unwrap().push(('i', a, l));
             Ok(())
         }
         fn clean_invalidate(&mut self, a: usize, l: usize) -> Result<(), HalError> {
-            crate::line_aligned(a, l, 32)?;
+            edgekv_hal::line_aligned(a, l, 32)?;
             CALLS.lock().unwrap().push(('x', a, l));
             Ok(())
         }

@@ -35,8 +35,8 @@ pub(crate) enum AnyCache {
 macro_rules! dispatch {
     ($any:expr, $c:ident => $body:expr) => {
         match $any {
-            $crate::capi::handle::AnyCache::List($c) => $body,
-            $crate::capi::handle::AnyCache::Bitmap($c) => $body,
+            $crate::handle::AnyCache::List($c) => $body,
+            $crate::handle::AnyCache::Bitmap($c) => $body,
         }
     };
 }

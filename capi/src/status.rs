@@ -1,9 +1,12 @@
 //! Status codes: `0` is success, every failure a distinct negative `int32_t`, one per
-//! [`edgekv::Error`] and [`HalError`] variant plus the ABI's own (null pointers, bad handles...).
+//! [`edgekv::ConfigError`], [`edgekv::Error`], [`SnapshotError`] and [`HalError`] case plus the
+//! ABI's own (null pointers, bad handles...).
 
 use core::ffi::{CStr, c_char};
 
-use crate::HalError;
+use edgekv::snapshot::SnapshotError;
+
+use edgekv_hal::HalError;
 
 /// The return type of every fallible `ekv_*` call: [`EKV_OK`] or a negative `EKV_ERR_*` code.
 pub type EkvStatus = i32;
@@ -41,7 +44,7 @@ pub const EKV_ERR_NOT_REGISTERED: EkvStatus = -9;
 /// An error this version of the ABI has no code for (a newer library variant).
 pub const EKV_ERR_UNKNOWN: EkvStatus = -99;
 
-// ---- edgekv::Error (-100 ..= -199) ----
+// ---- edgekv::ConfigError, edgekv::Error, edgekv::snapshot::SnapshotError (-100 ..= -199) ----
 
 /// A configured size is zero (layers, heads, head_dim, page_tokens, sequences...).
 pub const EKV_ERR_ZERO_SIZE: EkvStatus = -101;
@@ -156,6 +159,18 @@ impl From<edgekv::Error> for Fail {
     }
 }
 
+impl From<edgekv::ConfigError> for Fail {
+    fn from(e: edgekv::ConfigError) -> Self {
+        Fail(config_code(e))
+    }
+}
+
+impl From<SnapshotError> for Fail {
+    fn from(e: SnapshotError) -> Self {
+        Fail(snapshot_code(e))
+    }
+}
+
 impl From<HalError> for Fail {
     fn from(e: HalError) -> Self {
         Fail(hal_code(e))
@@ -170,16 +185,28 @@ pub(crate) fn status(r: Res<()>) -> EkvStatus {
     }
 }
 
-/// The code of a core error.
+/// The code of a configuration error.
+pub(crate) const fn config_code(e: edgekv::ConfigError) -> EkvStatus {
+    use edgekv::ConfigError as C;
+    match e {
+        C::ZeroSize => EKV_ERR_ZERO_SIZE,
+        C::PageTokensNotPowerOfTwo => EKV_ERR_PAGE_TOKENS_NOT_POWER_OF_TWO,
+        C::InvalidAlignment => EKV_ERR_INVALID_ALIGNMENT,
+        C::Overflow => EKV_ERR_OVERFLOW,
+        C::ArenaTooSmall => EKV_ERR_ARENA_TOO_SMALL,
+        C::MisalignedArena => EKV_ERR_MISALIGNED_ARENA,
+        C::InvalidFormat => EKV_ERR_INVALID_FORMAT,
+        C::InvalidChunkSize => EKV_ERR_INVALID_CHUNK_SIZE,
+        C::FormatDisabled => EKV_ERR_FORMAT_DISABLED,
+        _ => EKV_ERR_UNKNOWN,
+    }
+}
+
+/// The code of a core error (a configuration error gets its own code).
 pub(crate) const fn core_code(e: edgekv::Error) -> EkvStatus {
     use edgekv::Error as E;
     match e {
-        E::ZeroSize => EKV_ERR_ZERO_SIZE,
-        E::PageTokensNotPowerOfTwo => EKV_ERR_PAGE_TOKENS_NOT_POWER_OF_TWO,
-        E::InvalidAlignment => EKV_ERR_INVALID_ALIGNMENT,
-        E::Overflow => EKV_ERR_OVERFLOW,
-        E::ArenaTooSmall => EKV_ERR_ARENA_TOO_SMALL,
-        E::MisalignedArena => EKV_ERR_MISALIGNED_ARENA,
+        E::Config(c) => config_code(c),
         E::OutOfPages => EKV_ERR_OUT_OF_PAGES,
         E::NoContiguousRun => EKV_ERR_NO_CONTIGUOUS_RUN,
         E::ContiguousUnsupported => EKV_ERR_CONTIGUOUS_UNSUPPORTED,
@@ -191,25 +218,32 @@ pub(crate) const fn core_code(e: edgekv::Error) -> EkvStatus {
         E::LengthMismatch => EKV_ERR_LENGTH_MISMATCH,
         E::TruncateBeyondLength => EKV_ERR_TRUNCATE_BEYOND_LENGTH,
         E::InvalidPage => EKV_ERR_INVALID_PAGE,
-        E::InvalidFormat => EKV_ERR_INVALID_FORMAT,
-        E::InvalidChunkSize => EKV_ERR_INVALID_CHUNK_SIZE,
         E::NoPrefixIndex => EKV_ERR_NO_PREFIX_INDEX,
         E::NotPaged => EKV_ERR_NOT_PAGED,
         E::SequenceNotEmpty => EKV_ERR_SEQUENCE_NOT_EMPTY,
         E::PromptMismatch => EKV_ERR_PROMPT_MISMATCH,
         E::StaleHit => EKV_ERR_STALE_HIT,
         E::HeadMismatch => EKV_ERR_HEAD_MISMATCH,
-        E::FormatDisabled => EKV_ERR_FORMAT_DISABLED,
-        E::BadMagic => EKV_ERR_BAD_MAGIC,
-        E::UnsupportedVersion => EKV_ERR_UNSUPPORTED_VERSION,
-        E::CorruptSnapshot => EKV_ERR_CORRUPT_SNAPSHOT,
-        E::Truncated => EKV_ERR_TRUNCATED,
-        E::CrcMismatch => EKV_ERR_CRC_MISMATCH,
-        E::FingerprintMismatch => EKV_ERR_FINGERPRINT_MISMATCH,
-        E::ConfigMismatch => EKV_ERR_CONFIG_MISMATCH,
-        E::FlashBounds => EKV_ERR_FLASH_BOUNDS,
-        E::Flash => EKV_ERR_FLASH,
-        E::WindowedSequence => EKV_ERR_WINDOWED_SEQUENCE,
+        _ => EKV_ERR_UNKNOWN,
+    }
+}
+
+/// The code of a snapshot error (a wrapped core error gets the core's code; every flash
+/// driver error kind is [`EKV_ERR_FLASH`]).
+pub(crate) const fn snapshot_code(e: SnapshotError) -> EkvStatus {
+    use SnapshotError as S;
+    match e {
+        S::Cache(e) => core_code(e),
+        S::WindowedSequence => EKV_ERR_WINDOWED_SEQUENCE,
+        S::BadMagic => EKV_ERR_BAD_MAGIC,
+        S::UnsupportedVersion => EKV_ERR_UNSUPPORTED_VERSION,
+        S::CorruptSnapshot => EKV_ERR_CORRUPT_SNAPSHOT,
+        S::Truncated => EKV_ERR_TRUNCATED,
+        S::CrcMismatch => EKV_ERR_CRC_MISMATCH,
+        S::FingerprintMismatch => EKV_ERR_FINGERPRINT_MISMATCH,
+        S::ConfigMismatch => EKV_ERR_CONFIG_MISMATCH,
+        S::FlashBounds => EKV_ERR_FLASH_BOUNDS,
+        S::Flash(_) => EKV_ERR_FLASH,
         _ => EKV_ERR_UNKNOWN,
     }
 }

@@ -10,7 +10,7 @@ use super::map::{EkvAddressMap, Map};
 use super::ptr::{Buf, Out, Span, disjoint, optional};
 use super::status::{EKV_ERR_BUFFER_TOO_SMALL, EkvStatus, Fail, Res, status};
 use super::types::{EkvSeq, parse_kv, parse_pool};
-use crate::{HalError, Segment};
+use edgekv_hal::{HalError, Segment};
 
 /// A run of a sequence's pages that are neighbours in the arena and on the device: one DMA
 /// descriptor. Always whole cache lines.
@@ -107,7 +107,7 @@ fn needed<'a, A: PageAllocator<'a>>(
     layer: u16,
     pool: Pool,
 ) -> Res<usize> {
-    match crate::segments(c, map, seq, layer, pool, &mut []) {
+    match edgekv_hal::segments(c, map, seq, layer, pool, &mut []) {
         Ok(n) => Ok(n),
         Err(HalError::BufferTooSmall { needed }) => Ok(needed as usize),
         Err(e) => Err(e.into()),
@@ -192,7 +192,7 @@ pub unsafe extern "C" fn ekv_segments(
                 }
                 // SAFETY: writable, exclusive (disjoint from the cache and `count`).
                 let r = unsafe {
-                    in_c_buffer(&out, n, |segs| crate::segments(c, map, seq, layer, pool, segs))
+                    in_c_buffer(&out, n, |segs| edgekv_hal::segments(c, map, seq, layer, pool, segs))
                 };
                 // Cannot fail: the same list was just counted.
                 r?;
@@ -258,16 +258,16 @@ pub unsafe extern "C" fn ekv_read_view(
                 }
                 // Checks and cleans everything first: on error no output is written.
                 let caps = (values.len(), scales.len());
-                crate::views::clean_view(c, map, maint, seq, layer, kv, caps)?;
+                edgekv_hal::clean_view(c, map, maint, seq, layer, kv, caps)?;
                 // SAFETY: both writable, exclusive (disjoint from each other, the cache and
                 // the counts).
                 let r = unsafe {
                     in_c_buffer(&values, nv, |v| {
-                        crate::segments(c, map, seq, layer, Pool::values(kv), v)
+                        edgekv_hal::segments(c, map, seq, layer, Pool::values(kv), v)
                     })
                     .and_then(|_| {
                         in_c_buffer(&scales, ns, |s| {
-                            crate::segments(c, map, seq, layer, Pool::scales(kv), s)
+                            edgekv_hal::segments(c, map, seq, layer, Pool::scales(kv), s)
                         })
                     })
                 };
@@ -330,7 +330,7 @@ pub unsafe extern "C" fn ekv_bind_region(
             check_disjoint(a, &[values.span(), scales.span(), out.span()])?;
             // SAFETY: writable (caller), pairwise disjoint and outside the cache.
             let (v, s) = unsafe { (values.get_mut(), scales.get_mut()) };
-            let r = dispatch!(c, c => crate::bind_region(c, map, maint, seq, layer, kv, v, s));
+            let r = dispatch!(c, c => edgekv_hal::bind_region(c, map, maint, seq, layer, kv, v, s));
             Ok(match r {
                 Ok(b) => (
                     EkvRegion {
