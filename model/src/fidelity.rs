@@ -47,6 +47,28 @@ struct Tally {
 }
 
 impl Tally {
+    /// One position: this format's logits `row` and log-probabilities `lp` against the
+    /// reference's log-probabilities and top token; `next` is the token that follows (none at
+    /// the text's end).
+    fn add(
+        &mut self,
+        reference: &[f64],
+        ref_top: u32,
+        row: &[f32],
+        lp: &[f64],
+        next: Option<usize>,
+    ) {
+        if let Some(next) = next {
+            self.nll -= lp[next];
+            self.predictions += 1;
+        }
+        let d = kl(reference, lp);
+        self.kl_sum += d;
+        self.kl_max = self.kl_max.max(d);
+        self.agree += usize::from(argmax(row) == ref_top);
+        self.positions += 1;
+    }
+
     fn finish(&self) -> Fidelity {
         Fidelity {
             perplexity: (self.nll / self.predictions.max(1) as f64).exp(),
@@ -113,15 +135,7 @@ pub fn compare(
                     own = log_softmax(row);
                     &own
                 };
-                if let Some(next) = next {
-                    t.nll -= lp[next];
-                    t.predictions += 1;
-                }
-                let d = if k == 0 { 0.0 } else { kl(&reference, lp) };
-                t.kl_sum += d;
-                t.kl_max = t.kl_max.max(d);
-                t.agree += usize::from(argmax(row) == ref_top);
-                t.positions += 1;
+                t.add(&reference, ref_top, row, lp, next);
             }
         }
     }
@@ -163,16 +177,8 @@ pub fn compare_rows(
         .zip(rows.chunks_exact(vocab))
         .enumerate()
     {
-        let (lr, lp) = (log_softmax(r), log_softmax(row));
-        if let Some(&next) = tokens.get(pos + 1) {
-            t.nll -= lp[next as usize];
-            t.predictions += 1;
-        }
-        let d = kl(&lr, &lp);
-        t.kl_sum += d;
-        t.kl_max = t.kl_max.max(d);
-        t.agree += usize::from(argmax(row) == argmax(r));
-        t.positions += 1;
+        let next = tokens.get(pos + 1).map(|&t| t as usize);
+        t.add(&log_softmax(r), argmax(r), row, &log_softmax(row), next);
     }
     Ok(t.finish())
 }
