@@ -92,15 +92,64 @@ pub fn setup() -> Result<(), String> {
     setup::qemu()
 }
 
+/// The cargo-fuzz arguments that pick where target `t` is built: `capi_calls` (feature `capi`, the
+/// package's default) in its own target directory, the others without the C ABI crate. Each
+/// target waits for all of its package's dependencies, and the C ABI crate alone takes as long as
+/// the slowest target, so the two builds run side by side.
+fn fuzz_build_args(t: &str) -> &'static [&'static str] {
+    if t == "capi_calls" {
+        &["--target-dir", "target/capi"]
+    } else {
+        &["--no-default-features"]
+    }
+}
+
+/// Starts `cargo +NIGHTLY fuzz args…` in `fuzz/`, echoing it.
+fn spawn_fuzz(dir: &Path, args: &[&str]) -> Result<std::process::Child, String> {
+    eprintln!("==> (cd fuzz && cargo {})", args.join(" "));
+    Command::new("cargo")
+        .current_dir(dir)
+        .args(args)
+        .spawn()
+        .map_err(|e| format!("cannot start cargo fuzz: {e}"))
+}
+
+/// Waits for every named child; the first failure is returned after all have ended.
+fn wait_all(children: Vec<(&str, std::process::Child)>, what: &str) -> Result<(), String> {
+    let mut failed = Vec::new();
+    for (name, mut child) in children {
+        match child.wait() {
+            Ok(status) if status.success() => {}
+            Ok(status) => failed.push(format!("{what} {name} failed ({status})")),
+            Err(e) => failed.push(format!("{what} {name}: {e}")),
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    }
+}
+
 /// Every cargo-fuzz target for `secs` seconds from its committed seed corpus (`fuzz/corpus/<t>`,
 /// read only; new inputs go to `fuzz/target/corpus/<t>`), two at a time.
 pub fn fuzz(secs: u32) -> Result<(), String> {
     let dir = qemu::repo_root().join("fuzz");
     let toolchain = format!("+{}", setup::NIGHTLY);
     let max_time = format!("-max_total_time={secs}");
-    // Every target built at once (one cargo call shares the instrumented dependencies), then run
-    // two at a time: libFuzzer is single-threaded and the machines have two cores.
-    run_in(Some(&dir), "cargo", &[&toolchain, "fuzz", "build"], &[])?;
+    // Built first, in two cargo calls side by side (see `fuzz_build_args`); then run two at a
+    // time: libFuzzer is single-threaded and the machines have two cores.
+    let build = |targets: &[&str], of: &str| {
+        let mut args = vec![toolchain.as_str(), "fuzz", "build"];
+        args.extend(targets);
+        args.extend(fuzz_build_args(of));
+        spawn_fuzz(&dir, &args)
+    };
+    let builds = vec![
+        ("capi_calls", build(&["capi_calls"], "capi_calls")?),
+        ("the other targets", build(&[], "cache_ops")?),
+    ];
+    wait_all(builds, "cargo fuzz build")?;
     for pair in FUZZ_TARGETS.chunks(2) {
         let mut running = Vec::new();
         for &t in pair {
@@ -108,27 +157,16 @@ pub fn fuzz(secs: u32) -> Result<(), String> {
             std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
             let scratch = scratch.to_string_lossy().into_owned();
             let seeds = format!("corpus/{t}");
-            let mut args = vec![toolchain.as_str(), "fuzz", "run", t, scratch.as_str()];
+            let mut args = vec![toolchain.as_str(), "fuzz", "run"];
+            args.extend(fuzz_build_args(t));
+            args.extend([t, scratch.as_str()]);
             if dir.join(&seeds).is_dir() {
                 args.push(&seeds);
             }
             args.extend(["--", max_time.as_str()]);
-            eprintln!("==> cargo {}", args.join(" "));
-            let child = Command::new("cargo")
-                .current_dir(&dir)
-                .args(&args)
-                .spawn()
-                .map_err(|e| format!("cannot start cargo fuzz: {e}"))?;
-            running.push((t, child));
+            running.push((t, spawn_fuzz(&dir, &args)?));
         }
-        for (t, mut child) in running {
-            let status = child.wait().map_err(|e| format!("fuzz {t}: {e}"))?;
-            if !status.success() {
-                return Err(format!(
-                    "fuzz {t} failed ({status}): see fuzz/artifacts/{t}"
-                ));
-            }
-        }
+        wait_all(running, "fuzz").map_err(|e| format!("{e}: see fuzz/artifacts/"))?;
     }
     Ok(())
 }
@@ -180,7 +218,20 @@ pub fn all(stages: &mut Stages) -> Result<(), String> {
         // The table first, so nextest's summary is the last line of the log.
         eprintln!("{}", stages.table());
         eprintln!("#### stage tests");
-        cargo(&["nextest", "run", "--workspace", "--no-fail-fast"], &[])
+        // Libraries, binaries and tests: not the examples, which `cargo test` would also build
+        // (the clippy stage checks them; edgekv-llm's `bench` alone cost 65 CPU seconds to build).
+        cargo(
+            &[
+                "nextest",
+                "run",
+                "--workspace",
+                "--lib",
+                "--bins",
+                "--tests",
+                "--no-fail-fast",
+            ],
+            &[],
+        )
     } else {
         eprintln!("{}", stages.table());
         Ok(())
@@ -426,5 +477,9 @@ fn model() -> Result<(), String> {
             "warnings",
         ],
     )?;
-    board("model", &["test", "--release"])
+    // Not the examples (benchmarks and comparisons with candle, linted above).
+    board(
+        "model",
+        &["test", "--release", "--lib", "--bins", "--tests"],
+    )
 }
