@@ -44,6 +44,7 @@
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
+#![warn(clippy::missing_errors_doc)]
 
 mod addr;
 mod address_map;

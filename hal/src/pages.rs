@@ -34,6 +34,11 @@ pub struct PageRegion {
 /// assert_eq!(r.len, 16 * 16 * 4); // 16 tokens × 16 f32
 /// # Ok::<(), edgekv_hal::HalError>(())
 /// ```
+///
+/// # Errors
+///
+/// [`Cache`](HalError::Cache) for a bad layer or page, and the address map's errors
+/// ([`Unmapped`](HalError::Unmapped), [`Overflow`](HalError::Overflow)).
 pub fn page_region<'a, A: PageAllocator<'a>>(
     cache: &KvCache<'a, A>,
     map: &impl AddressMap,
@@ -53,6 +58,10 @@ pub fn page_region<'a, A: PageAllocator<'a>>(
 
 /// Calls `f` with the device view of every page of a sequence's `(layer, kv)` pool, in position
 /// order, skipping pages released by a sliding window; stops at the first error.
+///
+/// # Errors
+///
+/// [`Cache`](HalError::Cache) for an unknown sequence, then as [`page_region`].
 pub fn for_each_page_region<'a, A: PageAllocator<'a>>(
     cache: &KvCache<'a, A>,
     map: &impl AddressMap,

@@ -56,6 +56,11 @@ impl LlamaConfig {
     /// even head dimensions, RoPE over part of the head or scaled RoPE
     /// ([`Unsupported`](Error::Unsupported)). The vocabulary size comes from the token
     /// embedding's shape (checked by [`Llama::new`](crate::Llama::new)).
+    ///
+    /// # Errors
+    ///
+    /// [`WrongArchitecture`](Error::WrongArchitecture), [`MissingMetadata`](Error::MissingMetadata),
+    /// [`BadMetadata`](Error::BadMetadata), [`Unsupported`](Error::Unsupported), as above.
     pub fn from_gguf(g: &Gguf<'_>) -> Result<Self> {
         let arch = g
             .get("general.architecture")
@@ -137,6 +142,10 @@ impl LlamaConfig {
 
     /// The KV shape edgekv pages hold for this model.
     /// A `const fn`, so static buffers can be planned from a known configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`Unsupported`](Error::Unsupported) when layers, KV heads or the head dimension exceed `u16`.
     pub const fn shape(&self) -> Result<edgekv::Shape> {
         let max = u16::MAX as usize;
         if self.layers > max || self.kv_heads > max || self.head_dim > max {

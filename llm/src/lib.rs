@@ -25,6 +25,7 @@
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 pub mod chat;
 mod config;

@@ -181,6 +181,12 @@ impl<'a> Llama<'a> {
     /// tokenizer list of another length is [`BadMetadata`](Error::BadMetadata)). The token
     /// embedding must be Q8_0 (it is read row by row for lookups); when `output.weight` is absent
     /// the embedding is also the LM head (tied).
+    ///
+    /// # Errors
+    ///
+    /// As [`LlamaConfig::from_gguf`]; [`TooManyLayers`](Error::TooManyLayers) past the layer limit;
+    /// [`TensorMismatch`](Error::TensorMismatch) for a weight that is missing or has the wrong type or
+    /// shape; [`BadMetadata`](Error::BadMetadata) for a vocabulary that disagrees with the embedding.
     pub fn new(gguf: &Gguf<'a>) -> Result<Self> {
         let mut config = LlamaConfig::from_gguf(gguf)?;
         let c = &config;

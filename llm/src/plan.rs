@@ -93,6 +93,11 @@ impl ScratchPlan {
     /// 4` f32s of codes plus two scales per 32-block); plus one attention scratch
     /// (`heads × (page_tokens + 2)`). Zero rows, a model wider than `u16` heads or sizes past
     /// `usize` are errors.
+    ///
+    /// # Errors
+    ///
+    /// [`Unsupported`](Error::Unsupported) for zero rows or page size, more than `u16` heads,
+    /// widths that are not whole 32-blocks, or sizes that overflow `usize`.
     pub const fn new(config: &LlamaConfig, rows: usize, page_tokens: u16) -> Result<Self> {
         if rows == 0 || config.heads > u16::MAX as usize || page_tokens == 0 {
             return Err(Error::Unsupported("zero rows, pages or too many heads"));

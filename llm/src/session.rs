@@ -21,6 +21,10 @@ pub struct Engine<'m, 'a, 's> {
 impl<'m, 'a, 's> Engine<'m, 'a, 's> {
     /// An engine prefilling in chunks of `chunk` tokens (a multiple of the cache's page size,
     /// as the cache's chunk setting; `scratch` must hold that many rows).
+    ///
+    /// # Errors
+    ///
+    /// [`Unsupported`](Error::Unsupported) for a zero `chunk`.
     pub fn new(model: &'m Llama<'a>, scratch: &'s mut [f32], chunk: u32) -> Result<Self> {
         if chunk == 0 {
             return Err(Error::Unsupported("zero prefill chunk"));
@@ -40,6 +44,12 @@ impl<'m, 'a, 's> Engine<'m, 'a, 's> {
     /// Appends `tokens` to `seq` in chunks that start at absolute multiples of C (the first may
     /// be shorter when the sequence does not end on the grid) and writes the requested logits:
     /// the last token's row, or every row (`out` holds `rows × vocab`). All or nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Empty`](Error::Empty) for no tokens, [`BufferTooSmall`](Error::BufferTooSmall) when `out` is
+    /// short, [`ContextFull`](Error::ContextFull), [`Kv`](Error::Kv) for an unknown `seq`, and
+    /// [`Llama::forward`](crate::Llama::forward)'s errors; the sequence is then as before.
     pub fn prefill<'c, A: PageAllocator<'c>>(
         &mut self,
         cache: &mut KvCache<'c, A>,
@@ -83,6 +93,11 @@ impl<'m, 'a, 's> Engine<'m, 'a, 's> {
     /// (aligned to the cache's chunk, never the whole prompt), prefills the rest, publishes the
     /// prompt's whole chunks for later reuse ([`KvCache::commit_prompt`]) and writes the last
     /// token's logits into `out`. Returns the sequence and the tokens reused. All or nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Empty`](Error::Empty) for an empty prompt, [`Kv`](Error::Kv) (no free sequence, lookup,
+    /// attach or commit), and [`prefill`](Self::prefill)'s; the new sequence is then freed.
     pub fn start<'c, A: PageAllocator<'c>>(
         &mut self,
         cache: &mut KvCache<'c, A>,
@@ -110,6 +125,10 @@ impl<'m, 'a, 's> Engine<'m, 'a, 's> {
     }
 
     /// Appends one token to `seq` and writes its logits into `out`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Llama::forward`](crate::Llama::forward) (all or nothing).
     pub fn decode<'c, A: PageAllocator<'c>>(
         &mut self,
         cache: &mut KvCache<'c, A>,
@@ -124,6 +143,11 @@ impl<'m, 'a, 's> Engine<'m, 'a, 's> {
     /// Generates from `logits` (the last position's, in `logits`, which is overwritten) into
     /// `tokens`, up to its length, stopping after a token in `stop` (returned but not appended
     /// to the sequence); returns how many tokens were written.
+    ///
+    /// # Errors
+    ///
+    /// [`BufferTooSmall`](Error::BufferTooSmall) when `logits` is shorter than the vocabulary;
+    /// [`decode`](Self::decode)'s errors (the tokens already appended stay in the sequence).
     pub fn generate<'c, A: PageAllocator<'c>>(
         &mut self,
         cache: &mut KvCache<'c, A>,

@@ -51,6 +51,11 @@ impl<'a> Gguf<'a> {
     /// most [`MAX_NESTING`] deep), every tensor info (type supported, shape whole blocks, data
     /// aligned and inside the file, names unique and UTF-8). All arithmetic is checked, so any
     /// input gives `Ok` or a [`GgufError`].
+    ///
+    /// # Errors
+    ///
+    /// A [`GgufError`] naming the first thing that is wrong: truncation, magic, version, a value
+    /// type, UTF-8, nesting, alignment, or a tensor's dimensions, shape, type, offset or name.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, GgufError> {
         let mut c = Cursor::new(bytes, 0);
         if c.u32()? != MAGIC {

@@ -16,6 +16,10 @@ pub enum TensorType {
 impl TensorType {
     /// The type with ggml id `id`; other ids are
     /// [`UnsupportedTensorType`](GgufError::UnsupportedTensorType).
+    ///
+    /// # Errors
+    ///
+    /// [`UnsupportedTensorType`](GgufError::UnsupportedTensorType) for another id.
     pub fn from_id(id: u32) -> Result<Self, GgufError> {
         match id {
             0 => Ok(TensorType::F32),

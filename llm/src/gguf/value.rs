@@ -39,6 +39,10 @@ pub enum ValueType {
 
 impl ValueType {
     /// The type with GGUF id `id`.
+    ///
+    /// # Errors
+    ///
+    /// [`BadValueType`](GgufError::BadValueType) for an id past 12.
     pub fn from_id(id: u32) -> Result<Self, GgufError> {
         use ValueType::*;
         Ok(match id {
