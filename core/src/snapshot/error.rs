@@ -38,6 +38,8 @@ pub enum SnapshotError {
     FlashBounds,
     /// The flash driver reported an error, of this kind.
     Flash(NorFlashErrorKind),
+    /// A [`SnapshotStore`](super::SnapshotStore) holds no committed image that is intact.
+    NoImage,
 }
 
 impl From<Error> for SnapshotError {
@@ -71,6 +73,7 @@ impl SnapshotError {
                 "image does not fit the flash there, or flash geometry unsupported"
             }
             SnapshotError::Flash(_) => "flash driver error",
+            SnapshotError::NoImage => "no intact committed snapshot image in the store",
         }
     }
 }

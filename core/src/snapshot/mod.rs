@@ -6,7 +6,9 @@
 //! program in `WRITE_SIZE` chunks) and read back through
 //! [`ReadNorFlash`](embedded_storage::nor_flash::ReadNorFlash), so SPI and memory-mapped flash
 //! both work; [`SliceFlash`] reads an image from a byte slice, [`RamFlash`] is a NOR flash in RAM
-//! for hosts and tests.
+//! for hosts and tests. [`SnapshotStore`] keeps images in two or more slots of a flash region
+//! with a commit record written last, so that a power cut while an image is written never loses
+//! the previous one.
 //!
 //! # Image layout (version 1, little-endian)
 //!
@@ -33,9 +35,11 @@
 mod error;
 mod flash;
 mod header;
+mod store;
 mod stream;
 
 pub use error::SnapshotError;
 pub use flash::{RamFlash, SliceFlash};
 pub use header::{HEADER_BYTES, Header, MAGIC, VERSION};
+pub use store::{Commit, MAX_SLOTS, RECORD_BYTES, RECORD_MAGIC, SnapshotStore};
 pub(crate) use stream::{Reader, Writer};

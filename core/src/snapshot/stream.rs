@@ -9,7 +9,7 @@ use super::SnapshotError;
 type Result<T> = core::result::Result<T, SnapshotError>;
 
 /// The image checksum: CRC-32 (ISO-HDLC, as zlib and Ethernet).
-const CRC: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
+pub(crate) const CRC: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
 
 /// Largest `WRITE_SIZE` / `READ_SIZE` supported (the stack buffer).
 const BLOCK: usize = 256;
