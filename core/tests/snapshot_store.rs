@@ -80,6 +80,9 @@ struct CutFlash<'a> {
     mem: &'a mut [u8],
     ops: usize,
     cut: Option<usize>,
+    /// Reads so far, and the read that fails (a driver I/O error, nothing torn).
+    reads: usize,
+    fail_read: Option<usize>,
     /// Random state for how the cut operation tears.
     rng: u64,
 }
@@ -113,6 +116,10 @@ impl ReadNorFlash for CutFlash<'_> {
 
     fn read(&mut self, offset: u32, bytes: &mut [u8]) -> Result<(), Self::Error> {
         check_read(self, offset, bytes.len())?;
+        self.reads += 1;
+        if self.fail_read == Some(self.reads - 1) {
+            return Err(NorFlashErrorKind::Other);
+        }
         bytes.copy_from_slice(&self.mem[offset as usize..offset as usize + bytes.len()]);
         Ok(())
     }
@@ -237,6 +244,8 @@ fn a_power_cut_at_every_operation_of_a_save_keeps_the_last_commit() {
         mem: &mut mem,
         ops: 0,
         cut: None,
+        reads: 0,
+        fail_read: None,
         rng: 1,
     };
     store
@@ -256,6 +265,8 @@ fn a_power_cut_at_every_operation_of_a_save_keeps_the_last_commit() {
                 mem: &mut mem,
                 ops: 0,
                 cut: Some(cut),
+                reads: 0,
+                fail_read: None,
                 rng: (cut as u64) << 8 | tear | 1,
             };
             let r = store.save(&cache, seq, &toks, FINGERPRINT, &mut flash);
@@ -389,5 +400,54 @@ fn bad_geometry_and_oversized_images_are_refused_without_a_write() {
             Err(SnapshotError::FlashBounds)
         );
         assert_eq!((flash.erases, flash.writes), (0, 0));
+    }
+}
+
+#[test]
+fn a_read_error_at_every_read_of_a_restore_is_returned_with_the_cache_unchanged() {
+    let store = SnapshotStore::new(0, SLOT, 2).unwrap();
+    let mut mem = vec![0xFFu8; REGION];
+    save(&mut mem, &store, 1, 12);
+    save(&mut mem, &store, 2, 17);
+    let cfg = config();
+    let mut a = HeapArenas::for_pages::<edgekv::FreeList>(&cfg, 16).unwrap();
+    let mut cache: KvCache = a.cache(cfg).unwrap();
+    // A sequence already in the cache, so "unchanged" covers its pages too.
+    let other = filled(&mut cache, 9, 5);
+    let rows = rows_of(&cache, other);
+    let before = cache.stats();
+    let mut toks = vec![0u32; 64];
+    let mut flash = CutFlash {
+        mem: &mut mem,
+        ops: 0,
+        cut: None,
+        reads: 0,
+        fail_read: None,
+        rng: 1,
+    };
+    let (seq, ..) = store
+        .restore(&mut cache, FINGERPRINT, &mut flash, &mut toks)
+        .unwrap();
+    let total = flash.reads;
+    cache.free_sequence(seq).unwrap();
+    // The restored image's whole chunks stay published (cached) for reuse: that is the state
+    // every failed restore below must leave as it is.
+    assert_eq!(cache.stats().pages_used, before.pages_used);
+    let before = cache.stats();
+    assert!(before.pages_cached > 0);
+    assert!(total > 50, "a restore took only {total} reads");
+    for k in 0..total {
+        flash.reads = 0;
+        flash.fail_read = Some(k);
+        let r = store.restore(&mut cache, FINGERPRINT, &mut flash, &mut toks);
+        assert_eq!(
+            r.map(|(_, h, c)| (h, c)),
+            Err(SnapshotError::Flash(NorFlashErrorKind::Other)),
+            "read {k} of {total} failed"
+        );
+        assert_eq!(cache.stats(), before, "read {k}");
+        assert_eq!(rows_of(&cache, other), rows, "read {k}");
+        let mut scratch = [0u16; 64];
+        cache.check_invariants(&mut scratch).unwrap();
     }
 }

@@ -264,9 +264,10 @@ impl SnapshotStore {
     ///
     /// [`NoImage`](SnapshotError::NoImage) when no committed image is intact;
     /// [`FlashBounds`](SnapshotError::FlashBounds) for a region the flash's geometry does not
-    /// allow; [`KvCache::restore`]'s errors other than damage (another fingerprint or
-    /// configuration, no room in the cache, a driver error) for the newest intact image. The
-    /// cache is unchanged on error.
+    /// allow; [`Flash`](SnapshotError::Flash) as soon as the driver fails a read (no fallback:
+    /// the image may be fine); [`KvCache::restore`]'s errors other than damage (another
+    /// fingerprint or configuration, no room in the cache) for the newest intact image. The cache
+    /// is unchanged on error (as [`KvCache::restore`] says).
     pub fn restore<'a, A: PageAllocator<'a>, F: NorFlash>(
         &self,
         cache: &mut KvCache<'a, A>,
@@ -278,25 +279,35 @@ impl SnapshotStore {
         let (found, n) = self.commits(flash)?;
         for commit in found[..n].iter().flatten() {
             let start = self.slot_offset(commit.slot);
-            if commit.image as usize > self.capacity::<F>()
-                || image_crc(flash, start, commit.image).ok() != Some(commit.image_crc)
-            {
+            if commit.image as usize > self.capacity::<F>() {
                 continue;
+            }
+            match image_crc(flash, start, commit.image) {
+                Ok(crc) if crc == commit.image_crc => {}
+                Err(e) if !damaged(e) => return Err(e),
+                _ => continue,
             }
             match cache.restore(flash, start, fingerprint, tokens) {
                 Ok((seq, header)) => return Ok((seq, header, *commit)),
-                Err(
-                    SnapshotError::BadMagic
-                    | SnapshotError::UnsupportedVersion
-                    | SnapshotError::CorruptSnapshot
-                    | SnapshotError::Truncated
-                    | SnapshotError::CrcMismatch,
-                ) => continue,
+                Err(e) if damaged(e) => continue,
                 Err(e) => return Err(e),
             }
         }
         Err(SnapshotError::NoImage)
     }
+}
+
+/// Whether `e` says an image is damaged (rather than the driver failing, or the image being
+/// another model's or not fitting the cache).
+const fn damaged(e: SnapshotError) -> bool {
+    matches!(
+        e,
+        SnapshotError::BadMagic
+            | SnapshotError::UnsupportedVersion
+            | SnapshotError::CorruptSnapshot
+            | SnapshotError::Truncated
+            | SnapshotError::CrcMismatch
+    )
 }
 
 /// Most slots a store uses (records are gathered on the stack).
