@@ -3,11 +3,9 @@
 //! restorable, bit for bit; damaged images and records fall back to older ones; writes rotate
 //! over the slots; bad geometry is refused.
 
-use edgekv::snapshot::{Commit, RamFlash, SnapshotError, SnapshotStore};
+use edgekv::snapshot::{Commit, PowerCutFlash, RamFlash, SnapshotError, SnapshotStore};
 use edgekv::{CacheConfig, ElementFormat, HeapArenas, Kv, KvCache, SeqId, SeqMode, Shape};
-use embedded_storage::nor_flash::{
-    ErrorType, NorFlash, NorFlashErrorKind, ReadNorFlash, check_erase, check_read, check_write,
-};
+use embedded_storage::nor_flash::NorFlashErrorKind;
 
 const SHAPE: Shape = Shape {
     layers: 2,
@@ -70,104 +68,6 @@ fn rows_of(cache: &KvCache<'_>, seq: SeqId) -> Vec<u32> {
         }
     }
     bits
-}
-
-/// A NOR flash in RAM that loses power at its `cut`-th erase or program operation (counted from
-/// 0): that operation is torn — an erase sets the bits of a prefix of its sectors and some bits of
-/// the next, a program clears the bits of a prefix of its bytes and some of the next byte's —
-/// and every operation after it fails. Programs AND into the cells, as NOR hardware does.
-struct CutFlash<'a> {
-    mem: &'a mut [u8],
-    ops: usize,
-    cut: Option<usize>,
-    /// Reads so far, and the read that fails (a driver I/O error, nothing torn).
-    reads: usize,
-    fail_read: Option<usize>,
-    /// Random state for how the cut operation tears.
-    rng: u64,
-}
-
-impl CutFlash<'_> {
-    fn next(&mut self) -> u64 {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        self.rng
-    }
-
-    /// Whether this operation runs whole: `Ok(true)`; torn now: `Ok(false)`; power gone: error.
-    fn op(&mut self) -> Result<bool, NorFlashErrorKind> {
-        let i = self.ops;
-        self.ops += 1;
-        match self.cut {
-            Some(c) if i > c => Err(NorFlashErrorKind::Other),
-            Some(c) if i == c => Ok(false),
-            _ => Ok(true),
-        }
-    }
-}
-
-impl ErrorType for CutFlash<'_> {
-    type Error = NorFlashErrorKind;
-}
-
-impl ReadNorFlash for CutFlash<'_> {
-    const READ_SIZE: usize = 1;
-
-    fn read(&mut self, offset: u32, bytes: &mut [u8]) -> Result<(), Self::Error> {
-        check_read(self, offset, bytes.len())?;
-        self.reads += 1;
-        if self.fail_read == Some(self.reads - 1) {
-            return Err(NorFlashErrorKind::Other);
-        }
-        bytes.copy_from_slice(&self.mem[offset as usize..offset as usize + bytes.len()]);
-        Ok(())
-    }
-
-    fn capacity(&self) -> usize {
-        self.mem.len()
-    }
-}
-
-impl NorFlash for CutFlash<'_> {
-    const WRITE_SIZE: usize = WRITE;
-    const ERASE_SIZE: usize = SECTOR;
-
-    fn erase(&mut self, from: u32, to: u32) -> Result<(), Self::Error> {
-        check_erase(self, from, to)?;
-        let (from, to) = (from as usize, to as usize);
-        if self.op()? {
-            self.mem[from..to].fill(0xFF);
-            return Ok(());
-        }
-        let sectors = (to - from) / SECTOR;
-        let done = self.next() as usize % sectors;
-        self.mem[from..from + done * SECTOR].fill(0xFF);
-        let at = from + done * SECTOR;
-        for i in at..at + SECTOR {
-            let set = self.next() as u8;
-            self.mem[i] |= set;
-        }
-        Err(NorFlashErrorKind::Other)
-    }
-
-    fn write(&mut self, offset: u32, bytes: &[u8]) -> Result<(), Self::Error> {
-        check_write(self, offset, bytes.len())?;
-        let at = offset as usize;
-        if self.op()? {
-            for (m, b) in self.mem[at..at + bytes.len()].iter_mut().zip(bytes) {
-                *m &= b;
-            }
-            return Ok(());
-        }
-        let done = self.next() as usize % bytes.len();
-        for (m, b) in self.mem[at..at + done].iter_mut().zip(bytes) {
-            *m &= b;
-        }
-        let keep = self.next() as u8;
-        self.mem[at + done] &= bytes[done] | keep;
-        Err(NorFlashErrorKind::Other)
-    }
 }
 
 /// A committed image of sequence `seed` (`n` tokens) in `mem`, saved through `store`.
@@ -240,14 +140,7 @@ fn a_power_cut_at_every_operation_of_a_save_keeps_the_last_commit() {
     let seq = filled(&mut cache, 2, 30);
     let toks = tokens(2, 30);
     let mut mem = base.clone();
-    let mut flash = CutFlash {
-        mem: &mut mem,
-        ops: 0,
-        cut: None,
-        reads: 0,
-        fail_read: None,
-        rng: 1,
-    };
+    let mut flash = PowerCutFlash::<WRITE, SECTOR>::new(&mut mem);
     store
         .save(&cache, seq, &toks, FINGERPRINT, &mut flash)
         .unwrap();
@@ -261,14 +154,8 @@ fn a_power_cut_at_every_operation_of_a_save_keeps_the_last_commit() {
     for cut in 0..total {
         for tear in 0..2u64 {
             let mut mem = base.clone();
-            let mut flash = CutFlash {
-                mem: &mut mem,
-                ops: 0,
-                cut: Some(cut),
-                reads: 0,
-                fail_read: None,
-                rng: (cut as u64) << 8 | tear | 1,
-            };
+            let mut flash = PowerCutFlash::<WRITE, SECTOR>::new(&mut mem);
+            flash.cut_at(Some(cut), u64::from(cut) << 8 | tear);
             let r = store.save(&cache, seq, &toks, FINGERPRINT, &mut flash);
             assert!(
                 matches!(r, Err(SnapshotError::Flash(_))),
@@ -417,14 +304,7 @@ fn a_read_error_at_every_read_of_a_restore_is_returned_with_the_cache_unchanged(
     let rows = rows_of(&cache, other);
     let before = cache.stats();
     let mut toks = vec![0u32; 64];
-    let mut flash = CutFlash {
-        mem: &mut mem,
-        ops: 0,
-        cut: None,
-        reads: 0,
-        fail_read: None,
-        rng: 1,
-    };
+    let mut flash = PowerCutFlash::<WRITE, SECTOR>::new(&mut mem);
     let (seq, ..) = store
         .restore(&mut cache, FINGERPRINT, &mut flash, &mut toks)
         .unwrap();
@@ -437,8 +317,7 @@ fn a_read_error_at_every_read_of_a_restore_is_returned_with_the_cache_unchanged(
     assert!(before.pages_cached > 0);
     assert!(total > 50, "a restore took only {total} reads");
     for k in 0..total {
-        flash.reads = 0;
-        flash.fail_read = Some(k);
+        flash.fail_read(Some(k));
         let r = store.restore(&mut cache, FINGERPRINT, &mut flash, &mut toks);
         assert_eq!(
             r.map(|(_, h, c)| (h, c)),

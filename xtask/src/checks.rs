@@ -23,13 +23,14 @@ const TARGETS: [&str; 4] = [
 ];
 
 /// The cargo-fuzz targets in `fuzz/`.
-const FUZZ_TARGETS: [&str; 6] = [
+const FUZZ_TARGETS: [&str; 7] = [
     "cache_ops",
     "snapshot_parse",
     "quant_roundtrip",
     "capi_calls",
     "gguf_parse",
     "chat_script",
+    "snapshot_store",
 ];
 
 /// Runs `program args` with `env` in `dir` (the repository root when `None`), echoing it.

@@ -39,7 +39,7 @@ mod store;
 mod stream;
 
 pub use error::SnapshotError;
-pub use flash::{RamFlash, SliceFlash};
+pub use flash::{PowerCutFlash, RamFlash, SliceFlash};
 pub use header::{HEADER_BYTES, Header, MAGIC, VERSION};
 pub use store::{Commit, MAX_SLOTS, RECORD_BYTES, RECORD_MAGIC, SnapshotStore};
 pub(crate) use stream::{Reader, Writer};
