@@ -36,7 +36,10 @@ fuzz_target!(|data: &[u8]| {
     let mut n = 0u64;
     for t in g.tensors() {
         assert!(inside(t.data, data));
-        assert_eq!(g.tensor(t.name).map(|u| u.data.as_ptr()), Some(t.data.as_ptr()));
+        assert_eq!(
+            g.tensor(t.name).map(|u| u.data.as_ptr()),
+            Some(t.data.as_ptr())
+        );
         n += 1;
     }
     assert_eq!(n, g.tensor_count());
