@@ -175,7 +175,11 @@ pub fn fuzz(secs: u32) -> Result<(), String> {
 /// Every stage `stages` selects; the stage table goes out just before the final nextest run.
 pub fn all(stages: &mut Stages) -> Result<(), String> {
     stages.run("setup", setup)?;
-    stages.run("fmt", || cargo(&["fmt", "--all", "--", "--check"], &[]))?;
+    stages.run("fmt", || {
+        cargo(&["fmt", "--all", "--", "--check"], &[])?;
+        // The fuzz targets' own workspace (`model/` is checked in its stage).
+        board("fuzz", &["fmt", "--", "--check"])
+    })?;
     stages.run("clippy", || {
         cargo(
             &[
