@@ -1,6 +1,9 @@
 //! The C ABI from C: the committed header matches what cbindgen generates from the `edgekv-capi`
-//! crate, and a C program compiled with the system C compiler against its static library runs
-//! the whole flow and every error path.
+//! crate, and two C programs compiled with the system C compiler against its static library —
+//! `c/capi_test.c` (the whole flow and every error path) and `c/decode_loop.c` (a vendor-SDK
+//! style decode loop on heap arenas: prefix reuse, forks, snapshot and restore, bit-exact against
+//! cold runs) — pass, plain and under AddressSanitizer (leaks included) and
+//! UndefinedBehaviorSanitizer.
 //!
 //! Regenerate the header: `EDGEKV_BLESS=1 cargo test -p edgekv-host-tests --test capi`.
 
@@ -109,7 +112,7 @@ fn run(cmd: &mut Command, what: &str) -> std::process::Output {
 }
 
 #[test]
-fn c_program_runs_against_the_staticlib() {
+fn c_programs_run_against_the_staticlib() {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     if Command::new(&cc).arg("--version").output().is_err() {
         eprintln!("SKIPPED: no C compiler ({cc}) on this machine");
@@ -137,7 +140,8 @@ fn c_program_runs_against_the_staticlib() {
         "cargo build -p edgekv-capi",
     );
     let lib = dir.join("debug/libedgekv_capi.a");
-    let src = root().join("host-tests/tests/c/capi_test.c");
+    // The contract test, and a decode loop as a vendor SDK integration would run it.
+    let programs = ["capi_test", "decode_loop"];
     // Strict C99 (the header's stated minimum), pedantic, every warning an error.
     const STRICT: [&str; 6] = [
         "-std=c99",
@@ -147,7 +151,8 @@ fn c_program_runs_against_the_staticlib() {
         "-Werror",
         "-DEDGEKV_ETHOSU",
     ];
-    let build = |exe: &Path, extra: &[&str]| {
+    let build = |name: &str, exe: &Path, extra: &[&str]| {
+        let src = root().join(format!("host-tests/tests/c/{name}.c"));
         run(
             Command::new(&cc)
                 .args(STRICT)
@@ -158,18 +163,24 @@ fn c_program_runs_against_the_staticlib() {
                 .arg(&lib)
                 .args(["-Wl,--gc-sections", "-lpthread", "-ldl", "-lm", "-o"])
                 .arg(exe),
-            "compiling capi_test.c",
+            &format!("compiling {name}.c"),
         );
     };
     let check = |exe: &Path| {
-        let out = run(&mut Command::new(exe), "capi_test");
+        let out = run(&mut Command::new(exe), &exe.display().to_string());
         let stdout = String::from_utf8_lossy(&out.stdout);
         println!("{stdout}");
-        assert!(stdout.contains(" 0 failed"), "capi_test output:\n{stdout}");
+        assert!(
+            stdout.contains(" 0 failed"),
+            "{} output:\n{stdout}",
+            exe.display()
+        );
     };
-    let exe = dir.join("capi_test");
-    build(&exe, &["-O1"]);
-    check(&exe);
+    for name in programs {
+        let exe = dir.join(name);
+        build(name, &exe, &["-O1"]);
+        check(&exe);
+    }
 
     // Again under AddressSanitizer and UndefinedBehaviorSanitizer, where the compiler has them
     // (gcc and clang on Linux hosts; probed with an empty program).
@@ -194,7 +205,9 @@ fn c_program_runs_against_the_staticlib() {
         eprintln!("SKIPPED: {cc} cannot build and run -fsanitize=address,undefined programs here");
         return;
     }
-    let exe = dir.join("capi_test_sanitized");
-    build(&exe, &SANITIZE);
-    check(&exe);
+    for name in programs {
+        let exe = dir.join(format!("{name}_sanitized"));
+        build(name, &exe, &SANITIZE);
+        check(&exe);
+    }
 }
