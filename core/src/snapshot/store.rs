@@ -232,12 +232,9 @@ impl SnapshotStore {
         let start = self.slot_offset(slot);
         let end = start + self.slot_bytes;
         // The record's sector first: from here on the slot has no valid record.
-        let erase = |flash: &mut F, from: u32, to: u32| {
-            flash
-                .erase(from, to)
-                .map_err(|e| SnapshotError::Flash(e.kind()))
-        };
-        erase(flash, end - F::ERASE_SIZE as u32, end)?;
+        flash
+            .erase(end - F::ERASE_SIZE as u32, end)
+            .map_err(|e| SnapshotError::Flash(e.kind()))?;
         cache.snapshot(seq, tokens, fingerprint, flash, start)?;
         let image_crc = image_crc(flash, start, header.image)?;
         let commit = Commit {
@@ -282,7 +279,8 @@ impl SnapshotStore {
             if commit.image as usize > self.capacity::<F>() {
                 continue;
             }
-            match image_crc(flash, start, commit.image) {
+            // The record must name this image; `KvCache::restore` checks the CRC over its bytes.
+            match stored_crc(flash, start, commit.image) {
                 Ok(crc) if crc == commit.image_crc => {}
                 Err(e) if !damaged(e) => return Err(e),
                 _ => continue,
@@ -312,6 +310,17 @@ const fn damaged(e: SnapshotError) -> bool {
 
 /// Most slots a store uses (records are gathered on the stack).
 pub const MAX_SLOTS: usize = 8;
+
+/// The CRC-32 stored in the last four bytes of the `image`-byte image at `start` (not checked).
+fn stored_crc<F: ReadNorFlash>(flash: &mut F, start: u32, image: u32) -> Result<u32> {
+    let at = image
+        .checked_sub(4)
+        .and_then(|b| start.checked_add(b))
+        .ok_or(SnapshotError::CorruptSnapshot)?;
+    let mut crc = [0u8; 4];
+    Reader::new(flash, at)?.get(&mut crc, false)?;
+    Ok(u32::from_le_bytes(crc))
+}
 
 /// The CRC-32 stored in the last four bytes of the `image`-byte image at `start`, after
 /// checking that it matches the bytes before it.
