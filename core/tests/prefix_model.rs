@@ -45,7 +45,8 @@ const SHAPE: Shape = Shape {
 };
 /// Elements of one token row.
 const ROW: usize = 2;
-const MAX_POOL: usize = 16;
+/// Largest pool of a case.
+const MAX_POOL: usize = 12;
 const MAX_TOKENS: u32 = 24;
 /// Every pool stride is one 64-byte granule (≤ 4 rows of ≤ 8 bytes): 2 layers × K, V.
 const DATA_BYTES: usize = MAX_POOL * 2 * 2 * 64;
@@ -248,7 +249,7 @@ fn setup_strategy() -> impl Strategy<Value = Setup> {
     (
         prop_oneof![Just(2u16), Just(4u16)],
         0u16..=2,
-        6..=12usize,
+        6..=MAX_POOL,
         2u16..=5,
         12..=MAX_TOKENS,
         formats,
