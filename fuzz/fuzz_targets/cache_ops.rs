@@ -92,6 +92,8 @@ fn state<'a, A: PageAllocator<'a>>(c: &KvCache<'a, A>, seqs: &[(SeqId, u8)]) -> 
 fn run<'a, A: PageAllocator<'a>>(mut c: KvCache<'a, A>, ops: &[Op]) {
     let mut seqs: Vec<(SeqId, u8)> = Vec::new(); // handle, prompt family
     let mut scratch16 = [0u16; 256];
+    // One flash for every snapshot of the run (each snapshot erases what it writes).
+    let mut mem = vec![0u8; 64 * 1024];
     let pick = |seqs: &[(SeqId, u8)], i: u8| seqs.get(i as usize % seqs.len().max(1)).copied();
     for op in ops {
         let before = state(&c, &seqs);
@@ -180,7 +182,6 @@ fn run<'a, A: PageAllocator<'a>>(mut c: KvCache<'a, A>, ops: &[Op]) {
             Op::SnapshotRestore(i) => pick(&seqs, i).is_some_and(|(s, f)| {
                 let len = c.seq_len(s).unwrap_or(0) as usize;
                 let p: Vec<u32> = (0..len).map(|t| token(f, t)).collect();
-                let mut mem = vec![0u8; 64 * 1024];
                 let mut flash = RamFlash::<8, 1024>::new(&mut mem);
                 if c.snapshot(s, &p, 9, &mut flash, 0).is_err() {
                     false

@@ -380,6 +380,8 @@ fn miri() -> Result<(), String> {
         "--test",
         "pool_model",
         "--test",
+        "prefix_model",
+        "--test",
         "prefix_reuse",
         "--test",
         "snapshot",
