@@ -34,7 +34,10 @@ pub struct CacheConfig {
     pub prefix_index: bool,
     /// Seed of the prefix hash chain and identity of every first page: a fingerprint of everything
     /// besides the tokens that KV depends on (model, adapter, salt); see
-    /// [`crate::prefix::namespace`]. Compared on its low 63 bits.
+    /// [`crate::prefix::namespace`]. First pages are linked to its low 63 bits and hashed with all
+    /// 64: two namespaces that differ only in bit 63 share links but not hashes, so lookups keep
+    /// them apart while `commit_prompt` treats them as one (no wrong data is reused either way).
+    /// Use distinct low 63 bits.
     pub namespace: u64,
 }
 
