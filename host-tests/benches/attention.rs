@@ -13,6 +13,9 @@
 //! code built with AVX2 and F16C enabled (`dense_f32_avx2`, on CPUs that have them). Both call
 //! `libm::expf` per score, as plain code would.
 //!
+//! `EDGEKV_AB=1` runs alternating rounds instead (`alternating`), and `EDGEKV_PEER_CTX=<ctx>` the
+//! peer mode of `host-tests/peer/ggml-attention.sh` (`peer`).
+//!
 //! Goal (issue 5): int8 pages ≥ 1.0× the dense f32 baseline's speed (compare with the AVX2 peer).
 
 // The one unsafe call: the AVX2 build of the dense peer, behind run-time detection.
@@ -22,7 +25,9 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use edgekv::attention::{AttentionParams, scratch_len};
-use edgekv::{CacheConfig, ElementFormat, FreeList, HeapArenas, KvCache, SeqId, SeqMode, Shape};
+use edgekv::{
+    CacheConfig, ElementFormat, FreeList, HeapArenas, KvCache, PoolKind, SeqId, SeqMode, Shape,
+};
 
 /// SmolLM2-135M's attention shape, one layer.
 const SHAPE: Shape = Shape {
@@ -388,11 +393,140 @@ fn alternating() {
     }
 }
 
+/// An environment variable as a number, or `default` when unset.
+fn env_num(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v}: not a number")),
+        Err(_) => default,
+    }
+}
+
+/// Median and best of `batches` timed batches of `f`, in µs per call. An untimed warm-up of at
+/// least 10 ms sizes the batch to about 100 ms, so a measurement takes about `batches / 10` s
+/// (ggml's perf loop runs for at least 1 s).
+fn time_batches(batches: usize, mut f: impl FnMut()) -> (f64, f64, usize) {
+    let (mut n, start) = (0usize, std::time::Instant::now());
+    while n == 0 || start.elapsed().as_secs_f64() < 0.01 {
+        f();
+        n += 1;
+    }
+    let one = start.elapsed().as_secs_f64() / n as f64;
+    let iters = ((0.1 / one) as usize).clamp(1, 10_000_000);
+    let mut t: Vec<f64> = (0..batches.max(1))
+        .map(|_| {
+            let start = std::time::Instant::now();
+            for _ in 0..iters {
+                f();
+            }
+            start.elapsed().as_secs_f64() * 1e6 / iters as f64
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    (t[t.len() / 2], t[0], iters)
+}
+
+/// Peer mode (`EDGEKV_PEER_CTX=<ctx>`, run by `host-tests/peer/ggml-attention.sh`): for that one
+/// context, decode attention over Q8_0 pages and over f16 pages (K and V in the same format, the
+/// other settings as above), and a `memcpy` of exactly the bytes the Q8_0 pages hold for K and V
+/// (values and scales, from the cache's page geometry). `EDGEKV_PEER_WHAT` picks one of `q8_0`,
+/// `f16`, `memcpy` (default: all three, in that order); `EDGEKV_PEER_BATCHES` is the number of
+/// timed batches (default 10). One machine-readable line per measurement:
+/// `edgekv-peer ctx=… what=… median_us=… best_us=… iters=… batches=… bytes=…`, where `bytes` is
+/// the K+V page bytes the measurement reads.
+fn peer(ctx: usize) {
+    let batches = env_num("EDGEKV_PEER_BATCHES", 10);
+    let what = std::env::var("EDGEKV_PEER_WHAT").unwrap_or_else(|_| "q8_0,f16,memcpy".into());
+    assert!(
+        ctx > 0 && ctx % PAGE_TOKENS as usize == 0,
+        "EDGEKV_PEER_CTX={ctx}: a positive multiple of {PAGE_TOKENS}"
+    );
+    let params = AttentionParams::new(SHAPE, Q_HEADS);
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS)];
+    let (k, v) = (rows(1, ctx), rows(2, ctx));
+    let q: Vec<f32> = rows(3, GROUP).into_iter().map(|x| x * 0.5).collect();
+    let last = ctx as u32 - 1;
+    // K+V bytes `ctx` tokens take in pages of `fmt`: values and scales, from the geometry.
+    let page_bytes = |fmt: ElementFormat| {
+        let g = CacheConfig::new(SHAPE)
+            .with_page_tokens(PAGE_TOKENS)
+            .with_formats(fmt, fmt)
+            .with_sequences(1, ctx as u32)
+            .geometry()
+            .expect("geometry");
+        let per_token: usize = [
+            PoolKind::KValues,
+            PoolKind::KScales,
+            PoolKind::VValues,
+            PoolKind::VScales,
+        ]
+        .map(|p| g.pool_row_bytes(p))
+        .iter()
+        .sum();
+        per_token * ctx
+    };
+    let report = |name: &str, (median, best, iters): (f64, f64, usize), bytes: usize| {
+        println!(
+            "edgekv-peer ctx={ctx} what={name} median_us={median:.3} best_us={best:.3} \
+             iters={iters} batches={batches} bytes={bytes}"
+        );
+    };
+    for name in what.split(',').map(str::trim) {
+        match name {
+            "q8_0" | "f16" => {
+                let fmt = if name == "q8_0" {
+                    ElementFormat::Q8_0
+                } else {
+                    ElementFormat::F16
+                };
+                with_cache(fmt, &k, &v, |cache, s| {
+                    let mut out = vec![0f32; Q_ROW];
+                    let t = time_batches(batches, || {
+                        cache
+                            .attention(s, 0, last, black_box(&q), &mut out, &params, &mut scratch)
+                            .expect("attention");
+                        black_box(&out);
+                    });
+                    assert!(out.iter().all(|x| x.is_finite()), "{name} {ctx}");
+                    report(name, t, page_bytes(fmt));
+                });
+            }
+            "memcpy" => {
+                let bytes = page_bytes(ElementFormat::Q8_0);
+                // Both buffers page-aligned: glibc's memcpy on AMD Zen (`rep movsb`) runs about
+                // 15x slower when the destination is 1 to 16 bytes past the source modulo 4096,
+                // which heap placement alone can produce.
+                let page_aligned = |buf: &[u8]| buf.as_ptr().align_offset(4096);
+                let (mut src_buf, mut dst_buf) = (vec![0u8; bytes + 4096], vec![0u8; bytes + 4096]);
+                let (so, d_o) = (page_aligned(&src_buf), page_aligned(&dst_buf));
+                let src = &mut src_buf[so..][..bytes];
+                for (i, b) in src.iter_mut().enumerate() {
+                    *b = (i * 131 + 7) as u8;
+                }
+                let src = &*src;
+                let dst = &mut dst_buf[d_o..][..bytes];
+                let t = time_batches(batches, || {
+                    dst.copy_from_slice(black_box(src));
+                    black_box(&mut *dst);
+                });
+                report(name, t, bytes);
+            }
+            other => panic!("EDGEKV_PEER_WHAT: unknown measurement {other:?}"),
+        }
+    }
+}
+
 criterion_group!(benches, bench_attention);
 
 fn main() {
     if std::env::var_os("EDGEKV_AB").is_some() {
         alternating();
+        return;
+    }
+    if std::env::var_os("EDGEKV_PEER_CTX").is_some() {
+        peer(env_num("EDGEKV_PEER_CTX", 0));
         return;
     }
     benches();
