@@ -267,3 +267,53 @@ fn e4m3fn_cast_table_bit_exact() {
     }
     eprintln!("e4m3fn cast table: {} values bit-exact", x.len());
 }
+
+// ---- Q4_0 / Q4_1 ----
+
+/// (case, rows, dim) as listed in `q4/manifest.json` (blocks of 32).
+const Q4_CASES: [(&str, usize, usize); 3] = [
+    ("normal_r256_d64", 256, 64),
+    ("small_r64_d128", 64, 128),
+    ("edge_r10_d64", 10, 64),
+];
+
+#[test]
+fn q4_vectors_bit_exact() {
+    use edgekv::quant::{Q4Kind, dequantize_q4, quantize_q4};
+    let m = manifest("q4");
+    for (case, rows, dim) in Q4_CASES {
+        assert!(
+            m.contains(&format!("\"{case}\"")),
+            "{case} not in the manifest"
+        );
+        let (shape, x) = npy::<f32>(&format!("q4/{case}.input.npy"));
+        assert_eq!(shape, [rows as u64, dim as u64]);
+        for (kind, name) in [(Q4Kind::Q4_0, "q4_0"), (Q4Kind::Q4_1, "q4_1")] {
+            let (bshape, want_b) = npy::<u8>(&format!("q4/{case}.{name}.blocks.npy"));
+            assert_eq!(
+                bshape,
+                [rows as u64, (dim / 32) as u64, kind.block_bytes() as u64]
+            );
+            let (_, want_y) = npy::<f32>(&format!("q4/{case}.{name}.dequant.npy"));
+            // The whole tensor in one call, and row by row: the same bytes.
+            let mut b = vec![0u8; want_b.len()];
+            quantize_q4(kind, &x, &mut b).unwrap();
+            let row_bytes = kind.bytes_for(dim).unwrap();
+            for (r, (xr, br)) in x.chunks(dim).zip(want_b.chunks(row_bytes)).enumerate() {
+                let mut one = vec![0u8; row_bytes];
+                quantize_q4(kind, xr, &mut one).unwrap();
+                assert_eq!(one, br, "{case} {name} row {r}: blocks differ from gguf-py");
+            }
+            assert_eq!(b, want_b, "{case} {name}");
+            let mut y = vec![0f32; x.len()];
+            dequantize_q4(kind, &want_b, &mut y).unwrap();
+            for (i, (a, e)) in y.iter().zip(&want_y).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    e.to_bits(),
+                    "{case} {name} value {i}: {a} vs gguf-py {e}"
+                );
+            }
+        }
+    }
+}

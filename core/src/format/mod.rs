@@ -3,6 +3,7 @@
 //!
 //! - [`float`]: f32, f16 and bf16 elements.
 //! - [`int8`]: int8 codes in groups with f16 scales (ggml Q8_0 math).
+//! - [`int4`]: ggml's Q4_0 / Q4_1 blocks (the reference codec; not a page format yet).
 //! - [`fp8`]: FP8 E4M3 tiles with f32 scales and a raw tail (SGLang NSA rows).
 //!
 //! Shared by all: [`Element`] (the caller's types), `load` (how the codecs read elements),
@@ -13,6 +14,8 @@ mod decode;
 mod element;
 pub(crate) mod float;
 pub(crate) mod fp8;
+#[cfg(feature = "int4")]
+pub(crate) mod int4;
 pub(crate) mod int8;
 pub(crate) mod load;
 

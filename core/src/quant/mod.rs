@@ -5,4 +5,6 @@
 pub use crate::format::fp8::{
     dequantize_fp8_tile, e4m3_from_f32, e4m3_to_f32, fp8_tile_row_bytes, quantize_fp8_tile,
 };
+#[cfg(feature = "int4")]
+pub use crate::format::int4::{Q4_BLOCK, Q4Kind, dequantize_q4, quantize_q4};
 pub use crate::format::int8::{dequantize_q8, quantize_q8};
