@@ -2,8 +2,8 @@
 //! back, so NPU pipelines can be checked against edgekv with numpy.
 //!
 //! ```text
-//! edgekv quantize   --format q8_0|int8-head|fp8-tile [--dv N] [--tile N] [--bf16] IN.npy OUT_PREFIX
-//! edgekv dequantize --format q8_0|int8-head|fp8-tile [--bf16] IN_PREFIX OUT.npy
+//! edgekv quantize   --format q8_0|int8-head|fp8-tile|q4_0|q4_1 [--dv N] [--tile N] [--bf16] IN.npy OUT_PREFIX
+//! edgekv dequantize --format q8_0|int8-head|fp8-tile|q4_0|q4_1 [--bf16] IN_PREFIX OUT.npy
 //! edgekv snapshot   OUT.ekvs                   # the parity system prompt's KV image
 //! edgekv inspect    [--fingerprint HEX] IMAGE  # verify an image (CRC, sizes) and describe it
 //! edgekv plan       --gguf MODEL | --layers N --kv-heads N --head-dim N
@@ -14,7 +14,8 @@
 //! Input: float32 or float16 `[rows, dim]`, or bf16 as uint16 bit patterns with `--bf16`.
 //! Outputs of `quantize`: `OUT_PREFIX.q.npy` (int8 codes; uint8 E4M3 codes `[rows, dv]` for
 //! fp8), `OUT_PREFIX.scales.npy` (float16 `[rows, dim / group]`; float32 `[rows, dv / tile]` for
-//! fp8) and, for fp8, `OUT_PREFIX.rows.npy` (uint8 `[rows, row_bytes]`, the page row bytes).
+//! fp8) and, for fp8, `OUT_PREFIX.rows.npy` (uint8 `[rows, row_bytes]`, the page row bytes); for
+//! q4_0 / q4_1 only `OUT_PREFIX.blocks.npy` (uint8 `[rows, dim / 32, block bytes]`, ggml's blocks).
 //! `dequantize` reads them back (fp8 from `.rows.npy`) and writes float32 `[rows, dim]`.
 //! Every output is computed before any file is written, then written to a temporary name and
 //! renamed, so a failure leaves no partial output.
@@ -24,7 +25,7 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use edgekv::quant;
+use edgekv::quant::{self, Q4_BLOCK, Q4Kind};
 use half::{bf16, f16};
 use npyz::WriterBuilder;
 
@@ -146,6 +147,23 @@ enum Format {
     /// FP8 E4M3 tiles, f32 scales, raw tail (SGLang NSA layout).
     #[value(name = "fp8-tile")]
     Fp8Tile,
+    /// ggml Q4_0 blocks of 32 (f16 scale, 4-bit codes): `OUT_PREFIX.blocks.npy`.
+    #[value(name = "q4_0")]
+    Q4_0,
+    /// ggml Q4_1 blocks of 32 (f16 scale and minimum, 4-bit codes): `OUT_PREFIX.blocks.npy`.
+    #[value(name = "q4_1")]
+    Q4_1,
+}
+
+impl Format {
+    /// The 4-bit block kind, for `q4_0` / `q4_1`.
+    fn q4(self) -> Option<Q4Kind> {
+        match self {
+            Format::Q4_0 => Some(Q4Kind::Q4_0),
+            Format::Q4_1 => Some(Q4Kind::Q4_1),
+            _ => None,
+        }
+    }
 }
 
 /// An .npy file read into memory.
@@ -218,7 +236,8 @@ pub fn run(cli: Cli) -> Result<(), String> {
     }
 }
 
-fn read_npy(path: &Path) -> Result<(Npy, [usize; 2]), String> {
+/// A C-order .npy file and its shape.
+fn read_npy_nd(path: &Path) -> Result<(Npy, Vec<usize>), String> {
     let bytes = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let npy = npyz::NpyFile::new(Cursor::new(bytes))
         .map_err(|e| format!("{}: not a valid .npy file: {e}", path.display()))?;
@@ -228,11 +247,17 @@ fn read_npy(path: &Path) -> Result<(Npy, [usize; 2]), String> {
             path.display()
         ));
     }
-    let shape = match npy.shape() {
-        &[r, c] => [r as usize, c as usize],
-        s => {
+    let shape = npy.shape().iter().map(|&d| d as usize).collect();
+    Ok((npy, shape))
+}
+
+fn read_npy(path: &Path) -> Result<(Npy, [usize; 2]), String> {
+    let (npy, shape) = read_npy_nd(path)?;
+    let shape = match shape[..] {
+        [r, c] => [r, c],
+        _ => {
             return Err(format!(
-                "{}: expected a 2-D [rows, dim] array, got shape {s:?}",
+                "{}: expected a 2-D [rows, dim] array, got shape {shape:?}",
                 path.display()
             ));
         }
@@ -288,13 +313,14 @@ fn read_rows(path: &Path, bf16_bits: bool) -> Result<(Rows, [usize; 2]), String>
 
 /// An .npy file in memory.
 fn npy_bytes<T: npyz::AutoSerialize + Clone>(
-    shape: [usize; 2],
+    shape: &[usize],
     data: &[T],
 ) -> Result<Vec<u8>, String> {
+    let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
     let mut buf = Vec::new();
     let mut w = npyz::WriteOptions::new()
         .default_dtype()
-        .shape(&[shape[0] as u64, shape[1] as u64])
+        .shape(&shape)
         .writer(&mut buf)
         .begin_nd()
         .map_err(|e| e.to_string())?;
@@ -350,11 +376,11 @@ fn quantize(args: &FormatArgs, input: &Path, prefix: &str) -> Result<(), String>
             vec![
                 (
                     PathBuf::from(format!("{prefix}.q.npy")),
-                    npy_bytes([n, dim], &codes)?,
+                    npy_bytes(&[n, dim], &codes)?,
                 ),
                 (
                     PathBuf::from(format!("{prefix}.scales.npy")),
-                    npy_bytes([n, dim / g], &scales)?,
+                    npy_bytes(&[n, dim / g], &scales)?,
                 ),
             ]
         }
@@ -388,17 +414,37 @@ fn quantize(args: &FormatArgs, input: &Path, prefix: &str) -> Result<(), String>
             vec![
                 (
                     PathBuf::from(format!("{prefix}.q.npy")),
-                    npy_bytes([n, dv], &codes)?,
+                    npy_bytes(&[n, dv], &codes)?,
                 ),
                 (
                     PathBuf::from(format!("{prefix}.scales.npy")),
-                    npy_bytes([n, dv / tile], &scales)?,
+                    npy_bytes(&[n, dv / tile], &scales)?,
                 ),
                 (
                     PathBuf::from(format!("{prefix}.rows.npy")),
-                    npy_bytes([n, rb], &out)?,
+                    npy_bytes(&[n, rb], &out)?,
                 ),
             ]
+        }
+        Format::Q4_0 | Format::Q4_1 => {
+            let kind = args.format.q4().ok_or("not a 4-bit format")?;
+            if dim % Q4_BLOCK != 0 {
+                return Err(format!(
+                    "dim {dim} is not divisible by the block size {Q4_BLOCK}"
+                ));
+            }
+            // f16 and bf16 widen to f32 exactly.
+            let x: Vec<f32> = match rows {
+                Rows::F32(x) => x,
+                Rows::F16(x) => x.iter().map(|v| v.to_f32()).collect(),
+                Rows::Bf16(x) => x.iter().map(|v| v.to_f32()).collect(),
+            };
+            let mut blocks = vec![0u8; n * dim / Q4_BLOCK * kind.block_bytes()];
+            quant::quantize_q4(kind, &x, &mut blocks).map_err(msg)?;
+            vec![(
+                PathBuf::from(format!("{prefix}.blocks.npy")),
+                npy_bytes(&[n, dim / Q4_BLOCK, kind.block_bytes()], &blocks)?,
+            )]
         }
     };
     write_all(&files)
@@ -453,6 +499,28 @@ fn dequantize(args: &FormatArgs, prefix: &str, output: &Path) -> Result<(), Stri
             }
             (n, dim, out)
         }
+        Format::Q4_0 | Format::Q4_1 => {
+            let kind = args.format.q4().ok_or("not a 4-bit format")?;
+            let (b, shape) = read_npy_nd(&path("blocks"))?;
+            let [n, blocks, bb] = shape[..] else {
+                return Err(format!(
+                    "{prefix}.blocks.npy: expected a 3-D [rows, dim / 32, block bytes] array, got shape {shape:?}"
+                ));
+            };
+            if dtype_of(&b) != "|u1" || bb != kind.block_bytes() || blocks == 0 {
+                return Err(format!(
+                    "{prefix}.blocks.npy: expected uint8 blocks of {} bytes for {:?}, got dtype {} and shape {shape:?}",
+                    kind.block_bytes(),
+                    args.format,
+                    dtype_of(&b)
+                ));
+            }
+            let bytes: Vec<u8> = b.into_vec().map_err(|e| e.to_string())?;
+            let dim = blocks * Q4_BLOCK;
+            let mut out = vec![0f32; n * dim];
+            quant::dequantize_q4(kind, &bytes, &mut out).map_err(msg)?;
+            (n, dim, out)
+        }
     };
-    write_all(&[(output.to_path_buf(), npy_bytes([n, dim], &out)?)])
+    write_all(&[(output.to_path_buf(), npy_bytes(&[n, dim], &out)?)])
 }

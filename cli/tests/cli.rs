@@ -89,6 +89,50 @@ fn q8_0_files_match_gguf_py_bit_for_bit() {
 }
 
 #[test]
+fn q4_files_match_gguf_py_bit_for_bit() {
+    let dir = scratch("q4");
+    for case in ["normal_r256_d64", "small_r64_d128", "edge_r10_d64"] {
+        let input = data(&format!("q4/{case}.input.npy"));
+        for (fmt, bb) in [("q4_0", 18u64), ("q4_1", 20)] {
+            let prefix = dir.join(format!("{case}.{fmt}"));
+            let (ok, err) = edgekv(&["quantize", "--format", fmt, s(&input), s(&prefix)]);
+            assert!(ok, "{err}");
+            let (shape, b): (_, Vec<u8>) = load(&dir.join(format!("{case}.{fmt}.blocks.npy")));
+            let (want_shape, want_b): (_, Vec<u8>) =
+                load(&data(&format!("q4/{case}.{fmt}.blocks.npy")));
+            assert_eq!(shape, want_shape, "{case} {fmt} shape");
+            assert_eq!(shape[2], bb);
+            assert_eq!(b, want_b, "{case} {fmt} blocks");
+            let out = dir.join(format!("{case}.{fmt}.dq.npy"));
+            let (ok, err) = edgekv(&["dequantize", "--format", fmt, s(&prefix), s(&out)]);
+            assert!(ok, "{err}");
+            let (_, dq): (_, Vec<f32>) = load(&out);
+            let (_, want): (_, Vec<f32>) = load(&data(&format!("q4/{case}.{fmt}.dequant.npy")));
+            assert_eq!(bits32(&dq), bits32(&want), "{case} {fmt} dequant");
+        }
+    }
+    // Bad input: a dim that is not whole blocks, blocks of the other kind, a 2-D blocks file.
+    let odd = dir.join("odd.npy");
+    save(&odd, &[2, 48], &[1.0f32; 96]);
+    let (ok, err) = edgekv(&["quantize", "--format", "q4_0", s(&odd), s(&dir.join("o"))]);
+    assert!(!ok && err.contains("block size"), "{err}");
+    let prefix = dir.join("normal_r256_d64.q4_0");
+    let out = dir.join("wrong.npy");
+    let (ok, err) = edgekv(&["dequantize", "--format", "q4_1", s(&prefix), s(&out)]);
+    assert!(!ok && err.contains("blocks of 20 bytes"), "{err}");
+    save(&dir.join("flat.blocks.npy"), &[2, 18], &[0u8; 36]);
+    let (ok, err) = edgekv(&[
+        "dequantize",
+        "--format",
+        "q4_0",
+        s(&dir.join("flat")),
+        s(&out),
+    ]);
+    assert!(!ok && err.contains("3-D"), "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
 fn int8_head_has_one_scale_per_row_and_round_trips() {
     let dir = scratch("head");
     let input = data("q8_0/small_r64_d128.input.npy");
