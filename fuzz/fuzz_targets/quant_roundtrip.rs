@@ -1,11 +1,13 @@
 //! The quantizers on arbitrary finite input: Q8_0-style groups and FP8 tile rows never panic,
 //! never produce NaN codes or scales (nor int8 code -128 under a non-zero scale), and
 //! requantizing dequantized int8 values reproduces codes and scales wherever the stored scale is
-//! finite and non-zero.
+//! finite and non-zero. Q4_0 / Q4_1 blocks: no panic, finite values back from finite scales, and
+//! Q4_0 requantizes to the same block wherever its f16 scale is finite and non-zero.
 #![no_main]
 
 use edgekv::quant::{
-    dequantize_fp8_tile, dequantize_q8, fp8_tile_row_bytes, quantize_fp8_tile, quantize_q8,
+    Q4Kind, dequantize_fp8_tile, dequantize_q4, dequantize_q8, fp8_tile_row_bytes,
+    quantize_fp8_tile, quantize_q4, quantize_q8,
 };
 use half::f16;
 use libfuzzer_sys::fuzz_target;
@@ -53,6 +55,34 @@ fuzz_target!(|data: &[u8]| {
                 "requantized codes"
             );
             assert_eq!(s2[gi], s[gi], "requantized scale");
+        }
+    }
+
+    // ggml 4-bit blocks of 32 values.
+    for kind in [Q4Kind::Q4_0, Q4Kind::Q4_1] {
+        for xb in x.chunks_exact(32) {
+            let mut b = vec![0u8; kind.block_bytes()];
+            quantize_q4(kind, xb, &mut b).unwrap();
+            let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
+            let m = match kind {
+                Q4Kind::Q4_0 => 0.0,
+                Q4Kind::Q4_1 => f16::from_le_bytes([b[2], b[3]]).to_f32(),
+            };
+            let mut y = [0f32; 32];
+            dequantize_q4(kind, &b, &mut y).unwrap();
+            if d.is_finite() && m.is_finite() {
+                assert!(
+                    y.iter().all(|v| v.is_finite()),
+                    "{kind:?}: non-finite value"
+                );
+            }
+            // Q4_0's code 0 holds −8·d exactly, the block's largest magnitude: requantized,
+            // the scale and every code come back.
+            if kind == Q4Kind::Q4_0 && d.is_finite() && d != 0.0 {
+                let mut b2 = vec![0u8; kind.block_bytes()];
+                quantize_q4(kind, &y, &mut b2).unwrap();
+                assert_eq!(b2, b, "Q4_0 requantized block");
+            }
         }
     }
 
