@@ -439,7 +439,8 @@ fn quantize(args: &FormatArgs, input: &Path, prefix: &str) -> Result<(), String>
                 Rows::F16(x) => x.iter().map(|v| v.to_f32()).collect(),
                 Rows::Bf16(x) => x.iter().map(|v| v.to_f32()).collect(),
             };
-            let mut blocks = vec![0u8; n * dim / Q4_BLOCK * kind.block_bytes()];
+            let bytes = kind.bytes_for(x.len()).ok_or("rows are not whole blocks")?;
+            let mut blocks = vec![0u8; bytes];
             quant::quantize_q4(kind, &x, &mut blocks).map_err(msg)?;
             vec![(
                 PathBuf::from(format!("{prefix}.blocks.npy")),

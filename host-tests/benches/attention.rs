@@ -368,11 +368,7 @@ fn alternating() {
                         t.push(start.elapsed().as_secs_f64() * 1e6 / iters as f64);
                     }
                 }
-                let stat = |t: &mut Vec<f64>| {
-                    t.sort_by(f64::total_cmp);
-                    (t[t.len() / 2], t[0])
-                };
-                let [d, da, i8t, f] = times.each_mut().map(stat);
+                let [d, da, i8t, f] = times.each_mut().map(|t| median_best(t));
                 println!(
                     "ctx {ctx:5}: median (best) µs: dense {:.1} ({:.1}), dense_avx2 {:.1} ({:.1}), \
                      int8 {:.1} ({:.1}), f32 pages {:.1} ({:.1}); int8 speed vs dense {:.2}x, \
@@ -424,8 +420,14 @@ fn time_batches(batches: usize, mut f: impl FnMut()) -> (f64, f64, usize) {
             start.elapsed().as_secs_f64() * 1e6 / iters as f64
         })
         .collect();
+    let (median, best) = median_best(&mut t);
+    (median, best, iters)
+}
+
+/// Median and smallest of non-empty timings (sorts them).
+fn median_best(t: &mut [f64]) -> (f64, f64) {
     t.sort_by(f64::total_cmp);
-    (t[t.len() / 2], t[0], iters)
+    (t[t.len() / 2], t[0])
 }
 
 /// Peer mode (`EDGEKV_PEER_CTX=<ctx>`, run by `host-tests/peer/ggml-attention.sh`): for that one
