@@ -25,7 +25,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#define EKV_ABI_VERSION 2
+#define EKV_ABI_VERSION 3
 
 // `uint64_t` words of `ekv_cache_t`: room for the cache state on 64-bit hosts, with margin
 // for growth (`ekv_cache_storage_size()` tells how much a build uses).
@@ -836,12 +836,14 @@ ekv_status_t ekv_attention_params_init(ekv_attention_params_t *params,
                                        uint16_t q_heads,
                                        uint16_t head_dim);
 
-// The `float`s of scratch `ekv_attention` needs: `q_heads x (page_tokens + 2)` (the same
-// as `ekv_cache_attention_scratch_len`, which takes `page_tokens` from the cache).
-size_t ekv_attention_scratch_len(uint16_t q_heads, uint16_t page_tokens);
+// The `float`s of scratch `ekv_attention` needs: `q_heads x (page_tokens + 2 + head_dim)`
+// (running maxima and sums, a page of scores, the query quantized for int8 keys; the same as
+// `ekv_cache_attention_scratch_len`, which takes `page_tokens` and `head_dim` from the cache).
+size_t ekv_attention_scratch_len(uint16_t q_heads, uint16_t page_tokens, uint16_t head_dim);
 
 // The `float`s of scratch `ekv_attention` needs on this cache with `q_heads` query heads
-// (`q_heads x (page_tokens + 2)` with the cache's `page_tokens`), written to `out`.
+// (`q_heads x (page_tokens + 2 + head_dim)` with the cache's `page_tokens` and `head_dim`),
+// written to `out`.
 //
 // Errors: `EKV_ERR_NULL`, `EKV_ERR_BAD_HANDLE`, `EKV_ERR_HEAD_MISMATCH` (`q_heads` not a
 // nonzero multiple of the cache's `kv_heads`).
@@ -855,7 +857,7 @@ ekv_status_t ekv_cache_attention_scratch_len(ekv_cache_t *cache, uint16_t q_head
 // Causal attention of `n` query rows at absolute positions `[start, start + n)` of `seq` over
 // its keys and values in `layer`. `q` and `out` are `[n][q_heads][head_dim]` floats (`q_elems`
 // each: `out_elems` must equal `q_elems`); `scratch` holds at least
-// `ekv_attention_scratch_len(q_heads, page_tokens)` floats. Results do not depend on how a
+// `ekv_attention_scratch_len(q_heads, page_tokens, head_dim)` floats. Results do not depend on how a
 // prompt is chunked.
 //
 // # Safety

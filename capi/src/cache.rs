@@ -136,7 +136,7 @@ pub unsafe extern "C" fn ekv_plan_for(
 /// The ABI version of this library (`EKV_ABI_VERSION` of the header it was built with): a
 /// program compares it with the `EKV_ABI_VERSION` it was compiled against before any other
 /// call, to catch a header / library mismatch at run time.
-pub(crate) const ABI_VERSION: u32 = 2;
+pub(crate) const ABI_VERSION: u32 = 3;
 
 /// The ABI version the library implements: equal to the header's `EKV_ABI_VERSION` when header
 /// and library match (check it at start-up; a mismatch means structs, handles or calls may

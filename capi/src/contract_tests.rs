@@ -539,14 +539,14 @@ fn snapshot_and_restore_through_a_ram_buffer() {
 
 #[test]
 fn abi_version_and_per_cache_scratch() {
-    assert_eq!(ekv_abi_version(), 2);
+    assert_eq!(ekv_abi_version(), 3);
     let m = Mem::new();
     m.create(&config(), None);
     let mut n = 0usize;
     // SAFETY: live cache, valid output.
     unsafe {
         assert_eq!(ekv_cache_attention_scratch_len(m.h(), 2, &mut n), EKV_OK);
-        assert_eq!(n, ekv_attention_scratch_len(2, 4));
+        assert_eq!(n, ekv_attention_scratch_len(2, 4, HEAD_DIM as u16));
         assert_eq!(
             ekv_cache_attention_scratch_len(m.h(), 0, &mut n),
             EKV_ERR_HEAD_MISMATCH

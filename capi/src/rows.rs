@@ -287,15 +287,21 @@ pub unsafe extern "C" fn ekv_attention_params_init(
     }))
 }
 
-/// The `float`s of scratch `ekv_attention` needs: `q_heads x (page_tokens + 2)` (the same
-/// as `ekv_cache_attention_scratch_len`, which takes `page_tokens` from the cache).
+/// The `float`s of scratch `ekv_attention` needs: `q_heads x (page_tokens + 2 + head_dim)`
+/// (running maxima and sums, a page of scores, the query quantized for int8 keys; the same as
+/// `ekv_cache_attention_scratch_len`, which takes `page_tokens` and `head_dim` from the cache).
 #[unsafe(no_mangle)]
-pub extern "C" fn ekv_attention_scratch_len(q_heads: u16, page_tokens: u16) -> usize {
-    scratch_len(q_heads, page_tokens)
+pub extern "C" fn ekv_attention_scratch_len(
+    q_heads: u16,
+    page_tokens: u16,
+    head_dim: u16,
+) -> usize {
+    scratch_len(q_heads, page_tokens, head_dim)
 }
 
 /// The `float`s of scratch `ekv_attention` needs on this cache with `q_heads` query heads
-/// (`q_heads x (page_tokens + 2)` with the cache's `page_tokens`), written to `out`.
+/// (`q_heads x (page_tokens + 2 + head_dim)` with the cache's `page_tokens` and `head_dim`),
+/// written to `out`.
 ///
 /// Errors: `EKV_ERR_NULL`, `EKV_ERR_BAD_HANDLE`, `EKV_ERR_HEAD_MISMATCH` (`q_heads` not a
 /// nonzero multiple of the cache's `kv_heads`).
@@ -320,7 +326,7 @@ pub unsafe extern "C" fn ekv_cache_attention_scratch_len(
             if q_heads == 0 || q_heads % kv_heads != 0 {
                 return Err(Fail(EKV_ERR_HEAD_MISMATCH));
             }
-            Ok(scratch_len(q_heads, cfg.page_tokens))
+            Ok(scratch_len(q_heads, cfg.page_tokens, cfg.shape.head_dim))
         })
     })
 }
@@ -343,7 +349,7 @@ fn rust_params(p: &EkvAttentionParams, head_dim: u16) -> Res<AttentionParams> {
 /// Causal attention of `n` query rows at absolute positions `[start, start + n)` of `seq` over
 /// its keys and values in `layer`. `q` and `out` are `[n][q_heads][head_dim]` floats (`q_elems`
 /// each: `out_elems` must equal `q_elems`); `scratch` holds at least
-/// `ekv_attention_scratch_len(q_heads, page_tokens)` floats. Results do not depend on how a
+/// `ekv_attention_scratch_len(q_heads, page_tokens, head_dim)` floats. Results do not depend on how a
 /// prompt is chunked.
 ///
 /// # Safety

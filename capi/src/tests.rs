@@ -158,7 +158,7 @@ fn attention_matches_a_direct_computation() {
     let q = [0.3f32, -0.2, 0.1, 0.4];
     let mut params = EkvAttentionParams::default();
     let mut out = [0f32; HEAD_DIM];
-    let mut scratch = vec![0f32; ekv_attention_scratch_len(1, 4)];
+    let mut scratch = vec![0f32; ekv_attention_scratch_len(1, 4, HEAD_DIM as u16)];
     // SAFETY: live cache, valid buffers.
     unsafe {
         assert_eq!(

@@ -65,7 +65,29 @@ fn reference(
     let mut v = vec![0f32; len * KV_ROW];
     c.read(s, layer, Kv::K, 0, &mut k).unwrap();
     c.read(s, layer, Kv::V, 0, &mut v).unwrap();
-    dense(&k, &v, start, q, window)
+    match c.config().k_format {
+        ElementFormat::Int8 { group } if group >= 2 => {
+            dense(&k, &v, start, &query_as_scored(q, group as usize), window)
+        }
+        _ => dense(&k, &v, start, q, window),
+    }
+}
+
+/// What int8 keys score against: each query group of `g` values rounded to 16-bit codes of its
+/// largest magnitude (`round(x · 32767 / amax) · amax / 32767`).
+fn query_as_scored(q: &[f32], g: usize) -> Vec<f32> {
+    q.chunks(g)
+        .flat_map(|x| {
+            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            x.iter().map(move |v| {
+                if amax == 0.0 {
+                    0.0
+                } else {
+                    (v * (32767.0 / amax)).round() * (amax / 32767.0)
+                }
+            })
+        })
+        .collect()
 }
 
 /// Dense f64 attention over `[tokens][kv_heads][head_dim]` K and V.
@@ -127,7 +149,7 @@ fn attend(
     p: &AttentionParams,
 ) -> Vec<f32> {
     let mut out = vec![0f32; q.len()];
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8)];
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8, SHAPE.head_dim)];
     c.attention(s, layer, start, q, &mut out, p, &mut scratch)
         .unwrap();
     out
@@ -229,7 +251,7 @@ fn bad_input_is_an_error() {
     let p = AttentionParams::new(SHAPE, Q_HEADS);
     let q = vec![0.5f32; Q_ROW];
     let mut out = vec![0f32; Q_ROW];
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8)];
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8, SHAPE.head_dim)];
     let run =
         |seq, layer, start, q: &[f32], out: &mut [f32], p: &AttentionParams, scr: &mut [f32]| {
             c.attention(seq, layer, start, q, out, p, scr)
@@ -351,7 +373,7 @@ fn sliding_window_releases_pages_and_keeps_results() {
     // Page 1 (positions 8..16) lies between the sinks and every window: released.
     const RELEASED: u32 = 12;
     let mut row = vec![0f32; KV_ROW];
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8)];
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8, SHAPE.head_dim)];
     let full = AttentionParams::new(SHAPE, Q_HEADS);
     assert_eq!(
         c.read(s, 0, Kv::K, RELEASED, &mut row),

@@ -66,7 +66,7 @@ fn fingerprint_of(cache: &KvCache<'_>, seq: SeqId) -> Vec<u32> {
     let n = cache.seq_len(seq).unwrap();
     let mut bits = Vec::new();
     let params = AttentionParams::new(SHAPE, 4);
-    let mut scratch = vec![0f32; scratch_len(4, 8)];
+    let mut scratch = vec![0f32; scratch_len(4, 8, SHAPE.head_dim)];
     for layer in 0..SHAPE.layers {
         for kv in [Kv::K, Kv::V] {
             let mut rows = vec![0f32; n as usize * ROW];

@@ -166,7 +166,7 @@ fn run<'a, A: PageAllocator<'a>>(mut c: KvCache<'a, A>, ops: &[Op]) {
                 let n = rows as usize % 4;
                 let q = vec![0.25f32; n * 2 * 32];
                 let mut out = vec![0f32; q.len()];
-                let mut scratch = vec![0f32; scratch_len(2, 4)];
+                let mut scratch = vec![0f32; scratch_len(2, 4, SHAPE.head_dim)];
                 let params = AttentionParams::new(SHAPE, 2);
                 c.attention(
                     s,

@@ -200,7 +200,7 @@ fn run(k: ElementFormat, v: ElementFormat, bind: Bind, skip: Option<Site>, decod
         window: 8,
     };
     let mut params = AttentionParams::new(SHAPE, Q_HEADS);
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8)];
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8, SHAPE.head_dim)];
     let mut mismatches = 0;
 
     let steps = [CHUNK as u32, 5]

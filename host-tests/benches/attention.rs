@@ -201,7 +201,7 @@ fn with_cache(
 
 fn bench_attention(c: &mut Criterion) {
     let params = AttentionParams::new(SHAPE, Q_HEADS);
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS)];
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS, SHAPE.head_dim)];
     let mut g = c.benchmark_group("attention_decode");
     for ctx in CONTEXTS {
         let k = rows(1, ctx);
@@ -298,7 +298,7 @@ fn bench_attention(c: &mut Criterion) {
 fn alternating() {
     const ROUNDS: usize = 31;
     let params = AttentionParams::new(SHAPE, Q_HEADS);
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS)];
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS, SHAPE.head_dim)];
     for ctx in CONTEXTS {
         let (k, v) = (rows(1, ctx), rows(2, ctx));
         let q: Vec<f32> = rows(3, GROUP).into_iter().map(|x| x * 0.5).collect();
@@ -446,7 +446,7 @@ fn peer(ctx: usize) {
         "EDGEKV_PEER_CTX={ctx}: a positive multiple of {PAGE_TOKENS}"
     );
     let params = AttentionParams::new(SHAPE, Q_HEADS);
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS)];
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS, SHAPE.head_dim)];
     let (k, v) = (rows(1, ctx), rows(2, ctx));
     let q: Vec<f32> = rows(3, GROUP).into_iter().map(|x| x * 0.5).collect();
     let last = ctx as u32 - 1;

@@ -17,7 +17,7 @@ use crate::quant::BLOCK;
 /// };
 /// static SCRATCH_F32S: usize = PLAN.scratch; // e.g. `static mut SCRATCH: [f32; PLAN.scratch]`
 /// assert_eq!(PLAN.logits_per_row, 49_152);
-/// assert_eq!(PLAN.scratch_bytes, 400_008); // 16 rows of 6,240 f32s, attention scratch 162
+/// assert_eq!(PLAN.scratch_bytes, 402_312); // 16 rows of 6,240 f32s, attention scratch 738
 /// # let _ = SCRATCH_F32S;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +91,7 @@ impl ScratchPlan {
     /// pages. Per row: the residual, the normed row and the attention output (`embed`, `embed`,
     /// `q_dim`), Q, K and V, gate and up (`ffn` each), the quantized activation row (`widest /
     /// 4` f32s of codes plus two scales per 32-block); plus one attention scratch
-    /// (`heads × (page_tokens + 2)`). Zero rows, a model wider than `u16` heads or sizes past
+    /// (`heads × (page_tokens + 2 + head_dim)`). Zero rows, a model wider than `u16` heads or sizes past
     /// `usize` are errors.
     ///
     /// # Errors
@@ -112,7 +112,11 @@ impl ScratchPlan {
         per_row = tri!(add(per_row, tri!(mul(p.kv, 2))));
         per_row = tri!(add(per_row, tri!(mul(p.ffn, 2))));
         per_row = tri!(add(per_row, p.widest / 4 + 2 * (p.widest / BLOCK)));
-        let attn = edgekv::attention::scratch_len(config.heads as u16, page_tokens);
+        let attn = edgekv::attention::scratch_len(
+            config.heads as u16,
+            page_tokens,
+            config.head_dim as u16,
+        );
         let scratch = tri!(add(tri!(mul(per_row, rows)), attn));
         let scratch_bytes = tri!(mul(scratch, 4));
         Ok(ScratchPlan {
@@ -204,7 +208,7 @@ impl<'s> Parts<'s> {
         let s = take(&mut rest, n * blocks)?;
         let attn_scratch = take(
             &mut rest,
-            edgekv::attention::scratch_len(c.heads as u16, page_tokens),
+            edgekv::attention::scratch_len(c.heads as u16, page_tokens, c.head_dim as u16),
         )?;
         Ok(Parts {
             x,

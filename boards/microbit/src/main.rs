@@ -8,7 +8,8 @@
 //! 2. prompt B shares A's first 18 tokens: `lookup` finds 16 (chunk-aligned), `attach` shares
 //!    those pages, only B's last 8 tokens are prefilled;
 //! 3. every attention row of B is checked against a dense f32 computation done here from this
-//!    firmware's own int8 reference quantizer (within [`TOLERANCE`]), and the stored rows must
+//!    firmware's own int8 reference quantizer and the query rounded to 16-bit codes per group as
+//!    int8 keys score it (within [`TOLERANCE`]), and the stored rows must
 //!    read back as exactly that reference;
 //! 4. a cold prefill of B in another sequence must give the warm outputs bit for bit;
 //! 5. a sliding window with sinks releases B's middle pages, and windowed attention is checked
@@ -241,7 +242,7 @@ fn session(data: &mut [MaybeUninit<u8>], meta: &mut [MaybeUninit<u8>]) -> Result
     Ok(crc.finish())
 }
 
-const SCRATCH: usize = scratch_len(Q_HEADS, PAGE_TOKENS);
+const SCRATCH: usize = scratch_len(Q_HEADS, PAGE_TOKENS, SHAPE.head_dim);
 
 /// Prefills `prompt[from..]` of `seq` in chunks aligned to C: reserve, write K/V, attend the
 /// chunk's queries, check them against the dense reference, optionally keep the outputs.
@@ -345,6 +346,21 @@ fn dequant_ref(x: &[f32; HD]) -> [f32; HD] {
     y
 }
 
+/// The query as int8 keys score it: each group of [`GROUP`] values rounded to 16-bit codes of its
+/// largest magnitude (`round(x · 32767 / amax) · amax / 32767`).
+fn query_ref(q: &[f32]) -> [f32; HD] {
+    let mut y = [0f32; HD];
+    for (xs, ys) in q.chunks_exact(GROUP).zip(y.chunks_exact_mut(GROUP)) {
+        let amax = xs.iter().fold(0f32, |m, v| m.max(libm::fabsf(*v)));
+        if amax > 0.0 {
+            for (y, x) in ys.iter_mut().zip(xs) {
+                *y = libm::roundf(x * (32767.0 / amax)) * (amax / 32767.0);
+            }
+        }
+    }
+    y
+}
+
 /// Checks one attention row of query position `t` over `prompt`'s keys against a two-pass dense
 /// softmax; returns the largest difference, or a mismatch past [`TOLERANCE`].
 fn check_row(
@@ -358,6 +374,7 @@ fn check_row(
     let keeps = |j: usize| window.is_none_or(|w| w.keeps(t as u32, j as u32));
     let mut err = 0f32;
     for (qh, oh) in q.chunks_exact(HD).zip(out.chunks_exact(HD)) {
+        let qh = query_ref(qh);
         let score = |j: usize| {
             let k = dequant_ref(&kv_row(prompt[j], j, Kv::K));
             scale * qh.iter().zip(&k).map(|(a, b)| a * b).sum::<f32>()

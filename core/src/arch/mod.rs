@@ -27,13 +27,16 @@ mod native;
 
 use half::f16;
 
+use crate::attention::kernels::{self, Row};
 use crate::attention::page::{Heads, Keys, Layout};
+use crate::attention::query::QueryCodes;
 use crate::format::LANES;
 
 /// What a build of the attention page loop does with instructions of its own: f16 values (f16
 /// pages, int8 scales) to f32, and lane sums. Every implementation gives the same bits: f16
 /// decoding those of `half::f16::to_f32` (NaNs made quiet), lane sums the fixed tree of
-/// [`Portable::reduce8`]. [`Portable`] runs on every target.
+/// [`Portable::reduce8`], int8 scores those of the portable integer dot products. [`Portable`]
+/// runs on every target.
 pub(crate) trait Isa {
     /// One f16 value.
     fn one(h: u16) -> f32;
@@ -41,6 +44,29 @@ pub(crate) trait Isa {
     fn block(b: &[u8; 2 * LANES]) -> [f32; LANES];
     /// `[reduce(x[0]), …, reduce(x[7])]`: eight rows' lanes, each summed in the fixed tree.
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES];
+    /// The scores of up to eight int8 K rows for `G` query heads from their quantized query:
+    /// [`kernels::int8_scores`]'s bits.
+    #[inline(always)]
+    fn int8_scores<const G: usize>(
+        q: QueryCodes<'_>,
+        rows: &[Row<'_>],
+        g: usize,
+    ) -> [[f32; LANES]; G]
+    where
+        Self: Sized,
+    {
+        kernels::int8_scores::<Self, G>(q, rows, g)
+    }
+    /// `acc[h·d + i] += p[ρ][h] · rows[ρ][i]` for up to eight int8 V rows of group `g` in order
+    /// and `G` heads: [`kernels::int8_add_scaled_rows`]'s bits.
+    #[cfg(not(feature = "small-code"))]
+    #[inline(always)]
+    fn int8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>], g: usize)
+    where
+        Self: Sized,
+    {
+        kernels::int8_add_scaled_rows::<Self, G>(acc, p, rows, g)
+    }
 }
 
 /// Quantizes an f32 row into int8 groups (as the portable `quantize_groups`) if an ISA kernel

@@ -81,8 +81,8 @@ fn lane(x: f32) -> f32 {
     let hx = bits & 0x7fff_ffff;
     let negative = (bits >> 31) as i32;
     let half = if negative != 0 { -0.5 } else { 0.5 };
-    // `as` saturates, so out-of-range lanes (overwritten by the caller) are harmless.
-    let rounded = (INV_LN2 * x + half) as i32;
+    // Out-of-range lanes (|x| ≥ 87.3, NaN) are overwritten by the caller.
+    let rounded = trunc_small(INV_LN2 * x + half);
     let one = 1 - negative - negative;
     let k = select_i32(
         hx > THREE_HALVES_LN2,
@@ -101,6 +101,27 @@ fn lane(x: f32) -> f32 {
     // k = 0 gives y · 1 = y.
     let scaled = y * f32::from_bits((k.wrapping_add(127) as u32) << 23);
     if hx <= TINY { 1.0 + x } else { scaled }
+}
+
+/// 1.5 · 2²³: for `|v| < 2²²`, `v + MAGIC` rounds `v` to an integer `n` (nearest even) whose
+/// value is the sum's bits minus `MAGIC`'s.
+const MAGIC: f32 = 12_582_912.0;
+
+/// `v as i32` (truncation toward zero) for `|v| < 2²²`, any value otherwise, without a float →
+/// int conversion: Rust's saturating casts stay scalar on x86 (eight `cvttss2si` with range
+/// fix-ups per block), these integer and float steps vectorize. `n = RNE(v)` from the magic
+/// sum, then one step toward zero where rounding went away from it (`n − v` is exact there).
+#[inline(always)]
+fn trunc_small(v: f32) -> i32 {
+    let t = v + MAGIC;
+    let n = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+    let nf = t - MAGIC;
+    let away = if v >= 0.0 {
+        -((nf > v) as i32)
+    } else {
+        (nf < v) as i32
+    };
+    n.wrapping_add(away)
 }
 
 /// `if c { a } else { b }` on integers, kept branch-free.
@@ -123,6 +144,24 @@ mod tests {
             "exp({x:e}) = {:e}, libm {want:e}",
             v[0]
         );
+    }
+
+    /// The conversion-free truncation equals `as i32` over the range the reduction uses (every
+    /// f32 of magnitude below 256, stepped) and at its ends.
+    #[test]
+    fn trunc_small_equals_the_cast() {
+        let mut b = 0u32;
+        while b < 0x4380_0000 {
+            for v in [f32::from_bits(b), -f32::from_bits(b)] {
+                assert_eq!(trunc_small(v), v as i32, "{v:e}");
+            }
+            b += if cfg!(miri) { 0x0012_3457 } else { 0x0000_0101 };
+        }
+        for v in [
+            0.5, -0.5, 0.49999997, 1.5, -1.5, 126.5, -126.5, 4194303.5, -4194303.5,
+        ] {
+            assert_eq!(trunc_small(v), v as i32, "{v:e}");
+        }
     }
 
     /// Every branch boundary of libm's `expf` and its neighbours, specials included.

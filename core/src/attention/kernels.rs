@@ -1,8 +1,9 @@
 //! Dot products and scaled accumulations straight from page bytes, one function pair per format,
-//! with dequantization fused in: a K row's int8 codes or E4M3 tiles are multiplied by their
-//! scale as they are decoded (so a K dot product over a quantized row has the bits of the same dot
-//! product over the dequantized f32 row), a V row's scale is folded into each head's weight once
-//! per group or tile.
+//! with dequantization fused in: a K row's E4M3 tiles are multiplied by their scale as they are
+//! decoded (so a K dot product over a quantized row has the bits of the same dot product over the
+//! dequantized f32 row), a V row's scale is folded into each head's weight once per group or
+//! tile. Int8 K rows (groups ≥ 2) score against the quantized query instead ([`int8_scores`]:
+//! exact integer sums per group, see `attention::query`).
 //!
 //! Every sum runs in eight fixed lanes combined in a fixed order, so compilers can vectorize it
 //! without reassociating floats: the bits are the same on every target and at every width.
@@ -19,6 +20,7 @@
 use core::hint::black_box;
 use core::marker::PhantomData;
 
+use super::query::QueryCodes;
 use crate::arch::Isa;
 #[cfg(test)]
 use crate::arch::reduce;
@@ -242,6 +244,54 @@ fn int8_dot<D: Isa, const G: usize>(
     }
 }
 
+/// The scores of up to eight int8 K rows (group `g`) for `G` query heads from their quantized
+/// query (`q`: `G` heads' codes and scales, see `attention::query`): `[h][j]` is
+/// `Σ_b (qs[h][b] · ks_j[b]) · Σ_{i ∈ b} qc[h][i] · kc_j[i]`, the groups in order from 0.0. The
+/// integer sums are exact (any order, any width gives these bits); ISA builds must keep the
+/// float steps as written.
+#[inline(always)]
+pub(crate) fn int8_scores<D: Isa, const G: usize>(
+    q: QueryCodes<'_>,
+    rows: &[Row<'_>],
+    g: usize,
+) -> [[f32; LANES]; G] {
+    let hd = q.codes.len() / G;
+    let nb = hd / g;
+    let mut out = [[0f32; LANES]; G];
+    for (j, row) in rows.iter().enumerate().take(LANES) {
+        for b in 0..nb {
+            let ks = D::one(u16_at(row.scales, b));
+            let kc = &row.vals[b * g..][..g];
+            for (h, out) in out.iter_mut().enumerate() {
+                let isum = int_dot(&q.codes[h * hd + b * g..][..g], kc);
+                out[j] += (q.scales[h * nb + b] * ks) * isum;
+            }
+        }
+    }
+    out
+}
+
+/// `Σ q[i] · (k[i] as i8)`, exact, as the nearest f32 (sums of up to 256 products fit an `i32`:
+/// 256 · 32767 · 128 < 2³¹; longer groups add such sums in an `i64`).
+#[inline(always)]
+fn int_dot(q: &[i16], k: &[u8]) -> f32 {
+    if q.len() <= 256 {
+        int_dot_part(q, k) as f32
+    } else {
+        let parts = q.chunks(256).zip(k.chunks(256));
+        parts.map(|(q, k)| int_dot_part(q, k) as i64).sum::<i64>() as f32
+    }
+}
+
+/// [`int_dot`] of at most 256 products (no overflow).
+#[inline(always)]
+fn int_dot_part(q: &[i16], k: &[u8]) -> i32 {
+    q.iter()
+        .zip(k)
+        .map(|(&q, &k)| q as i32 * k as i8 as i32)
+        .sum()
+}
+
 /// [`add_scaled`] for `int8` rows of group `g`, up to eight of them (`p.len()` and `rows.len()`,
 /// equal, counted at run time: one rolled loop over the rows keeps this kernel small in code
 /// while each block's accumulators stay in registers across all of them). The same bits as
@@ -395,6 +445,84 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Int8 scores from quantized queries: the f64 dot product of the dequantized query and key
+    /// to f32 rounding; several heads and several rows at once give each one's bits alone.
+    #[test]
+    fn int8_scores_match_the_dequantized_dot_product() {
+        use crate::attention::query;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        };
+        for (d, g) in [(64usize, 32u16), (36, 12), (600, 300), (8, 2)] {
+            let fmt = ElementFormat::Int8 { group: g };
+            let g = g as usize;
+            let mut vals = Vec::new();
+            let mut words = Vec::new();
+            let mut deq = Vec::new();
+            for _ in 0..8 {
+                let row: Vec<f32> = (0..d).map(|_| next() * 3.0).collect();
+                let mut v = vec![0u8; fmt.row_bytes(1, d).unwrap()];
+                let mut w = vec![0u16; fmt.scale_row_bytes(1, d).unwrap() / 2];
+                encode_rows(fmt, d, &row, &mut v, bytemuck::cast_slice_mut(&mut w)).unwrap();
+                let mut back = vec![0f32; d];
+                decode_rows(fmt, d, &v, bytemuck::cast_slice(&w), &mut back).unwrap();
+                vals.push(v);
+                words.push(w);
+                deq.push(back);
+            }
+            let rows: Vec<Row<'_>> = (0..8)
+                .map(|i| Row {
+                    vals: &vals[i],
+                    scales: bytemuck::cast_slice(&words[i]),
+                })
+                .collect();
+            let qf: Vec<f32> = (0..3 * d).map(|_| next()).collect();
+            let (mut codes, mut scales) = (vec![0i16; 3 * d], vec![0f32; 3 * d / g]);
+            query::quantize(&qf, g, 0.5, &mut codes, &mut scales);
+            let q = QueryCodes {
+                codes: &codes,
+                scales: &scales,
+            };
+            let all = int8_scores::<Portable, 3>(q, &rows, g);
+            for h in 0..3 {
+                let one = QueryCodes {
+                    codes: &codes[h * d..(h + 1) * d],
+                    scales: &scales[h * d / g..(h + 1) * d / g],
+                };
+                for j in 0..8 {
+                    let want: f64 = (0..d)
+                        .map(|i| 0.5 * qf[h * d + i] as f64 * deq[j][i] as f64)
+                        .sum();
+                    let got = all[h][j];
+                    let bound = 1e-4 * (1.0 + qf.iter().map(|v| v.abs()).sum::<f32>() as f64);
+                    assert!(
+                        (got as f64 - want).abs() < bound,
+                        "d {d} g {g}: {got} vs {want}"
+                    );
+                    let alone = int8_scores::<Portable, 1>(one, &rows[j..j + 1], g)[0][0];
+                    assert_eq!(
+                        alone.to_bits(),
+                        got.to_bits(),
+                        "d {d} g {g} head {h} row {j}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The widest integer sums (group 600, codes ±32767 times −128) are exact.
+    #[test]
+    fn int8_integer_sums_do_not_overflow() {
+        let q = vec![-32767i16; 600];
+        let k = vec![0x80u8; 600];
+        assert_eq!(int_dot(&q, &k), (600i64 * 32767 * 128) as f32);
+        assert_eq!(int_dot(&q[..256], &k[..256]), (256 * 32767 * 128) as f32);
     }
 
     /// The int8 row-batch kernel gives the bits of one-row `add_scaled` calls in row order, for

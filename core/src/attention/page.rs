@@ -4,9 +4,8 @@
 
 use super::Window;
 use super::exp::exp_shifted;
-#[cfg(not(feature = "small-code"))]
-use super::kernels::int8_add_scaled_rows;
 use super::kernels::{Row, add_scaled, dot_lanes};
+use super::query::{self, QueryCodes};
 use crate::arch::{self, Isa};
 use crate::error::Result;
 use crate::format::{ElementFormat, LANES};
@@ -30,13 +29,19 @@ pub(crate) fn attend<'d>(
     let q_heads = l.kv_heads * l.group;
     let row = q_heads * hd;
     let (max, rest) = scratch.split_at_mut(q_heads);
-    let (sum, scores) = rest.split_at_mut(q_heads);
+    let (sum, rest) = rest.split_at_mut(q_heads);
+    let (scores, rest) = rest.split_at_mut(q_heads * p);
+    let (codes, qscales) = query::split(rest, row);
+    let int8_keys = query::int8_group(l.k_fmt);
     for (qi, (q_rows, out_rows)) in q
         .chunks_exact(row)
         .zip(out.chunks_exact_mut(row))
         .enumerate()
     {
         let t = start + qi as u32;
+        if let Some(g) = int8_keys {
+            query::quantize(q_rows, g, l.scale, codes, qscales);
+        }
         out_rows.fill(0.0);
         max.fill(f32::NEG_INFINITY);
         sum.fill(0.0);
@@ -56,6 +61,10 @@ pub(crate) fn attend<'d>(
             };
             let heads = Heads {
                 q: q_rows,
+                qc: QueryCodes {
+                    codes: &*codes,
+                    scales: &*qscales,
+                },
                 out: &mut *out_rows,
                 max: &mut *max,
                 sum: &mut *sum,
@@ -140,6 +149,8 @@ pub(crate) struct Keys<'k, F: Fn(u32) -> bool> {
 /// and sums, and one page of scores each (`head_dim` and `page_tokens` apart).
 pub(crate) struct Heads<'h> {
     q: &'h [f32],
+    /// `q` quantized for int8 keys (see `attention::query`; stale otherwise).
+    qc: QueryCodes<'h>,
     out: &'h mut [f32],
     max: &'h mut [f32],
     sum: &'h mut [f32],
@@ -157,6 +168,7 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
 ) {
     let Heads {
         q,
+        qc,
         out,
         max,
         sum,
@@ -176,12 +188,12 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
             let g = (end - h0).min(MAX_RUN);
             match g {
                 #[cfg(not(feature = "small-code"))]
-                2 => score_rows::<D, 2>(l, keys.kv, kh, q, scores, h0, rows()),
+                2 => score_rows::<D, 2>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
                 #[cfg(not(feature = "small-code"))]
-                3 => score_rows::<D, 3>(l, keys.kv, kh, q, scores, h0, rows()),
+                3 => score_rows::<D, 3>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
                 #[cfg(not(feature = "small-code"))]
-                4 => score_rows::<D, 4>(l, keys.kv, kh, q, scores, h0, rows()),
-                _ => score_rows::<D, 1>(l, keys.kv, kh, q, scores, h0, rows()),
+                4 => score_rows::<D, 4>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
+                _ => score_rows::<D, 1>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
             }
             h0 += g;
         }
@@ -206,11 +218,14 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
         // window drops too: they are never read).
         exp_shifted(&mut scores[h * p..h * p + n], new_max);
     }
-    // Each head's sum takes its weights in row order; the heads interleave (independent sums).
-    for r in rows() {
-        for (h, s) in sum.iter_mut().enumerate() {
-            *s += scores[h * p + r];
-        }
+    // Each head's sum takes its weights in row order, in a register.
+    for (h, s) in sum.iter_mut().enumerate() {
+        let weights = &scores[h * p..h * p + n];
+        *s = if whole {
+            weights.iter().fold(*s, |s, w| s + w)
+        } else {
+            rows().fold(*s, |s, r| s + weights[r])
+        };
     }
     let mut st = Accum {
         out,
@@ -284,23 +299,87 @@ fn max_of(s: &[f32]) -> f32 {
 }
 
 /// `scores[h][r] = scale · q[h] · krow(r)` for heads `h0..h0 + G` of KV head `kh` and tokens
-/// `rows` of the page: Q8_0 rows with their own copy of the loop (the format's arms folded).
+/// `rows` of the page: int8 rows from the quantized query (`q.1`), others from the f32 query
+/// (`q.0`; f32/f16/bf16/fp8 rows).
 #[inline(always)]
 fn score_rows<D: Isa, const G: usize>(
     l: &Layout,
     kv: &PageSlices<'_>,
     kh: usize,
-    q: &[f32],
+    q: (&[f32], QueryCodes<'_>),
     scores: &mut [f32],
     h0: usize,
     rows: impl Iterator<Item = usize>,
 ) {
-    match l.k_fmt {
+    match query::int8_group(l.k_fmt) {
         #[cfg(not(feature = "small-code"))]
-        ElementFormat::Int8 { group: 32 } => {
-            score_rows_of::<D, G>(l, ElementFormat::Q8_0, kv, kh, q, scores, h0, rows)
+        Some(32) => score_rows_int8::<D, G>(l, kv, kh, q.1, scores, h0, rows, 32),
+        Some(g) => score_rows_int8::<D, G>(l, kv, kh, q.1, scores, h0, rows, g),
+        None => score_rows_of::<D, G>(l, l.k_fmt, kv, kh, q.0, scores, h0, rows),
+    }
+}
+
+/// [`score_rows`] for int8 K rows of group `g`: eight rows at a time.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn score_rows_int8<D: Isa, const G: usize>(
+    l: &Layout,
+    kv: &PageSlices<'_>,
+    kh: usize,
+    qc: QueryCodes<'_>,
+    scores: &mut [f32],
+    h0: usize,
+    rows: impl Iterator<Item = usize>,
+    g: usize,
+) {
+    let (hd, p) = (l.head_dim, l.page_tokens);
+    let nb = hd / g;
+    let q = QueryCodes {
+        codes: &qc.codes[h0 * hd..(h0 + G) * hd],
+        scales: &qc.scales[h0 * nb..(h0 + G) * nb],
+    };
+    let mut batch = [Row {
+        vals: &[],
+        scales: &[],
+    }; LANES];
+    let mut at = [0usize; LANES];
+    let mut n = 0;
+    for r in rows {
+        batch[n] = l.row(kv, false, r, kh);
+        at[n] = r;
+        n += 1;
+        if n == LANES {
+            store_scores(D::int8_scores::<G>(q, &batch, g), &at, n, scores, h0, p);
+            n = 0;
         }
-        fmt => score_rows_of::<D, G>(l, fmt, kv, kh, q, scores, h0, rows),
+    }
+    if n > 0 {
+        store_scores(
+            D::int8_scores::<G>(q, &batch[..n], g),
+            &at,
+            n,
+            scores,
+            h0,
+            p,
+        );
+    }
+}
+
+/// `scores[(h0 + h)·p + at[j]] = s[h][j]` for `j < n`.
+#[inline(always)]
+fn store_scores<const G: usize>(
+    s: [[f32; LANES]; G],
+    at: &[usize; LANES],
+    n: usize,
+    scores: &mut [f32],
+    h0: usize,
+    p: usize,
+) {
+    for (h, s) in s.iter().enumerate() {
+        let row = &mut scores[(h0 + h) * p..][..p];
+        for (&r, &d) in at[..n].iter().zip(s) {
+            row[r] = d;
+        }
     }
 }
 
@@ -323,15 +402,6 @@ fn score_rows_of<D: Isa, const G: usize>(
     let mut lanes = [[[0f32; LANES]; LANES]; G];
     let mut at = [0usize; LANES];
     let mut n = 0;
-    let flush = |lanes: &[[[f32; LANES]; LANES]; G], at: &[usize; LANES], n, sc: &mut [f32]| {
-        for (h, lanes) in lanes.iter().enumerate() {
-            let d = D::reduce8(lanes);
-            let row = &mut sc[(h0 + h) * p..][..p];
-            for (&r, d) in at[..n].iter().zip(d) {
-                row[r] = d * l.scale;
-            }
-        }
-    };
     for r in rows {
         let d = dot_lanes::<D, G>(fmt, q, l.row(kv, false, r, kh));
         for (lanes, d) in lanes.iter_mut().zip(d) {
@@ -340,12 +410,35 @@ fn score_rows_of<D: Isa, const G: usize>(
         at[n] = r;
         n += 1;
         if n == LANES {
-            flush(&lanes, &at, n, scores);
+            flush_lanes::<D, G>(&lanes, &at, n, scores, h0, p, l.scale);
             n = 0;
         }
     }
     if n > 0 {
-        flush(&lanes, &at, n, scores);
+        flush_lanes::<D, G>(&lanes, &at, n, scores, h0, p, l.scale);
+    }
+}
+
+/// `scores[(h0 + h)·p + at[j]] = scale · Σ lanes[h][j]` for `j < n` (eight rows' lane sums at
+/// once). A function, not a closure: closures do not take the AVX2 build's target features, and
+/// the intrinsics of `reduce8` would then be calls.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn flush_lanes<D: Isa, const G: usize>(
+    lanes: &[[[f32; LANES]; LANES]; G],
+    at: &[usize; LANES],
+    n: usize,
+    scores: &mut [f32],
+    h0: usize,
+    p: usize,
+    scale: f32,
+) {
+    for (h, lanes) in lanes.iter().enumerate() {
+        let d = D::reduce8(lanes);
+        let row = &mut scores[(h0 + h) * p..][..p];
+        for (&r, d) in at[..n].iter().zip(d) {
+            row[r] = d * scale;
+        }
     }
 }
 
@@ -423,7 +516,7 @@ fn accumulate_q8_heads<D: Isa, const G: usize>(
         }
     }
     let acc = &mut st.out[h0 * hd..(h0 + G) * hd];
-    int8_add_scaled_rows::<D, G>(acc, &w[..rs.len()], vrows, 32);
+    D::int8_add_rows::<G>(acc, &w[..rs.len()], vrows, 32);
 }
 
 /// What the V pass of [`attend_page`] updates: the outputs, from each head's page of weights.

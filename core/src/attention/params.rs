@@ -58,7 +58,9 @@ impl AttentionParams {
 }
 
 /// `f32`s of scratch [`KvCache::attention`](crate::KvCache::attention) needs: per query head a
-/// running max and sum plus one page of scores (`q_heads · (page_tokens + 2)`).
-pub const fn scratch_len(q_heads: u16, page_tokens: u16) -> usize {
+/// running max and sum, one page of scores, and its query row quantized for int8 keys (16-bit
+/// codes and per-group scales): `q_heads · (page_tokens + 2 + head_dim)`.
+pub const fn scratch_len(q_heads: u16, page_tokens: u16, head_dim: u16) -> usize {
     q_heads as usize * (page_tokens as usize + 2)
+        + super::query::slots(q_heads as usize, head_dim as usize)
 }

@@ -15,8 +15,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// keys and values in `layer`: query position `t` attends to keys `[0, t]` (or the window's
     /// subset). `q` and `out` are `[n][q_heads][head_dim]` f32; `scratch` holds at least
     /// [`scratch_len`] f32s. Softmax runs online, one rescale per
-    /// page, in f32 with `libm::expf`'s exact bits (evaluated eight weights at a time); int8 and
-    /// fp8 pages are dequantized inside the dot products. Every query row is computed alone, in a
+    /// page, in f32 with `libm::expf`'s exact bits (evaluated eight weights at a time); fp8 pages
+    /// are dequantized inside the dot products, int8 keys score against the query rounded to
+    /// 16-bit codes per key group (exact integer sums per group; see the crate README), int8
+    /// values are dequantized as they are accumulated. Every query row is computed alone, in a
     /// fixed key order: chunking never changes results. On x86-64 CPUs with AVX2 and F16C the
     /// page loop runs a build for those instructions (chosen at run time; the same bits).
     ///
@@ -69,7 +71,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let p = self.config.page_tokens as usize;
         let group = q_heads / kv_heads;
         let scratch = scratch
-            .get_mut(..scratch_len(params.q_heads, self.config.page_tokens))
+            .get_mut(..scratch_len(params.q_heads, self.config.page_tokens, shape.head_dim))
             .ok_or(Error::LengthMismatch)?;
         let table = self.seqs.table(slot);
         // Every key page any query needs, checked before `out` is written.

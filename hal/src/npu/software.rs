@@ -125,7 +125,11 @@ impl<'m> SoftwareNpu<'m> {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         let mut out = std::vec![0f32; n];
-        let mut scratch = std::vec![0f32; scratch_len(job.params.q_heads, job.config.page_tokens)];
+        let mut scratch = std::vec![0f32; scratch_len(
+            job.params.q_heads,
+            job.config.page_tokens,
+            job.config.shape.head_dim,
+        )];
         cache.attention(seq, 0, job.start, &q, &mut out, &job.params, &mut scratch)?;
         let bytes: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.mem.device_write(job.out, &bytes)

@@ -200,8 +200,8 @@ static void test_sequences_rows_attention(void) {
     CHECK(fabsf(params.scale - 1.0f / sqrtf((float)HEAD_DIM)) < 1e-7f);
     float q[2 * Q_HEADS * HEAD_DIM], out[2 * Q_HEADS * HEAD_DIM], want[Q_HEADS * HEAD_DIM];
     for (int i = 0; i < 2 * Q_HEADS * HEAD_DIM; i++) q[i] = 0.05f * (float)((i * 7) % 13) - 0.3f;
-    size_t scratch_len = ekv_attention_scratch_len(Q_HEADS, PAGE);
-    CHECK(scratch_len == Q_HEADS * (PAGE + 2));
+    size_t scratch_len = ekv_attention_scratch_len(Q_HEADS, PAGE, HEAD_DIM);
+    CHECK(scratch_len == Q_HEADS * (PAGE + 2 + HEAD_DIM));
     float scratch[64];
     CHECK_RC(ekv_attention(&cache, s, 1, 5, q, 2 * Q_HEADS * HEAD_DIM, out, 2 * Q_HEADS * HEAD_DIM, &params, scratch, scratch_len), EKV_OK);
     float max_err = 0.0f;
@@ -448,7 +448,7 @@ static void test_failed_calls_write_no_output(void) {
     static float q[QN], out[QN], scratch[64];
     size_t scratch_len = 0;
     CHECK_RC(ekv_cache_attention_scratch_len(&cache, Q_HEADS, &scratch_len), EKV_OK);
-    CHECK(scratch_len == ekv_attention_scratch_len(Q_HEADS, PAGE) && scratch_len <= 64);
+    CHECK(scratch_len == ekv_attention_scratch_len(Q_HEADS, PAGE, HEAD_DIM) && scratch_len <= 64);
     fill_f(q, QN, 0.25f);
     fill_f(out, QN, 9.0f);
     fill_f(scratch, 64, -1.0f);

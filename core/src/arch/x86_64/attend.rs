@@ -11,12 +11,18 @@
 //! attention results of both builds.
 
 use core::arch::x86_64::{
-    __m128i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm256_add_ps,
-    _mm256_cvtph_ps, _mm256_hadd_ps, _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_storeu_ps,
+    __m128i, __m256i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128,
+    _mm256_add_epi32, _mm256_add_ps, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtph_ps,
+    _mm256_hadd_epi32, _mm256_hadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16,
+    _mm256_mul_ps, _mm256_permute2f128_ps, _mm256_permute2x128_si256, _mm256_set1_ps,
+    _mm256_setzero_ps, _mm256_setzero_si256, _mm256_storeu_ps,
 };
 
 use crate::arch::{Isa, Portable};
+use crate::attention::kernels::{self, Row};
 use crate::attention::page::{Heads, Keys, Layout, attend_page as page};
+use crate::attention::query::QueryCodes;
+use crate::format::u16_at;
 
 /// The page loop, its AVX2/F16C build when this CPU has both.
 #[inline(always)]
@@ -94,6 +100,165 @@ impl Isa for Avx2F16c {
         }
         out
     }
+
+    #[inline(always)]
+    fn int8_scores<const G: usize>(q: QueryCodes<'_>, rows: &[Row<'_>], g: usize) -> [[f32; 8]; G] {
+        match rows.try_into() {
+            // SAFETY: only reached from `attend_page_avx2`, which requires AVX2 and F16C.
+            Ok(rows) if g == 32 && (q.codes.len() / G) % 32 == 0 => unsafe {
+                q8_scores8::<G>(q, rows)
+            },
+            _ => kernels::int8_scores::<Self, G>(q, rows, g),
+        }
+    }
+
+    #[cfg(not(feature = "small-code"))]
+    #[inline(always)]
+    fn int8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>], g: usize) {
+        if g == 32 && acc.len() % (32 * G) == 0 && G <= 4 {
+            // SAFETY: only reached from `attend_page_avx2`, which requires AVX2 and F16C.
+            unsafe { q8_add_rows::<G>(acc, p, rows) }
+        } else {
+            kernels::int8_add_scaled_rows::<Self, G>(acc, p, rows, g)
+        }
+    }
+}
+
+/// [`Isa::int8_add_rows`] of up to eight Q8_0 rows (`head_dim` a multiple of 32): per group and
+/// half group, each head's 16 accumulators stay in registers across the rows; each row's codes
+/// are widened to f32 once for every head. The portable kernel's operations, in its order: each
+/// weight times the row's group scale, then per element `acc + w · x`, rows in order.
+///
+/// # Safety
+///
+/// The CPU supports AVX2 and F16C.
+#[cfg(not(feature = "small-code"))]
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn q8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>]) {
+    use core::arch::x86_64::{_mm_loadl_epi64, _mm256_cvtepi8_epi32};
+    let d = acc.len() / G;
+    let m = p.len().min(rows.len()).min(8);
+    let (p, rows) = (&p[..m], &rows[..m]);
+    for k in 0..d / 32 {
+        let mut ps = [[0f32; G]; 8];
+        for ((ps, p), row) in ps.iter_mut().zip(p).zip(rows) {
+            let s = Avx2F16c::one(u16_at(row.scales, k));
+            for (x, p) in ps.iter_mut().zip(p) {
+                *x = p * s;
+            }
+        }
+        for half in 0..2 {
+            let at = k * 32 + half * 16;
+            // SAFETY: AVX2 and F16C are present (the caller's obligation). Every load and store
+            // covers exactly a bounds-checked array reference: 8 accumulators (32 bytes) or 8
+            // codes (a 64-bit load).
+            unsafe {
+                let mut a = [[_mm256_setzero_ps(); 2]; G];
+                for (h, a) in a.iter_mut().enumerate() {
+                    for (b, a) in a.iter_mut().enumerate() {
+                        let v: &[f32; 8] = acc[h * d + at + b * 8..][..8].try_into().expect("8");
+                        *a = _mm256_loadu_ps(v.as_ptr());
+                    }
+                }
+                for (ps, row) in ps.iter().zip(rows) {
+                    let c: &[u8; 16] = row.vals[at..at + 16].try_into().expect("16 codes");
+                    let mut x = [_mm256_setzero_ps(); 2];
+                    for (b, x) in x.iter_mut().enumerate() {
+                        let codes = _mm_loadl_epi64(c[b * 8..].as_ptr().cast::<__m128i>());
+                        *x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes));
+                    }
+                    for (a, &w) in a.iter_mut().zip(ps) {
+                        let w = _mm256_set1_ps(w);
+                        for (a, x) in a.iter_mut().zip(x) {
+                            *a = _mm256_add_ps(*a, _mm256_mul_ps(w, x));
+                        }
+                    }
+                }
+                for (h, a) in a.iter().enumerate() {
+                    for (b, a) in a.iter().enumerate() {
+                        let v: &mut [f32; 8] =
+                            (&mut acc[h * d + at + b * 8..][..8]).try_into().expect("8");
+                        _mm256_storeu_ps(v.as_mut_ptr(), *a);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`Isa::int8_scores`] of eight Q8_0 rows (group 32, `head_dim` a multiple of 32): per group,
+/// each row's 32 codes widened to i16 and multiplied into i32 pairs with `vpmaddwd` (exact), the
+/// eight rows' sums folded into one vector with integer horizontal adds (exact, any order), then
+/// the float steps of the portable kernel, eight rows per instruction. (A `target_feature`
+/// function so that its closures are built with AVX2 too: intrinsics inline only there.)
+///
+/// # Safety
+///
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn q8_scores8<const G: usize>(q: QueryCodes<'_>, rows: &[Row<'_>; 8]) -> [[f32; 8]; G] {
+    let hd = q.codes.len() / G;
+    let nb = hd / 32;
+    let mut out = [[0f32; 8]; G];
+    // SAFETY: AVX2 and F16C are present (the caller's obligation). Every load reads exactly the
+    // bytes of a bounds-checked array reference: 8 f16 scales or 16 code bytes (128-bit loads),
+    // or 16 query codes (32 bytes).
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); G];
+        for b in 0..nb {
+            let mut ks = [0u16; 8];
+            for (s, row) in ks.iter_mut().zip(rows) {
+                *s = u16_at(row.scales, b);
+            }
+            let kscale = _mm256_cvtph_ps(_mm_loadu_si128(ks.as_ptr().cast::<__m128i>()));
+            let mut qv = [[_mm256_setzero_si256(); 2]; G];
+            for (h, qv) in qv.iter_mut().enumerate() {
+                let c: &[i16; 32] = q.codes[h * hd + b * 32..][..32].try_into().expect("32");
+                qv[0] = _mm256_loadu_si256(c.as_ptr().cast::<__m256i>());
+                qv[1] = _mm256_loadu_si256(c[16..].as_ptr().cast::<__m256i>());
+            }
+            // Per four rows: each row's eight i32 partial sums for every head, then
+            // hadd(a, b) (per 128-bit half: [a0+a1, a2+a3, b0+b1, b2+b3]) twice: the four rows'
+            // half sums, low halves in the low lane and high halves in the high lane.
+            let mut quads = [[_mm256_setzero_si256(); G]; 2];
+            for (qd, quad) in quads.iter_mut().enumerate() {
+                let mut part = [[_mm256_setzero_si256(); G]; 4];
+                for (i, part) in part.iter_mut().enumerate() {
+                    let k: &[u8; 32] = rows[qd * 4 + i].vals[b * 32..b * 32 + 32]
+                        .try_into()
+                        .expect("32");
+                    let lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(k.as_ptr().cast::<__m128i>()));
+                    let hi =
+                        _mm256_cvtepi8_epi16(_mm_loadu_si128(k[16..].as_ptr().cast::<__m128i>()));
+                    for (p, qv) in part.iter_mut().zip(&qv) {
+                        *p = _mm256_add_epi32(
+                            _mm256_madd_epi16(qv[0], lo),
+                            _mm256_madd_epi16(qv[1], hi),
+                        );
+                    }
+                }
+                for (h, quad) in quad.iter_mut().enumerate() {
+                    *quad = _mm256_hadd_epi32(
+                        _mm256_hadd_epi32(part[0][h], part[1][h]),
+                        _mm256_hadd_epi32(part[2][h], part[3][h]),
+                    );
+                }
+            }
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let lows = _mm256_permute2x128_si256::<0x20>(quads[0][h], quads[1][h]);
+                let highs = _mm256_permute2x128_si256::<0x31>(quads[0][h], quads[1][h]);
+                let isum = _mm256_cvtepi32_ps(_mm256_add_epi32(lows, highs));
+                let scale = _mm256_mul_ps(_mm256_set1_ps(q.scales[h * nb + b]), kscale);
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, isum));
+            }
+        }
+        for (o, a) in out.iter_mut().zip(acc) {
+            _mm256_storeu_ps(o.as_mut_ptr(), a);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -189,6 +354,150 @@ pub(crate) mod tests {
         Avx2F16c::reduce8(x)
     }
 
+    /// Eight Q8_0 rows' scores with `vpmaddwd` and integer horizontal adds: the portable bits,
+    /// for random and extreme codes (−128 keys, ±32767 queries) and scales (subnormal, huge,
+    /// infinite and NaN f16 key scales).
+    #[test]
+    fn avx2_int8_scores_give_the_portable_bits() {
+        if !super::super::available() {
+            return;
+        }
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let scales16 = [
+            0x0001u16, 0x03ff, 0x7bff, 0x7c00, 0x7e00, 0xfc00, 0x8000, 0x3c00,
+        ];
+        for round in 0..500 {
+            let hd = 32 * (1 + round % 3);
+            let extreme = round % 5 == 0;
+            let vals: Vec<Vec<u8>> = (0..8)
+                .map(|_| {
+                    (0..hd)
+                        .map(|_| if extreme { 0x80 } else { next() as u8 })
+                        .collect()
+                })
+                .collect();
+            let scales: Vec<Vec<u8>> = (0..8)
+                .map(|_| {
+                    (0..hd / 32)
+                        .flat_map(|_| {
+                            let r = next();
+                            let s = if r % 7 == 0 {
+                                scales16[(r >> 8) as usize % scales16.len()]
+                            } else {
+                                0x2000 + (r >> 16) as u16 % 0x2800
+                            };
+                            s.to_le_bytes()
+                        })
+                        .collect()
+                })
+                .collect();
+            let rows: [Row<'_>; 8] = core::array::from_fn(|i| Row {
+                vals: &vals[i],
+                scales: &scales[i],
+            });
+            let codes: Vec<i16> = (0..3 * hd)
+                .map(|_| if extreme { -32767 } else { next() as i16 })
+                .collect();
+            let qs: Vec<f32> = (0..3 * hd / 32)
+                .map(|_| (next() % 1000) as f32 * 1e-4)
+                .collect();
+            let q = QueryCodes {
+                codes: &codes,
+                scales: &qs,
+            };
+            // SAFETY: AVX2 and F16C are present (checked above).
+            let wide = unsafe { avx2_int8_scores(q, &rows) };
+            let portable = kernels::int8_scores::<Portable, 3>(q, &rows, 32);
+            for (a, b) in wide.iter().flatten().zip(portable.iter().flatten()) {
+                assert!(
+                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                    "round {round}: {wide:?} vs {portable:?}"
+                );
+            }
+        }
+    }
+
+    /// One to eight Q8_0 V rows accumulated with AVX2 for one to four heads: the portable bits.
+    #[cfg(not(feature = "small-code"))]
+    #[test]
+    fn avx2_int8_rows_give_the_portable_bits() {
+        if !super::super::available() {
+            return;
+        }
+        fn check<const G: usize>(next: &mut impl FnMut() -> u64) {
+            let d = 64;
+            let vals: Vec<Vec<u8>> = (0..8)
+                .map(|_| (0..d).map(|_| next() as u8).collect())
+                .collect();
+            let scales: Vec<Vec<u8>> = (0..8)
+                .map(|_| {
+                    (0..2)
+                        .flat_map(|_| (0x2000 + (next() % 0x3000) as u16).to_le_bytes())
+                        .collect()
+                })
+                .collect();
+            let rows: Vec<Row<'_>> = (0..8)
+                .map(|i| Row {
+                    vals: &vals[i],
+                    scales: &scales[i],
+                })
+                .collect();
+            let p: Vec<[f32; G]> = (0..8)
+                .map(|_| core::array::from_fn(|_| (next() % 10_000) as f32 * 1.3e-4))
+                .collect();
+            for m in 1..=8 {
+                let start: Vec<f32> = (0..G * d)
+                    .map(|_| (next() % 2000) as f32 * 0.01 - 10.0)
+                    .collect();
+                let mut wide = start.clone();
+                // SAFETY: AVX2 and F16C are present (checked by the caller).
+                unsafe { avx2_int8_rows::<G>(&mut wide, &p[..m], &rows[..m]) };
+                let mut portable = start;
+                kernels::int8_add_scaled_rows::<Portable, G>(
+                    &mut portable,
+                    &p[..m],
+                    &rows[..m],
+                    32,
+                );
+                let same = wide
+                    .iter()
+                    .zip(&portable)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "G {G} rows {m}");
+            }
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..50 {
+            check::<1>(&mut next);
+            check::<2>(&mut next);
+            check::<3>(&mut next);
+            check::<4>(&mut next);
+        }
+    }
+
+    #[cfg(not(feature = "small-code"))]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn avx2_int8_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>]) {
+        Avx2F16c::int8_add_rows::<G>(acc, p, rows, 32)
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn avx2_int8_scores(q: QueryCodes<'_>, rows: &[Row<'_>; 8]) -> [[f32; 8]; 3] {
+        Avx2F16c::int8_scores::<3>(q, rows, 32)
+    }
+
     /// Decode and prefill attention of both builds, every format (head_dim 64 and 36, so whole
     /// blocks and leftovers), full and windowed: the same bits.
     #[test]
@@ -266,7 +575,7 @@ pub(crate) mod tests {
                     ] {
                         let n = params.q_heads as usize * hd as usize;
                         let q = &q[..8 * n];
-                        let mut scratch = std::vec![0f32; scratch_len(params.q_heads, 16)];
+                        let mut scratch = std::vec![0f32; scratch_len(params.q_heads, 16, hd)];
                         let run = |portable: bool, scratch: &mut [f32]| {
                             PORTABLE_ONLY.store(portable, Ordering::Relaxed);
                             let mut out = std::vec![0f32; q.len()];

@@ -1,0 +1,131 @@
+//! Query rows for int8 keys: each query head's row quantized per key group to 16-bit codes and
+//! one f32 scale (the score scale folded in), once per query row, so that a score over an int8
+//! key row is a sum of exact integer dot products, one per group, each times its two scales:
+//!
+//! `score = Σ_b (qs_b · ks_b) · Σ_{i ∈ b} qc_i · kc_i`, the groups in order.
+//!
+//! The integer sums are exact, so any SIMD width and any summation order gives the same bits on
+//! every target; 16-bit query codes keep the query's error (2⁻¹⁵ of its group's largest
+//! magnitude) far below the keys' own 8-bit error.
+
+use crate::format::ElementFormat;
+use crate::format::int8::groups::ROUND_BIAS;
+
+/// Largest query code.
+const Q16_MAX: f32 = 32_767.0;
+
+/// Query groups whose largest magnitude is below 2⁻¹⁰⁰ quantize to zero (their scores' terms
+/// are below 10⁻²⁵ of the key scale; `32767 / amax` would overflow further down).
+const TINY: f32 = 7.888_609e-31;
+
+/// The key group of a K format that scores from quantized queries: int8 with at least two
+/// values per scale (`Int8 { group: 1 }` keeps the f32 path).
+#[inline(always)]
+pub(crate) const fn int8_group(k: ElementFormat) -> Option<usize> {
+    match k {
+        ElementFormat::Int8 { group } if group >= 2 && k.enabled() => Some(group as usize),
+        _ => None,
+    }
+}
+
+/// `f32` slots of scratch the quantized query of `q_heads` heads takes: codes two to a slot,
+/// then one scale per group (`q_heads · head_dim` slots for any group ≥ 2).
+pub(crate) const fn slots(q_heads: usize, head_dim: usize) -> usize {
+    q_heads * head_dim
+}
+
+/// A query row quantized for int8 keys: `codes[h·head_dim + i]`, `scales[h·(head_dim / g) + b]`
+/// (empty when the keys are not int8).
+#[derive(Clone, Copy)]
+pub(crate) struct QueryCodes<'s> {
+    pub(crate) codes: &'s [i16],
+    pub(crate) scales: &'s [f32],
+}
+
+/// Splits `slots` (at least [`slots`]`(q_heads, head_dim)` long) into room for `n` codes and the
+/// scales after them.
+pub(crate) fn split(slots: &mut [f32], n: usize) -> (&mut [i16], &mut [f32]) {
+    let (codes, scales) = slots.split_at_mut(n.div_ceil(2));
+    (&mut bytemuck::cast_slice_mut(codes)[..n], scales)
+}
+
+/// `round_half_away_from_zero(v)` saturated to `i16` (NaN → 0).
+#[inline(always)]
+fn round_q16(v: f32) -> i16 {
+    let bias = f32::from_bits(ROUND_BIAS.to_bits() | (v.to_bits() & 0x8000_0000));
+    (v + bias) as i16
+}
+
+/// Quantizes query row `q` (`[heads][head_dim]`) per group of `g` values into `codes` (same
+/// length) and `scales` (one per group): codes `round(x · 32767 / amax)`, scale
+/// `amax / 32767 · score_scale`. A group whose largest magnitude is infinite or NaN gets a NaN
+/// scale (its scores are NaN, as they would be in f32); one below 2⁻¹⁰⁰ gets zeros.
+pub(crate) fn quantize(
+    q: &[f32],
+    g: usize,
+    score_scale: f32,
+    codes: &mut [i16],
+    scales: &mut [f32],
+) {
+    let groups = q.chunks_exact(g).zip(codes.chunks_exact_mut(g));
+    for ((x, c), s) in groups.zip(scales.iter_mut()) {
+        // NaN sticks: once `m` is NaN no comparison replaces it.
+        let amax = x.iter().fold(0f32, |m, v| {
+            let a = v.abs();
+            if a > m || a.is_nan() { a } else { m }
+        });
+        if !amax.is_finite() {
+            c.fill(0);
+            *s = f32::NAN;
+        } else if amax < TINY {
+            c.fill(0);
+            *s = 0.0;
+        } else {
+            let id = Q16_MAX / amax;
+            for (c, &v) in c.iter_mut().zip(x) {
+                *c = round_q16(v * id);
+            }
+            *s = amax / Q16_MAX * score_scale;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_span_the_range_and_scales_restore_the_values() {
+        let q: std::vec::Vec<f32> = (0..64).map(|i| (i as f32 - 20.5) * 0.37).collect();
+        let (mut c, mut s) = ([0i16; 64], [0f32; 2]);
+        quantize(&q, 32, 0.125, &mut c, &mut s);
+        for (b, (x, c)) in q.chunks(32).zip(c.chunks(32)).enumerate() {
+            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            assert!(c.iter().any(|&c| c.abs() == 32767), "block {b}");
+            for (x, &c) in x.iter().zip(c) {
+                let back = c as f32 * s[b] / 0.125;
+                assert!((back - x).abs() <= amax / 32767.0, "{x} {back}");
+            }
+        }
+    }
+
+    #[test]
+    fn special_groups() {
+        let mut q = [0f32; 8];
+        q[4] = 1e-33;
+        q[2] = f32::NAN;
+        let (mut c, mut s) = ([7i16; 8], [1f32; 4]);
+        quantize(&q, 2, 1.0, &mut c, &mut s);
+        assert_eq!(c, [0; 8]);
+        assert_eq!(s[0], 0.0);
+        assert!(s[1].is_nan());
+        assert_eq!(s[2], 0.0);
+        q[6] = f32::NEG_INFINITY;
+        quantize(&q, 2, 1.0, &mut c, &mut s);
+        assert!(s[3].is_nan());
+        assert_eq!(round_q16(-32767.4), -32767);
+        assert_eq!(round_q16(1e9), i16::MAX);
+        assert_eq!(round_q16(2.5), 3);
+        assert_eq!(round_q16(-0.49999997), 0);
+    }
+}
