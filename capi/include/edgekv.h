@@ -97,7 +97,7 @@ typedef int32_t ekv_status_t;
 typedef struct {
   // One of `EKV_FORMAT_*`.
   uint32_t kind;
-  // `EKV_FORMAT_INT8`: values per scale (divides head_dim; 32 = Q8_0).
+  // `EKV_FORMAT_INT8`: values per scale (at least 2, divides head_dim; 32 = Q8_0).
   uint16_t group;
   // `EKV_FORMAT_FP8_TILE`: quantized values at the start of each head row.
   uint16_t dv;

@@ -59,7 +59,7 @@ pub const EKV_POOL_V_SCALES: u32 = 3;
 pub struct EkvFormat {
     /// One of `EKV_FORMAT_*`.
     pub kind: u32,
-    /// `EKV_FORMAT_INT8`: values per scale (divides head_dim; 32 = Q8_0).
+    /// `EKV_FORMAT_INT8`: values per scale (at least 2, divides head_dim; 32 = Q8_0).
     pub group: u16,
     /// `EKV_FORMAT_FP8_TILE`: quantized values at the start of each head row.
     pub dv: u16,

@@ -18,8 +18,8 @@ const Q16_MAX: f32 = 32_767.0;
 /// are below 10⁻²⁵ of the key scale; `32767 / amax` would overflow further down).
 const TINY: f32 = 7.888_609e-31;
 
-/// The key group of a K format that scores from quantized queries: int8 with at least two
-/// values per scale (`Int8 { group: 1 }` keeps the f32 path).
+/// The key group of a K format that scores from quantized queries: int8 (whose groups hold at
+/// least two values: page formats refuse a group of 1).
 #[inline(always)]
 pub(crate) const fn int8_group(k: ElementFormat) -> Option<usize> {
     match k {

@@ -46,7 +46,7 @@ pub enum ElementFormat {
     Bf16,
     /// int8 codes with one f16 scale per `group` values along head_dim (ggml Q8_0 math).
     Int8 {
-        /// Values per scale; must divide head_dim.
+        /// Values per scale: at least 2, dividing head_dim.
         group: u16,
     },
     /// FP8 E4M3 tiles with f32 scales and a raw tail (SGLang NSA row layout).

@@ -252,7 +252,12 @@ fn quantized_formats_must_fit_the_shape() {
         "dv > head_dim"
     );
     assert!(bad(fp8(64, 64)).is_ok());
-    assert!(bad(ElementFormat::Int8 { group: 1 }).is_ok());
+    assert_eq!(
+        bad(ElementFormat::Int8 { group: 1 }),
+        Err(ConfigError::InvalidFormat),
+        "a scale per value"
+    );
+    assert!(bad(ElementFormat::Int8 { group: 2 }).is_ok());
 }
 
 #[test]

@@ -10,7 +10,8 @@
 //!
 //! This module holds the format's byte layout ([`head_bytes`], [`head_scale_bytes`]), its reference
 //! codec ([`quantize_q8`], [`dequantize_q8`], in `groups` the group loop) and the decoders that
-//! attention fuses into its dot products ([`I8Scaled`], [`I8s`]).
+//! attention fuses into its V accumulation ([`I8s`]; int8 keys score from integer sums, see
+//! `attention::query`).
 
 pub(crate) mod groups;
 #[cfg(test)]
@@ -148,9 +149,9 @@ fn check_q8(n: usize, group: usize, codes: usize, scales: usize) -> Result<()> {
 }
 
 /// Bytes of one head row of `head_dim` codes, or [`ConfigError::InvalidFormat`] when `group` is
-/// 0 or does not divide `head_dim`.
+/// below 2 (a scale per value: more bytes than f16) or does not divide `head_dim`.
 pub(crate) const fn head_bytes(head_dim: usize, group: u16) -> Result<usize, ConfigError> {
-    if group == 0 || head_dim % group as usize != 0 {
+    if group < 2 || head_dim % group as usize != 0 {
         return Err(ConfigError::InvalidFormat);
     }
     Ok(head_dim)
@@ -158,33 +159,12 @@ pub(crate) const fn head_bytes(head_dim: usize, group: u16) -> Result<usize, Con
 
 /// Bytes of one head row's f16 scales, errors as [`head_bytes`].
 pub(crate) const fn head_scale_bytes(head_dim: usize, group: u16) -> Result<usize, ConfigError> {
-    if group == 0 || head_dim % group as usize != 0 {
+    if group < 2 || head_dim % group as usize != 0 {
         return Err(ConfigError::InvalidFormat);
     }
     match (head_dim / group as usize).checked_mul(2) {
         Some(b) => Ok(b),
         None => Err(ConfigError::Overflow),
-    }
-}
-
-/// int8 codes, each times the group's scale (K rows; V rows fold the scale into the weights
-/// and use [`I8s`]).
-#[derive(Clone, Copy)]
-pub(crate) struct I8Scaled(pub f32);
-
-impl Decode<LANES> for I8Scaled {
-    #[inline(always)]
-    fn block(self, b: &[u8; LANES]) -> [f32; LANES] {
-        let mut x = [0f32; LANES];
-        for l in 0..LANES {
-            x[l] = b[l] as i8 as f32 * self.0;
-        }
-        x
-    }
-
-    #[inline(always)]
-    fn one(self, bytes: &[u8], i: usize) -> f32 {
-        bytes[i] as i8 as f32 * self.0
     }
 }
 
