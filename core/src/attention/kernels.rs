@@ -361,6 +361,24 @@ mod tests {
     use crate::format::{decode_rows, encode_rows};
     use std::vec::Vec;
 
+    /// Eight rows of `d` values `next() · amp` encoded in `fmt`: value bytes and scale words.
+    fn eight_rows(
+        fmt: ElementFormat,
+        d: usize,
+        amp: f32,
+        next: &mut impl FnMut() -> f32,
+    ) -> (Vec<Vec<u8>>, Vec<Vec<u16>>) {
+        (0..8)
+            .map(|_| {
+                let row: Vec<f32> = (0..d).map(|_| next() * amp).collect();
+                let mut v = vec![0u8; fmt.row_bytes(1, d).unwrap()];
+                let mut w = vec![0u16; fmt.scale_row_bytes(1, d).unwrap() / 2];
+                encode_rows(fmt, d, &row, &mut v, bytemuck::cast_slice_mut(&mut w)).unwrap();
+                (v, w)
+            })
+            .unzip()
+    }
+
     /// Fused kernels agree with dequantize-then-f32 to rounding, for every format.
     #[test]
     fn fused_kernels_match_dequantized_rows() {
@@ -444,20 +462,15 @@ mod tests {
         for (d, g) in [(64usize, 32u16), (36, 12), (600, 300), (8, 2)] {
             let fmt = ElementFormat::Int8 { group: g };
             let g = g as usize;
-            let mut vals = Vec::new();
-            let mut words = Vec::new();
-            let mut deq = Vec::new();
-            for _ in 0..8 {
-                let row: Vec<f32> = (0..d).map(|_| next() * 3.0).collect();
-                let mut v = vec![0u8; fmt.row_bytes(1, d).unwrap()];
-                let mut w = vec![0u16; fmt.scale_row_bytes(1, d).unwrap() / 2];
-                encode_rows(fmt, d, &row, &mut v, bytemuck::cast_slice_mut(&mut w)).unwrap();
-                let mut back = vec![0f32; d];
-                decode_rows(fmt, d, &v, bytemuck::cast_slice(&w), &mut back).unwrap();
-                vals.push(v);
-                words.push(w);
-                deq.push(back);
-            }
+            let (vals, words) = eight_rows(fmt, d, 3.0, &mut next);
+            let deq: Vec<Vec<f32>> = (0..8)
+                .map(|i| {
+                    let mut back = vec![0f32; d];
+                    let scales = bytemuck::cast_slice(&words[i]);
+                    decode_rows(fmt, d, &vals[i], scales, &mut back).unwrap();
+                    back
+                })
+                .collect();
             let rows: Vec<Row<'_>> = (0..8)
                 .map(|i| Row {
                     vals: &vals[i],
@@ -520,16 +533,7 @@ mod tests {
                 x ^= x << 17;
                 (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
             };
-            let mut vals = Vec::new();
-            let mut words = Vec::new();
-            for _ in 0..8 {
-                let row: Vec<f32> = (0..d).map(|_| next() * 4.0).collect();
-                let mut v = vec![0u8; fmt.row_bytes(1, d).unwrap()];
-                let mut w = vec![0u16; fmt.scale_row_bytes(1, d).unwrap() / 2];
-                encode_rows(fmt, d, &row, &mut v, bytemuck::cast_slice_mut(&mut w)).unwrap();
-                vals.push(v);
-                words.push(w);
-            }
+            let (vals, words) = eight_rows(fmt, d, 4.0, &mut next);
             let rows: Vec<Row<'_>> = (0..8)
                 .map(|i| Row {
                     vals: &vals[i],
