@@ -15,6 +15,10 @@ use crate::format::{ElementFormat, LANES};
 /// the K and V bytes of the sequence's `i`-th page; the caller checked that every page a query
 /// needs is there (an error from `page` ends the call with `out` partly written). `scratch` holds
 /// each query head's running max and sum, then one page of scores per head.
+///
+/// `page` is a trait object, not a generic: the page loop and every kernel under it are then
+/// compiled once, in this crate, instead of again in each crate that calls the (allocator-generic)
+/// cache's attention — eleven copies in this workspace's test build.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend<'d>(
     l: &Layout,
@@ -23,7 +27,7 @@ pub(crate) fn attend<'d>(
     q: &[f32],
     out: &mut [f32],
     scratch: &mut [f32],
-    page: impl Fn(usize) -> Result<PageSlices<'d>>,
+    page: &dyn Fn(usize) -> Result<PageSlices<'d>>,
 ) -> Result<()> {
     let (hd, p) = (l.head_dim, l.page_tokens);
     let q_heads = l.kv_heads * l.group;

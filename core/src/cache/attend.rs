@@ -97,7 +97,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             scale: params.scale,
         };
 
-        attend(&layout, params.window, start, q, out, scratch, |i| {
+        attend(&layout, params.window, start, q, out, scratch, &|i| {
             // Present and in range: `check_key_pages` made sure before `out` was touched.
             let page = table.get(i).copied().unwrap_or(NO_PAGE);
             self.page_slices(layer, page)
