@@ -93,16 +93,39 @@ pub fn setup() -> Result<(), String> {
     setup::qemu()
 }
 
-/// The cargo-fuzz arguments that pick where target `t` is built: `capi_calls` (feature `capi`, the
-/// package's default) in its own target directory, the others without the C ABI crate. Each
-/// target waits for all of its package's dependencies, and the C ABI crate alone takes as long as
-/// the slowest target, so the two builds run side by side.
-fn fuzz_build_args(t: &str) -> &'static [&'static str] {
-    if t == "capi_calls" {
-        &["--target-dir", "target/capi"]
+/// How `cargo fuzz` builds the targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FuzzBuild {
+    /// cargo-fuzz's default: optimized (one codegen unit), ASan, debug assertions. For long runs
+    /// (`cargo xtask fuzz SECONDS`): about 6.5 minutes to build on two cores, then ~10⁴ executions
+    /// a second.
+    Optimized,
+    /// The CI smoke run: unoptimized with debug assertions and overflow checks (`--dev`), ASan
+    /// for `capi_calls` only (the target that drives unsafe code, through raw pointers; the
+    /// others fuzz safe Rust, whose unsafe modules Miri checks). Coverage instrumentation makes
+    /// the optimizer slow on the cache's generic code: every optimized build measured over six
+    /// minutes (opt-level 1 or 3, 1 or 16 codegen units, with or without ASan), this one about
+    /// 1.5 minutes; a 10 s run still replays each committed corpus and mutates beyond it.
+    Smoke,
+}
+
+/// The cargo-fuzz arguments that pick how and where target `t` is built: `capi_calls` (feature
+/// `capi`, the package's default) in its own target directory, the others without the C ABI
+/// crate. Each target waits for all of its package's dependencies, and the C ABI crate alone
+/// takes as long as the slowest target, so the two builds run side by side.
+fn fuzz_build_args(t: &str, how: FuzzBuild) -> Vec<&'static str> {
+    let mut args = if t == "capi_calls" {
+        vec!["--target-dir", "target/capi"]
     } else {
-        &["--no-default-features"]
+        vec!["--no-default-features"]
+    };
+    if how == FuzzBuild::Smoke {
+        args.push("--dev");
+        if t != "capi_calls" {
+            args.extend(["--sanitizer", "none"]);
+        }
     }
+    args
 }
 
 /// Starts `cargo +NIGHTLY fuzz args…` in `fuzz/`, echoing it.
@@ -133,9 +156,8 @@ fn wait_all(children: Vec<(&str, std::process::Child)>, what: &str) -> Result<()
 }
 
 /// Every cargo-fuzz target for `secs` seconds from its committed seed corpus (`fuzz/corpus/<t>`,
-/// read only; new inputs go to `fuzz/target/corpus/<t>`), two at a time. (Built at opt-level 1
-/// instead of cargo-fuzz's 3, the ASan builds took longer, 8.5 against about 6.5 minutes.)
-pub fn fuzz(secs: u32) -> Result<(), String> {
+/// read only; new inputs go to `fuzz/target/corpus/<t>`), two at a time, built as `how` says.
+pub fn fuzz(secs: u32, how: FuzzBuild) -> Result<(), String> {
     let dir = qemu::repo_root().join("fuzz");
     let toolchain = format!("+{}", setup::NIGHTLY);
     let max_time = format!("-max_total_time={secs}");
@@ -144,7 +166,7 @@ pub fn fuzz(secs: u32) -> Result<(), String> {
     let build = |targets: &[&str], of: &str| {
         let mut args = vec![toolchain.as_str(), "fuzz", "build"];
         args.extend(targets);
-        args.extend(fuzz_build_args(of));
+        args.extend(fuzz_build_args(of, how));
         spawn_fuzz(&dir, &args)
     };
     let builds = vec![
@@ -160,7 +182,7 @@ pub fn fuzz(secs: u32) -> Result<(), String> {
             let scratch = scratch.to_string_lossy().into_owned();
             let seeds = format!("corpus/{t}");
             let mut args = vec![toolchain.as_str(), "fuzz", "run"];
-            args.extend(fuzz_build_args(t));
+            args.extend(fuzz_build_args(t, how));
             args.extend([t, scratch.as_str()]);
             if dir.join(&seeds).is_dir() {
                 args.push(&seeds);
@@ -218,7 +240,7 @@ pub fn all(stages: &mut Stages) -> Result<(), String> {
     stages.run("boards", boards)?;
     stages.run("miri", miri)?;
     // A smoke run from the committed corpora; long runs: `cargo xtask fuzz SECONDS`.
-    stages.run("fuzz", || fuzz(10))?;
+    stages.run("fuzz", || fuzz(10, FuzzBuild::Smoke))?;
     stages.run("doctests", || cargo(&["test", "--workspace", "--doc"], &[]))?;
     stages.run("model", model)?;
     if stages.selected("tests") {

@@ -45,11 +45,11 @@ fn main() -> ExitCode {
         Some("test") => test(&flags),
         Some("setup") if flags.is_empty() => checks::setup(),
         Some("fuzz") => match flags.as_slice() {
-            [] => checks::fuzz(30),
+            [] => checks::fuzz(30, checks::FuzzBuild::Optimized),
             [secs] => secs
                 .parse()
                 .map_err(|_| format!("fuzz: not a number of seconds: {secs}"))
-                .and_then(checks::fuzz),
+                .and_then(|secs| checks::fuzz(secs, checks::FuzzBuild::Optimized)),
             _ => Err(USAGE.into()),
         },
         Some("size") => edgekv_xtask::size::report(&qemu::repo_root()).map(|t| println!("{t}")),
