@@ -10,13 +10,13 @@ use std::time::Duration;
 use edgekv_parity::{Arenas, CASES, Case, DATA_BYTES, META_BYTES, WORK_F32, snapshot};
 use edgekv_xtask::qemu;
 
+/// Runs the board's README command (`cargo run --release` in `boards/qemu-an386`): `cargo
+/// test-all`'s `boards` stage only builds this firmware, and this is where it runs.
 #[test]
 fn firmware_digests_equal_the_hosts() {
     let root = qemu::repo_root();
-    let elf = qemu::build_an386(&root).expect("build the an386 firmware");
-    let mut log = Vec::new();
-    let run = qemu::run_an386(&elf, Duration::from_secs(300), &mut log).expect("run QEMU");
-    let text = String::from_utf8_lossy(&log);
+    let run = qemu::cargo_run(&root, qemu::Board::An386).expect("cargo run the an386 firmware");
+    let text = run.lines.join("\n");
     assert_eq!(run.code, 0, "firmware exit code; log:\n{text}");
 
     let mut data = vec![MaybeUninit::uninit(); DATA_BYTES];

@@ -157,6 +157,24 @@ pub fn build_an386(root: &Path) -> Result<PathBuf, String> {
     build(root, Board::An386, AN386_MAIN, true)
 }
 
+/// Runs `board`'s firmware exactly as its README says, `cargo run --release` in the board's
+/// directory (built if needed; its runner, `run.sh`, is `cargo xtask qemu`), and collects the
+/// decoded log lines the runner prints and the firmware's exit code.
+pub fn cargo_run(root: &Path, board: Board) -> Result<Run, String> {
+    let out = board_cargo(&root.join(board.dir()))
+        .args(["run", "--release", "--quiet"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    Ok(Run {
+        lines: String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect(),
+        code: out.status.code().unwrap_or(-1),
+    })
+}
+
 /// The ELF of firmware binary `bin` of `board` (after [`build`]).
 pub fn bin_path(root: &Path, board: Board, bin: &str) -> PathBuf {
     boards_target_dir(root)
