@@ -99,8 +99,8 @@ fn reuse_is_bit_exact_int8() {
         4
     );
     assert_eq!(
-        reuse_matrix(ElementFormat::Q8_0, ReuseAlign::Chunk, &[63, 129, 200]),
-        2
+        reuse_matrix(ElementFormat::Q8_0, ReuseAlign::Chunk, &[63, 64, 129, 200]),
+        3
     );
 }
 
