@@ -45,13 +45,13 @@ fn main() -> ExitCode {
         Some("test") => test(&flags),
         Some("setup") if flags.is_empty() => checks::setup(),
         Some("fuzz") => match flags.as_slice() {
-            [] => checks::fuzz(30, checks::FuzzBuild::Optimized),
+            [] => Ok(30),
             [secs] => secs
                 .parse()
-                .map_err(|_| format!("fuzz: not a number of seconds: {secs}"))
-                .and_then(|secs| checks::fuzz(secs, checks::FuzzBuild::Optimized)),
+                .map_err(|_| format!("fuzz: not a number of seconds: {secs}")),
             _ => Err(USAGE.into()),
-        },
+        }
+        .and_then(|secs| checks::fuzz(secs, checks::FuzzBuild::Optimized)),
         Some("size") => edgekv_xtask::size::report(&qemu::repo_root()).map(|t| println!("{t}")),
         Some("qemu") => match flags.as_slice() {
             [board, elf] => return qemu_runner(board, elf),
