@@ -155,7 +155,7 @@ fn attend(
     out
 }
 
-const FORMATS: [ElementFormat; 6] = [
+const FORMATS: [ElementFormat; 8] = [
     ElementFormat::F32,
     ElementFormat::F16,
     ElementFormat::Bf16,
@@ -166,6 +166,8 @@ const FORMATS: [ElementFormat; 6] = [
         tile: 16,
         bf16: false,
     },
+    ElementFormat::Q4_0,
+    ElementFormat::Q4_1,
 ];
 
 #[test]

@@ -96,7 +96,7 @@ fn image_of(cfg: CacheConfig, n: u32) -> Vec<u8> {
     mem[..h.image as usize].to_vec()
 }
 
-const FORMATS: [(ElementFormat, ElementFormat); 4] = [
+const FORMATS: [(ElementFormat, ElementFormat); 5] = [
     (ElementFormat::F32, ElementFormat::F16),
     (ElementFormat::Q8_0, ElementFormat::Int8 { group: 32 }),
     (
@@ -108,6 +108,7 @@ const FORMATS: [(ElementFormat, ElementFormat); 4] = [
         ElementFormat::Bf16,
     ),
     (ElementFormat::Int8 { group: 16 }, ElementFormat::Q8_0),
+    (ElementFormat::Q4_1, ElementFormat::Q4_0),
 ];
 
 #[test]

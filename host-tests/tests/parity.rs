@@ -89,6 +89,28 @@ fn delta(format: ElementFormat, x: &[f32]) -> Vec<f64> {
             }
             out
         }
+        // Q4_0: |d| = amax / 8; a code is off by at most d / 2, or a whole d where the value of
+        // the other sign than the largest clamps at code 15; the f16 scale adds ≤ 8 · its own
+        // rounding. Q4_1: d = (max − min) / 15, codes off by ≤ d / 2; the f16 scale and minimum
+        // add their roundings; the f32 q · d + m its own.
+        ElementFormat::Int4 { kind } => x
+            .chunks(32)
+            .flat_map(|b| {
+                let b64: Vec<f64> = b.iter().map(|&v| v as f64).collect();
+                let amax = b64.iter().fold(0f64, |m, v| m.max(v.abs()));
+                let min = b64.iter().fold(f64::INFINITY, |m, &v| m.min(v));
+                let max = b64.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
+                let f16 = |v: f64| (v.abs() * p(-11)).max(p(-25));
+                let bound = if kind == edgekv::quant::Q4Kind::Q4_0 {
+                    let d = amax / 8.0;
+                    d * (1.0 + p(-20)) + 8.0 * f16(d)
+                } else {
+                    let d = (max - min) / 15.0;
+                    d * (0.5 + p(-20)) + 15.0 * f16(d) + f16(min) + (15.0 * d + min.abs()) * p(-23)
+                };
+                std::iter::repeat_n(bound, b.len())
+            })
+            .collect(),
         other => panic!("no bound for {other:?}"),
     }
 }
@@ -436,6 +458,9 @@ fn quantized_formats_within_derived_bounds() {
         Case::PagedQ8_0,
         Case::PagedInt8Head,
         Case::PagedFp8Tile,
+        Case::PagedQ4_0,
+        Case::PagedQ4_1,
+        Case::PagedQ8KQ4V,
     ] {
         let o = assert_within_bound(case);
         // The same inputs as the f32 case: a nonzero error shows the format was applied.

@@ -17,6 +17,12 @@ pub enum Case {
     PagedInt8Head,
     /// Same inputs over FP8 E4M3 tile pages (`dv` 48, tiles of 16, f32 scales and tail).
     PagedFp8Tile,
+    /// Same inputs over 4-bit pages with ggml's Q4_0 blocks (K and V).
+    PagedQ4_0,
+    /// Same inputs over 4-bit pages with ggml's Q4_1 blocks (K and V).
+    PagedQ4_1,
+    /// Same inputs, K in Q8_0 pages and V in Q4_0 pages (mixed precision).
+    PagedQ8KQ4V,
     /// 48 tokens (K int8 Q8_0, V f16), prefilled in chunks of 32 with each chunk's queries
     /// attended right after its rows are written, layer by layer.
     Chunked,
@@ -62,6 +68,9 @@ pub const CASES: &[Case] = &[
     Case::PagedQ8_0,
     Case::PagedInt8Head,
     Case::PagedFp8Tile,
+    Case::PagedQ4_0,
+    Case::PagedQ4_1,
+    Case::PagedQ8KQ4V,
     Case::Chunked,
     Case::OnePass,
     Case::PrefixWarm,
@@ -105,6 +114,9 @@ impl Case {
             Case::PagedQ8_0 => "paged_q8_0",
             Case::PagedInt8Head => "paged_int8_head",
             Case::PagedFp8Tile => "paged_fp8_tile",
+            Case::PagedQ4_0 => "paged_q4_0",
+            Case::PagedQ4_1 => "paged_q4_1",
+            Case::PagedQ8KQ4V => "paged_q8_0_k_q4_0_v",
             Case::Chunked => "prefill_chunked",
             Case::OnePass => "prefill_one_pass",
             Case::PrefixWarm => "prefix_warm",
@@ -133,6 +145,9 @@ impl Case {
                 group: SHAPE.head_dim,
             },
             Case::PagedFp8Tile => FP8_TILE,
+            Case::PagedQ4_0 => ElementFormat::Q4_0,
+            Case::PagedQ4_1 => ElementFormat::Q4_1,
+            Case::PagedQ8KQ4V => return (ElementFormat::Q8_0, ElementFormat::Q4_0),
             Case::Chunked | Case::OnePass | Case::SnapshotCold | Case::SnapshotRestored => {
                 return (ElementFormat::Q8_0, ElementFormat::F16);
             }

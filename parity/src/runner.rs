@@ -179,6 +179,9 @@ impl<F: FnMut(Event<'_>)> Runner<'_, F> {
             | Case::PagedQ8_0
             | Case::PagedInt8Head
             | Case::PagedFp8Tile
+            | Case::PagedQ4_0
+            | Case::PagedQ4_1
+            | Case::PagedQ8KQ4V
             | Case::WindowSinks
             | Case::WindowSlide => {
                 let s = self.new_seq()?;

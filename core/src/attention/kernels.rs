@@ -26,6 +26,7 @@ use crate::arch::Isa;
 use crate::arch::reduce;
 use crate::format::float::{Bf16s, F16s, F32s};
 use crate::format::fp8::{E4m3Scaled, E4m3s};
+use crate::format::int4::{self, Q4_BLOCK, Q4Codes, Q4Kind};
 use crate::format::int8::I8s;
 use crate::format::{Decode, ElementFormat, LANES, f32_at, u16_at};
 
@@ -173,6 +174,23 @@ pub(crate) fn dot_lanes<D: Isa, const G: usize>(
                 lanes.add(q, d, dv, d - dv, tail, F32s);
             }
         }
+        // Each block's values dequantized as they are decoded, half by half (low nibbles:
+        // values 0–15, high: 16–31).
+        ElementFormat::Int4 { kind } => {
+            for (k, b) in v.chunks_exact(kind.block_bytes()).enumerate() {
+                let (s, m, codes) = int4::block_parts::<D>(kind, b);
+                let off = k * Q4_BLOCK;
+                lanes.add(q, d, off, 16, codes, int4::dequantizing(kind, false, s, m));
+                lanes.add(
+                    q,
+                    d,
+                    off + 16,
+                    16,
+                    codes,
+                    int4::dequantizing(kind, true, s, m),
+                );
+            }
+        }
     }
     lanes.0
 }
@@ -218,6 +236,66 @@ pub(crate) fn add_scaled<D: Isa, const G: usize, const R: usize>(
                 axpy_with(acc, d, dv, d - dv, p, tails, Bf16s);
             } else {
                 axpy_with(acc, d, dv, d - dv, p, tails, F32s);
+            }
+        }
+        ElementFormat::Int4 { kind: Q4Kind::Q4_0 } => int4_axpy::<D, G, R, false>(acc, d, p, rows),
+        ElementFormat::Int4 { kind: Q4Kind::Q4_1 } => int4_axpy::<D, G, R, true>(acc, d, p, rows),
+    }
+}
+
+/// The int4 arm of [`add_scaled`] (`MIN`: Q4_1 blocks, else Q4_0), block by block: each row's
+/// weights times the block scale `d` (`s = p · d`) and, for Q4_1, times its minimum
+/// (`t = p · m`); then each output element takes, row by row in order, `s · (q − 8)` (Q4_0) or
+/// `s · q + t` (Q4_1), eight lanes at a time with the accumulators in registers across the rows.
+#[inline(always)]
+fn int4_axpy<D: Isa, const G: usize, const R: usize, const MIN: bool>(
+    acc: &mut [f32],
+    d: usize,
+    p: [[f32; G]; R],
+    rows: [Row<'_>; R],
+) {
+    let kind = if MIN { Q4Kind::Q4_1 } else { Q4Kind::Q4_0 };
+    let bb = kind.block_bytes();
+    for k in 0..d / Q4_BLOCK {
+        let (mut s, mut t) = ([[0f32; G]; R], [[0f32; G]; R]);
+        let mut codes: [&[u8]; R] = [&[]; R];
+        for (r, row) in rows.iter().enumerate() {
+            let (dk, m, c) = int4::block_parts::<D>(kind, &row.vals[k * bb..(k + 1) * bb]);
+            for h in 0..G {
+                s[r][h] = p[r][h] * dk;
+                t[r][h] = p[r][h] * m;
+            }
+            codes[r] = c;
+        }
+        for (half, shift) in [(0, 0), (1, 4)] {
+            let dec = Q4Codes {
+                shift,
+                bias: if MIN { 0 } else { 8 },
+                d: 1.0,
+                m: 0.0,
+                scaled: false,
+            };
+            for b in 0..2 {
+                let at = k * Q4_BLOCK + half * 16 + b * LANES;
+                let mut a = [[0f32; LANES]; G];
+                for (h, a) in a.iter_mut().enumerate() {
+                    *a = acc[h * d + at..][..LANES].try_into().expect("a block");
+                }
+                for r in 0..R {
+                    let x = dec.block(codes[r][b * LANES..][..LANES].try_into().expect("a block"));
+                    for (h, a) in a.iter_mut().enumerate() {
+                        for l in 0..LANES {
+                            a[l] += if MIN {
+                                s[r][h] * x[l] + t[r][h]
+                            } else {
+                                s[r][h] * x[l]
+                            };
+                        }
+                    }
+                }
+                for (h, a) in a.iter().enumerate() {
+                    acc[h * d + at..][..LANES].copy_from_slice(a);
+                }
             }
         }
     }
@@ -405,6 +483,8 @@ mod tests {
                 tile: 32,
                 bf16: true,
             },
+            ElementFormat::Q4_0,
+            ElementFormat::Q4_1,
         ];
         for fmt in fmts {
             let mut vals = vec![0u8; fmt.row_bytes(1, d).unwrap()];

@@ -262,7 +262,7 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
     }
     let pairs = matches!(
         l.v_fmt,
-        ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. }
+        ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. } | ElementFormat::Int4 { .. }
     );
     while let Some(r0) = kept.next() {
         match if pairs { kept.next() } else { None } {

@@ -673,6 +673,11 @@ fn roundtrip(fmt: ElementFormat, row: &[f32; QROW]) -> [f32; QROW] {
                     .unwrap();
             }
         }
+        ElementFormat::Int4 { kind } => {
+            let mut blocks = std::vec![0u8; kind.bytes_for(QROW).unwrap()];
+            crate::quant::quantize_q4(kind, row, &mut blocks).unwrap();
+            crate::quant::dequantize_q4(kind, &blocks, &mut out).unwrap();
+        }
         ElementFormat::F16 => out = row.map(|x| f16::from_f32(x).to_f32()),
         _ => out = *row,
     }
@@ -713,7 +718,7 @@ fn qcheck<'a, A: PageAllocator<'a>>(c: &KvCache<'a, A>, s: SeqId, tag: u32, star
     }
 }
 
-const QFORMATS: [(ElementFormat, ElementFormat); 4] = [
+const QFORMATS: [(ElementFormat, ElementFormat); 6] = [
     (ElementFormat::Q8_0, ElementFormat::Q8_0),
     (ElementFormat::F16, ElementFormat::Int8 { group: 64 }),
     (
@@ -732,6 +737,8 @@ const QFORMATS: [(ElementFormat, ElementFormat); 4] = [
             bf16: true,
         },
     ),
+    (ElementFormat::Q4_0, ElementFormat::Q4_1),
+    (ElementFormat::Q8_0, ElementFormat::Q4_0),
 ];
 
 #[test]

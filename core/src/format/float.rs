@@ -40,7 +40,8 @@ pub(super) fn encode<T: Element>(fmt: ElementFormat, src: &[T], dst: &mut [u8]) 
                 d.copy_from_slice(&bf16::from_f32(s.to_f32()).to_le_bytes());
             }
         }
-        ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. } => {}
+        ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. } | ElementFormat::Int4 { .. } => {
+        }
     }
 }
 
@@ -73,7 +74,8 @@ pub(super) fn decode<T: Element>(fmt: ElementFormat, src: &[u8], dst: &mut [T]) 
                 *d = T::from_f32(bf16::from_le_bytes([s[0], s[1]]).to_f32());
             }
         }
-        ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. } => {}
+        ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. } | ElementFormat::Int4 { .. } => {
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! - [`float`]: f32, f16 and bf16 elements.
 //! - [`int8`]: int8 codes in groups with f16 scales (ggml Q8_0 math).
-//! - [`int4`]: ggml's Q4_0 / Q4_1 blocks (the reference codec; not a page format yet).
+//! - [`int4`]: ggml's Q4_0 / Q4_1 blocks of 32 values with f16 scales (and minima).
 //! - [`fp8`]: FP8 E4M3 tiles with f32 scales and a raw tail (SGLang NSA rows).
 //!
 //! Shared by all: [`Element`] (the caller's types), `load` (how the codecs read elements),
@@ -14,13 +14,14 @@ mod decode;
 mod element;
 pub(crate) mod float;
 pub(crate) mod fp8;
-#[cfg(feature = "int4")]
 pub(crate) mod int4;
 pub(crate) mod int8;
 pub(crate) mod load;
 
 pub(crate) use decode::{Decode, LANES, f32_at, u16_at};
 pub use element::Element;
+
+pub use int4::Q4Kind;
 
 use crate::error::{ConfigError, Error, Result};
 
@@ -34,6 +35,9 @@ use crate::error::{ConfigError, Error, Result};
 /// - [`Fp8Tile { dv, tile, bf16 }`](ElementFormat::Fp8Tile): SGLang NSA rows
 ///   `[P][kv_heads][row]`, each row `dv` E4M3 codes, `dv / tile` f32 scales, then the
 ///   `head_dim − dv` tail values raw (bf16 if `bf16`, else f32). No scale pool.
+/// - [`Int4 { kind }`](ElementFormat::Int4): `[P][kv_heads][head_dim / 32]` ggml Q4_0 or Q4_1
+///   blocks (f16 scale, Q4_1 then its f16 minimum, 16 bytes of nibbles) in the value pool. No
+///   scale pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
@@ -59,14 +63,24 @@ pub enum ElementFormat {
         /// as bf16 (as the reference does for bf16 models); otherwise f32 throughout.
         bf16: bool,
     },
+    /// 4-bit codes in blocks of 32 values along head_dim with ggml's Q4_0 or Q4_1 math and
+    /// bytes (head_dim a multiple of 32).
+    Int4 {
+        /// Q4_0 (scale) or Q4_1 (scale and minimum).
+        kind: Q4Kind,
+    },
 }
 
 impl ElementFormat {
     /// ggml's Q8_0: int8 in groups of 32 with f16 scales.
     pub const Q8_0: ElementFormat = ElementFormat::Int8 { group: 32 };
+    /// ggml's Q4_0: 4-bit codes in blocks of 32 with an f16 scale (18 bytes per 32 values).
+    pub const Q4_0: ElementFormat = ElementFormat::Int4 { kind: Q4Kind::Q4_0 };
+    /// ggml's Q4_1: 4-bit codes in blocks of 32 with an f16 scale and minimum (20 bytes).
+    pub const Q4_1: ElementFormat = ElementFormat::Int4 { kind: Q4Kind::Q4_1 };
 
     /// Whether this build includes the format: f32 always; the others with their cargo feature
-    /// (`f16`, `bf16`, `int8`, `fp8`, all on by default). A configuration using a format left out
+    /// (`f16`, `bf16`, `int8`, `fp8`, `int4`, all on by default). A configuration using a format left out
     /// fails with [`FormatDisabled`](ConfigError::FormatDisabled), and its code is not linked.
     pub const fn enabled(self) -> bool {
         match self {
@@ -75,6 +89,7 @@ impl ElementFormat {
             ElementFormat::Bf16 => cfg!(feature = "bf16"),
             ElementFormat::Int8 { .. } => cfg!(feature = "int8"),
             ElementFormat::Fp8Tile { .. } => cfg!(feature = "fp8"),
+            ElementFormat::Int4 { .. } => cfg!(feature = "int4"),
         }
     }
 
@@ -82,7 +97,7 @@ impl ElementFormat {
     pub const fn is_quantized(self) -> bool {
         matches!(
             self,
-            ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. }
+            ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. } | ElementFormat::Int4 { .. }
         )
     }
 
@@ -111,6 +126,10 @@ impl ElementFormat {
                 }
                 fp8::fp8_tile_row_bytes(head_dim, dv, tile, bf16)
             }
+            ElementFormat::Int4 { kind } => match int4::head_bytes(head_dim, kind) {
+                Ok(b) => Some(b),
+                Err(e) => return Err(e),
+            },
         };
         match per_head {
             Some(b) => match b.checked_mul(kv_heads) {
@@ -175,6 +194,7 @@ pub(crate) fn encode_rows<T: Element>(
             }
             Ok(())
         }
+        ElementFormat::Int4 { kind } => int4::quantize_q4(kind, src, vals),
         _ => {
             float::encode(fmt, src, vals);
             Ok(())
@@ -208,6 +228,7 @@ pub(crate) fn decode_rows<T: Element>(
             }
             Ok(())
         }
+        ElementFormat::Int4 { kind } => int4::dequantize_q4(kind, vals, dst),
         _ => {
             float::decode(fmt, vals, dst);
             Ok(())
@@ -235,6 +256,8 @@ mod tests {
             (ElementFormat::Bf16, cfg!(feature = "bf16")),
             (ElementFormat::Q8_0, cfg!(feature = "int8")),
             (fp8, cfg!(feature = "fp8")),
+            (ElementFormat::Q4_0, cfg!(feature = "int4")),
+            (ElementFormat::Q4_1, cfg!(feature = "int4")),
         ];
         let shape = crate::Shape {
             layers: 1,

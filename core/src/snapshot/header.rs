@@ -4,7 +4,7 @@ use core::ops::Range;
 
 use super::SnapshotError;
 use crate::error::ConfigError;
-use crate::format::ElementFormat;
+use crate::format::{ElementFormat, Q4Kind};
 use crate::planner::{CacheConfig, PoolKind};
 use crate::shape::Shape;
 
@@ -129,6 +129,8 @@ fn encode_format(f: ElementFormat) -> [u8; FORMAT_BYTES] {
         ElementFormat::Bf16 => (3, 0, 0, 0),
         ElementFormat::Int8 { group } => (4, group, 0, 0),
         ElementFormat::Fp8Tile { dv, tile, bf16 } => (5, dv, tile, u8::from(bf16)),
+        ElementFormat::Int4 { kind: Q4Kind::Q4_0 } => (6, 0, 0, 0),
+        ElementFormat::Int4 { kind: Q4Kind::Q4_1 } => (6, 1, 0, 0),
     };
     let mut e = [0u8; FORMAT_BYTES];
     put(&mut e, E_CODE, &[code]);
@@ -151,6 +153,9 @@ fn decode_format(e: &[u8]) -> Result<ElementFormat, SnapshotError> {
             dv: a,
             tile: b,
             bf16: flag == 1,
+        },
+        (6, 0) if b == 0 && a <= 1 => ElementFormat::Int4 {
+            kind: if a == 0 { Q4Kind::Q4_0 } else { Q4Kind::Q4_1 },
         },
         _ => return Err(SnapshotError::CorruptSnapshot),
     })

@@ -10,11 +10,20 @@
 //!   `q · d + m`.
 //!
 //! Codes are computed with `1 / d` in f32 before `d` is rounded to f16, as ggml does; a zero `d`
-//! gives all-zero scaled values. Not yet a page format: the cache's `Int4` pages are issue 20's.
+//! gives all-zero scaled values.
+//!
+//! As a page format ([`ElementFormat::Int4`](super::ElementFormat::Int4)) each head row is
+//! `head_dim / 32` whole blocks in the value pool, exactly ggml's bytes (no scale pool). Attention
+//! decodes a block's codes half by half ([`Q4Codes`]: values 0–15 from the low nibbles, 16–31
+//! from the high ones) into the dequantized values (K) or codes whose block scale is folded into
+//! the weights (V, see `attention::kernels`).
 
 use half::f16;
 
-use crate::error::{Error, Result};
+use super::Element;
+use super::decode::{Decode, LANES, u16_at};
+use crate::arch::{Isa, Portable};
+use crate::error::{ConfigError, Error, Result};
 
 /// Values per block.
 pub const Q4_BLOCK: usize = 32;
@@ -47,7 +56,92 @@ impl Q4Kind {
     }
 }
 
-/// Quantizes `x` (a multiple of 32 values) into `out` (`kind.bytes_for(x.len())` bytes).
+/// Bytes of one head row of `head_dim` values (whole blocks), or
+/// [`ConfigError::InvalidFormat`] when `head_dim` is not a multiple of 32.
+pub(crate) const fn head_bytes(head_dim: usize, kind: Q4Kind) -> Result<usize, ConfigError> {
+    if head_dim == 0 || head_dim % Q4_BLOCK != 0 {
+        return Err(ConfigError::InvalidFormat);
+    }
+    match (head_dim / Q4_BLOCK).checked_mul(kind.block_bytes()) {
+        Some(b) => Ok(b),
+        None => Err(ConfigError::Overflow),
+    }
+}
+
+/// A block's f16 scale `d` and (Q4_1) minimum `m` as f32 (`m = 0` for Q4_0), and its 16 code
+/// bytes; f16 widened by `D` (every [`Isa`] gives the same bits). `b` is one whole block.
+#[inline(always)]
+pub(crate) fn block_parts<D: Isa>(kind: Q4Kind, b: &[u8]) -> (f32, f32, &[u8]) {
+    let d = D::one(u16_at(b, 0));
+    match kind {
+        Q4Kind::Q4_0 => (d, 0.0, &b[2..]),
+        Q4Kind::Q4_1 => (d, D::one(u16_at(b, 1)), &b[4..]),
+    }
+}
+
+/// Half of a block's codes as f32 values, eight at a time from eight code bytes: the low
+/// nibbles (`shift` 0: values 0–15 of the block) or the high ones (`shift` 4: values 16–31),
+/// each `(q − bias) · d + m`. With `d = 1, m = 0` these are the codes themselves (centred by
+/// `bias`: 8 for Q4_0, 0 for Q4_1), for kernels that fold the block scale into their weights.
+#[derive(Clone, Copy)]
+pub(crate) struct Q4Codes {
+    pub(crate) shift: u32,
+    pub(crate) bias: i32,
+    pub(crate) d: f32,
+    pub(crate) m: f32,
+    /// Whether to apply `d` and `m` (when false, the values are `q − bias` exactly).
+    pub(crate) scaled: bool,
+}
+
+impl Q4Codes {
+    /// The value of code byte `c`'s nibble.
+    #[inline(always)]
+    fn value(self, c: u8) -> f32 {
+        let q = (i32::from(c >> self.shift) & 0x0F) - self.bias;
+        if !self.scaled {
+            q as f32
+        } else if self.bias == 0 {
+            q as f32 * self.d + self.m
+        } else {
+            q as f32 * self.d
+        }
+    }
+}
+
+impl Decode<LANES> for Q4Codes {
+    #[inline(always)]
+    fn block(self, b: &[u8; LANES]) -> [f32; LANES] {
+        let mut x = [0f32; LANES];
+        for l in 0..LANES {
+            x[l] = self.value(b[l]);
+        }
+        x
+    }
+
+    #[inline(always)]
+    fn one(self, bytes: &[u8], i: usize) -> f32 {
+        self.value(bytes[i])
+    }
+}
+
+/// The decoder of one half (`hi`: values 16–31) of a block of `kind` with scale `d` and minimum
+/// `m`, giving dequantized values.
+#[inline(always)]
+pub(crate) fn dequantizing(kind: Q4Kind, hi: bool, d: f32, m: f32) -> Q4Codes {
+    Q4Codes {
+        shift: if hi { 4 } else { 0 },
+        bias: match kind {
+            Q4Kind::Q4_0 => 8,
+            Q4Kind::Q4_1 => 0,
+        },
+        d,
+        m,
+        scaled: true,
+    }
+}
+
+/// Quantizes `x` (a multiple of 32 values) into `out` (`kind.bytes_for(x.len())` bytes). f16
+/// and bf16 values are widened to f32 exactly first.
 ///
 /// Non-finite inputs give codes but no panic: a NaN scaled value takes code 0, infinities
 /// saturate (ggml leaves both undefined).
@@ -56,7 +150,21 @@ impl Q4Kind {
 ///
 /// [`Error::LengthMismatch`] if `x.len()` is not a multiple of 32 or `out` has the wrong length;
 /// nothing is written then.
-pub fn quantize_q4(kind: Q4Kind, x: &[f32], out: &mut [u8]) -> Result<()> {
+///
+/// # Example
+///
+/// ```
+/// use edgekv::quant::{Q4Kind, dequantize_q4, quantize_q4};
+///
+/// let x: [f32; 32] = core::array::from_fn(|j| j as f32 - 16.0);
+/// let mut block = [0u8; 18];
+/// quantize_q4(Q4Kind::Q4_0, &x, &mut block)?;
+/// let mut y = [0f32; 32];
+/// dequantize_q4(Q4Kind::Q4_0, &block, &mut y)?;
+/// assert_eq!((y[0], y[16], y[31]), (-16.0, 0.0, 14.0));
+/// # Ok::<(), edgekv::Error>(())
+/// ```
+pub fn quantize_q4<T: Element>(kind: Q4Kind, x: &[T], out: &mut [u8]) -> Result<()> {
     if kind.bytes_for(x.len()) != Some(out.len()) {
         return Err(Error::LengthMismatch);
     }
@@ -64,24 +172,23 @@ pub fn quantize_q4(kind: Q4Kind, x: &[f32], out: &mut [u8]) -> Result<()> {
         .chunks_exact(Q4_BLOCK)
         .zip(out.chunks_exact_mut(kind.block_bytes()))
     {
-        // Always whole blocks (`chunks_exact`).
-        if let Ok(b) = <&[f32; Q4_BLOCK]>::try_from(b) {
-            match kind {
-                Q4Kind::Q4_0 => encode_q4_0(b, o),
-                Q4Kind::Q4_1 => encode_q4_1(b, o),
-            }
+        let b: [f32; Q4_BLOCK] = core::array::from_fn(|i| b[i].to_f32());
+        match kind {
+            Q4Kind::Q4_0 => encode_q4_0(&b, o),
+            Q4Kind::Q4_1 => encode_q4_1(&b, o),
         }
     }
     Ok(())
 }
 
-/// Dequantizes blocks of `kind` into `y` (32 values per block).
+/// Dequantizes blocks of `kind` into `y` (32 values per block): Q4_0 `(q − 8) · d`, Q4_1
+/// `q · d + m`, in f32, then narrowed to `T` (round to nearest even).
 ///
 /// # Errors
 ///
 /// [`Error::LengthMismatch`] if `blocks` is not `kind.bytes_for(y.len())` bytes; nothing is
 /// written then.
-pub fn dequantize_q4(kind: Q4Kind, blocks: &[u8], y: &mut [f32]) -> Result<()> {
+pub fn dequantize_q4<T: Element>(kind: Q4Kind, blocks: &[u8], y: &mut [T]) -> Result<()> {
     if kind.bytes_for(y.len()) != Some(blocks.len()) {
         return Err(Error::LengthMismatch);
     }
@@ -89,23 +196,14 @@ pub fn dequantize_q4(kind: Q4Kind, blocks: &[u8], y: &mut [f32]) -> Result<()> {
         .chunks_exact(kind.block_bytes())
         .zip(y.chunks_exact_mut(Q4_BLOCK))
     {
-        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
-        let (m, codes) = match kind {
-            Q4Kind::Q4_0 => (0.0, &b[2..]),
-            Q4Kind::Q4_1 => (f16::from_le_bytes([b[2], b[3]]).to_f32(), &b[4..]),
-        };
+        let (d, m, codes) = block_parts::<Portable>(kind, b);
+        let (lo, hi) = (
+            dequantizing(kind, false, d, m),
+            dequantizing(kind, true, d, m),
+        );
         for (j, &c) in codes.iter().enumerate() {
-            let (lo, hi) = (c & 0x0F, c >> 4);
-            match kind {
-                Q4Kind::Q4_0 => {
-                    o[j] = (i32::from(lo) - 8) as f32 * d;
-                    o[j + 16] = (i32::from(hi) - 8) as f32 * d;
-                }
-                Q4Kind::Q4_1 => {
-                    o[j] = f32::from(lo) * d + m;
-                    o[j + 16] = f32::from(hi) * d + m;
-                }
-            }
+            o[j] = T::from_f32(lo.value(c));
+            o[j + 16] = T::from_f32(hi.value(c));
         }
     }
     Ok(())
