@@ -59,6 +59,14 @@
 // `ekv_format_t.kind`: FP8 E4M3 tiles (`dv`, `tile`, `bf16`), SGLang NSA rows.
 #define EKV_FORMAT_FP8_TILE 4
 
+// `ekv_format_t.kind`: ggml Q4_0 blocks (32 values, f16 scale, 4-bit codes); head_dim a
+// multiple of 32.
+#define EKV_FORMAT_Q4_0 5
+
+// `ekv_format_t.kind`: ggml Q4_1 blocks (32 values, f16 scale and minimum, 4-bit codes);
+// head_dim a multiple of 32.
+#define EKV_FORMAT_Q4_1 6
+
 // Keys (`kv` arguments).
 #define EKV_K 0
 

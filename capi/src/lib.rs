@@ -103,9 +103,10 @@ pub(crate) use status::hal_code as hal_status;
 pub use status::*;
 pub use types::{
     EKV_ALLOC_BITMAP, EKV_ALLOC_FREE_LIST, EKV_FORMAT_BF16, EKV_FORMAT_F16, EKV_FORMAT_F32,
-    EKV_FORMAT_FP8_TILE, EKV_FORMAT_INT8, EKV_K, EKV_POOL_K_SCALES, EKV_POOL_K_VALUES,
-    EKV_POOL_V_SCALES, EKV_POOL_V_VALUES, EKV_SEQ_CONTIGUOUS, EKV_SEQ_PAGED, EKV_V,
-    EkvAttentionParams, EkvConfig, EkvFormat, EkvPlan, EkvPrefixHit, EkvSeq, EkvSeqInfo, EkvStats,
+    EKV_FORMAT_FP8_TILE, EKV_FORMAT_INT8, EKV_FORMAT_Q4_0, EKV_FORMAT_Q4_1, EKV_K,
+    EKV_POOL_K_SCALES, EKV_POOL_K_VALUES, EKV_POOL_V_SCALES, EKV_POOL_V_VALUES, EKV_SEQ_CONTIGUOUS,
+    EKV_SEQ_PAGED, EKV_V, EkvAttentionParams, EkvConfig, EkvFormat, EkvPlan, EkvPrefixHit, EkvSeq,
+    EkvSeqInfo, EkvStats,
 };
 pub use views::{EkvRegion, EkvSegment, ekv_bind_region, ekv_read_view, ekv_segments};
 

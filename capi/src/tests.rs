@@ -6,6 +6,7 @@ use core::ffi::{CStr, c_void};
 use core::ptr::{null, null_mut};
 
 use super::*;
+use edgekv::quant::{Q4Kind, dequantize_q4, quantize_q4};
 use edgekv_hal::HalError;
 
 #[repr(C, align(64))]
@@ -147,6 +148,63 @@ fn plan_create_write_read_stats_destroy() {
         assert_eq!(ekv_cache_destroy(f.h()), EKV_ERR_BAD_HANDLE);
     }
     assert_eq!(&o16[..], &h16[..]);
+}
+
+/// 4-bit pages through the C ABI: Q4_0 K and Q4_1 V plan, store and read back exactly the
+/// codec's round trip; a nonzero unused field or a head_dim not a multiple of 32 is refused.
+#[test]
+fn q4_pages_store_ggml_blocks() {
+    const D: usize = 32;
+    let mut cfg = EkvConfig::default();
+    // SAFETY: a valid, writable struct.
+    assert_eq!(unsafe { ekv_config_init(&mut cfg, 1, 1, D as u16) }, EKV_OK);
+    (cfg.page_tokens, cfg.max_seqs, cfg.max_seq_tokens) = (4, 2, 16);
+    cfg.k_format.kind = EKV_FORMAT_Q4_0;
+    cfg.v_format.kind = EKV_FORMAT_Q4_1;
+    let mut plan = EkvPlan::default();
+    // SAFETY: valid pointers.
+    assert_eq!(unsafe { ekv_plan(&cfg, 4096, &mut plan) }, EKV_OK);
+    // A page of 4 tokens: 4 x 18 B of K blocks and 4 x 20 B of V blocks, each pool's page
+    // rounded up to the 64-byte alignment.
+    assert_eq!(plan.page_bytes, 128 + 128);
+    let f = Fixture::new(&cfg);
+    let s = f.seq(3);
+    let x: Vec<f32> = (0..3 * D)
+        .map(|i| ((i * 37 % 29) as f32 - 14.0) * 0.3)
+        .collect();
+    for (kv, kind) in [(EKV_K, Q4Kind::Q4_0), (EKV_V, Q4Kind::Q4_1)] {
+        let mut back = vec![0f32; x.len()];
+        // SAFETY: live cache, valid buffers of the stated lengths.
+        unsafe {
+            assert_eq!(
+                ekv_write_f32(f.h(), s, 0, kv, 0, x.as_ptr(), x.len()),
+                EKV_OK
+            );
+            assert_eq!(
+                ekv_read_f32(f.h(), s, 0, kv, 0, back.as_mut_ptr(), back.len()),
+                EKV_OK
+            );
+        }
+        let mut blocks = vec![0u8; kind.bytes_for(x.len()).unwrap()];
+        let mut want = vec![0f32; x.len()];
+        quantize_q4(kind, &x, &mut blocks).unwrap();
+        dequantize_q4(kind, &blocks, &mut want).unwrap();
+        assert_eq!(back, want, "{kind:?}");
+        assert_ne!(back, x, "{kind:?}: quantized");
+    }
+    cfg.v_format.group = 32;
+    // SAFETY: valid pointers.
+    assert_eq!(
+        unsafe { ekv_plan(&cfg, 4096, &mut plan) },
+        EKV_ERR_INVALID_ARGUMENT
+    );
+    let mut small = config();
+    small.k_format.kind = EKV_FORMAT_Q4_1;
+    // SAFETY: valid pointers.
+    assert_eq!(
+        unsafe { ekv_plan(&small, 4096, &mut plan) },
+        EKV_ERR_INVALID_FORMAT
+    );
 }
 
 #[test]

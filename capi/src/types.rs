@@ -27,6 +27,12 @@ pub const EKV_FORMAT_BF16: u32 = 2;
 pub const EKV_FORMAT_INT8: u32 = 3;
 /// `ekv_format_t.kind`: FP8 E4M3 tiles (`dv`, `tile`, `bf16`), SGLang NSA rows.
 pub const EKV_FORMAT_FP8_TILE: u32 = 4;
+/// `ekv_format_t.kind`: ggml Q4_0 blocks (32 values, f16 scale, 4-bit codes); head_dim a
+/// multiple of 32.
+pub const EKV_FORMAT_Q4_0: u32 = 5;
+/// `ekv_format_t.kind`: ggml Q4_1 blocks (32 values, f16 scale and minimum, 4-bit codes);
+/// head_dim a multiple of 32.
+pub const EKV_FORMAT_Q4_1: u32 = 6;
 
 /// Keys (`kv` arguments).
 pub const EKV_K: u32 = 0;
@@ -83,6 +89,8 @@ impl EkvFormat {
             EKV_FORMAT_F32 if plain => Ok(ElementFormat::F32),
             EKV_FORMAT_F16 if plain => Ok(ElementFormat::F16),
             EKV_FORMAT_BF16 if plain => Ok(ElementFormat::Bf16),
+            EKV_FORMAT_Q4_0 if plain => Ok(ElementFormat::Q4_0),
+            EKV_FORMAT_Q4_1 if plain => Ok(ElementFormat::Q4_1),
             EKV_FORMAT_INT8 if self.dv == 0 && self.tile == 0 && self.bf16 == 0 => {
                 Ok(ElementFormat::Int8 { group: self.group })
             }

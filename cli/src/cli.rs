@@ -98,11 +98,11 @@ struct PlanArgs {
     #[arg(long, value_parser = crate::plan::parse_bytes)]
     arena: usize,
     /// Formats to tabulate, comma-separated; K/V pairs as k/v (f32, f16, bf16, q8_0, int8-head,
-    /// fp8).
+    /// fp8, q4_0, q4_1).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "f32,f16,bf16,q8_0,fp8,q8_0/f16"
+        default_value = "f32,f16,bf16,q8_0,fp8,q8_0/f16,q4_0,q4_1,q8_0/q4_0"
     )]
     formats: Vec<String>,
     /// Tokens per page (a power of two).

@@ -18,12 +18,23 @@ fn format(name: &str, head_dim: u16) -> Option<ElementFormat> {
             tile: 32,
             bf16: false,
         },
+        "q4_0" => ElementFormat::Q4_0,
+        "q4_1" => ElementFormat::Q4_1,
         _ => return None,
     })
 }
 
 /// Format names `plan` knows.
-pub const FORMAT_NAMES: [&str; 6] = ["f32", "f16", "bf16", "q8_0", "int8-head", "fp8"];
+pub const FORMAT_NAMES: [&str; 8] = [
+    "f32",
+    "f16",
+    "bf16",
+    "q8_0",
+    "int8-head",
+    "fp8",
+    "q4_0",
+    "q4_1",
+];
 
 /// Parses `k` or `k/v` (each one of [`FORMAT_NAMES`]).
 pub fn parse_pair(spec: &str, head_dim: u16) -> Result<(ElementFormat, ElementFormat), String> {

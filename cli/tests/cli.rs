@@ -416,7 +416,12 @@ fn plan_answers_with_the_const_planner() {
     for (arena, bytes, split) in [("2MiB", 2usize << 20, false), ("1M", 1 << 20, true)] {
         let mut args = vec!["plan"];
         args.extend(smol);
-        args.extend(["--arena", arena, "--formats", "f32,q8_0,q8_0/f16"]);
+        args.extend([
+            "--arena",
+            arena,
+            "--formats",
+            "f32,q8_0,q8_0/f16,q4_1,q8_0/q4_0",
+        ]);
         if split {
             args.push("--split");
         }
@@ -426,6 +431,8 @@ fn plan_answers_with_the_const_planner() {
             ("f32", ElementFormat::F32, ElementFormat::F32),
             ("q8_0", ElementFormat::Q8_0, ElementFormat::Q8_0),
             ("q8_0/f16", ElementFormat::Q8_0, ElementFormat::F16),
+            ("q4_1", ElementFormat::Q4_1, ElementFormat::Q4_1),
+            ("q8_0/q4_0", ElementFormat::Q8_0, ElementFormat::Q4_0),
         ] {
             let cfg = CacheConfig::new(Shape::SMOLLM2_135M)
                 .with_formats(k, v)
@@ -447,6 +454,8 @@ fn plan_answers_with_the_const_planner() {
         }
         // Q8_0 is SmolLM2's 12,240 B per token (30 layers x K+V x 3 heads x (64 + 2 x 2) B).
         assert_eq!(plan_row(&out, "q8_0")[0], 12_240);
+        // Q8_0 K + Q4_0 V: 30 x 3 heads x (68 + 36) B, 104 B per token and KV head.
+        assert_eq!(plan_row(&out, "q8_0/q4_0")[0], 9_360);
     }
 }
 

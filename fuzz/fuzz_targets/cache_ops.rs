@@ -227,6 +227,7 @@ fuzz_target!(|input: Input| {
             },
             ElementFormat::Bf16,
         ),
+        (ElementFormat::Q4_0, ElementFormat::Q4_1),
     ];
     let (k, v) = formats[input.format as usize % formats.len()];
     let cfg = CacheConfig::new(SHAPE)
