@@ -67,6 +67,17 @@
 // head_dim a multiple of 32.
 #define EKV_FORMAT_Q4_1 6
 
+// `ekv_format_t.rotation`: rows stored as written.
+#define EKV_ROTATION_NONE 0
+
+// `ekv_format_t.rotation`: rows stored after an orthonormal Walsh-Hadamard transform (queries
+// rotated alike for K, outputs rotated back for V; reads give the rows rotated back).
+#define EKV_ROTATION_HADAMARD 1
+
+// `ekv_format_t.rotation`: as `EKV_ROTATION_HADAMARD` after a fixed +-1 sign per element (bit
+// `i mod 64` of 0x243F6A8885A308D3 set: -1).
+#define EKV_ROTATION_SIGNED_HADAMARD 2
+
 // Keys (`kv` arguments).
 #define EKV_K 0
 
@@ -113,8 +124,9 @@ typedef struct {
   uint16_t tile;
   // `EKV_FORMAT_FP8_TILE`: 1 for a bf16 model (bf16 scales rounding and tail), else 0.
   uint8_t bf16;
-  // Must be 0.
-  uint8_t reserved;
+  // One of `EKV_ROTATION_*` (0: none): how this half's rows are rotated before they are
+  // stored (head_dim a power of two up to 256 when not 0).
+  uint8_t rotation;
 } ekv_format_t;
 
 // Everything a cache is configured with (see `ekv_config_init` for the defaults).
@@ -844,14 +856,15 @@ ekv_status_t ekv_attention_params_init(ekv_attention_params_t *params,
                                        uint16_t q_heads,
                                        uint16_t head_dim);
 
-// The `float`s of scratch `ekv_attention` needs: `q_heads x (page_tokens + 2 + head_dim)`
-// (running maxima and sums, a page of scores, the query quantized for int8 keys; the same as
-// `ekv_cache_attention_scratch_len`, which takes `page_tokens` and `head_dim` from the cache).
+// The `float`s of scratch `ekv_attention` needs without rotated keys:
+// `q_heads x (page_tokens + 2 + head_dim)` (running maxima and sums, a page of scores, the
+// query quantized for int8 keys). `ekv_cache_attention_scratch_len` answers for a cache, rotated
+// keys included (`q_heads x head_dim` more).
 size_t ekv_attention_scratch_len(uint16_t q_heads, uint16_t page_tokens, uint16_t head_dim);
 
 // The `float`s of scratch `ekv_attention` needs on this cache with `q_heads` query heads
-// (`q_heads x (page_tokens + 2 + head_dim)` with the cache's `page_tokens` and `head_dim`),
-// written to `out`.
+// (`q_heads x (page_tokens + 2 + head_dim)` with the cache's `page_tokens` and `head_dim`, and
+// `q_heads x head_dim` more when its keys are rotated), written to `out`.
 //
 // Errors: `EKV_ERR_NULL`, `EKV_ERR_BAD_HANDLE`, `EKV_ERR_HEAD_MISMATCH` (`q_heads` not a
 // nonzero multiple of the cache's `kv_heads`).

@@ -1,7 +1,7 @@
 //! Writing and reading K/V rows, and attention over a sequence's pages. Buffer lengths are in
 //! elements (`float` or `uint16_t` f16 bits), `[n][kv_heads][head_dim]` token-major.
 
-use edgekv::attention::{AttentionParams, scratch_len};
+use edgekv::attention::{AttentionParams, scratch_len, scratch_len_for};
 use edgekv::{Element, SeqId};
 use half::f16;
 
@@ -287,9 +287,10 @@ pub unsafe extern "C" fn ekv_attention_params_init(
     }))
 }
 
-/// The `float`s of scratch `ekv_attention` needs: `q_heads x (page_tokens + 2 + head_dim)`
-/// (running maxima and sums, a page of scores, the query quantized for int8 keys; the same as
-/// `ekv_cache_attention_scratch_len`, which takes `page_tokens` and `head_dim` from the cache).
+/// The `float`s of scratch `ekv_attention` needs without rotated keys:
+/// `q_heads x (page_tokens + 2 + head_dim)` (running maxima and sums, a page of scores, the
+/// query quantized for int8 keys). `ekv_cache_attention_scratch_len` answers for a cache, rotated
+/// keys included (`q_heads x head_dim` more).
 #[unsafe(no_mangle)]
 pub extern "C" fn ekv_attention_scratch_len(
     q_heads: u16,
@@ -300,8 +301,8 @@ pub extern "C" fn ekv_attention_scratch_len(
 }
 
 /// The `float`s of scratch `ekv_attention` needs on this cache with `q_heads` query heads
-/// (`q_heads x (page_tokens + 2 + head_dim)` with the cache's `page_tokens` and `head_dim`),
-/// written to `out`.
+/// (`q_heads x (page_tokens + 2 + head_dim)` with the cache's `page_tokens` and `head_dim`, and
+/// `q_heads x head_dim` more when its keys are rotated), written to `out`.
 ///
 /// Errors: `EKV_ERR_NULL`, `EKV_ERR_BAD_HANDLE`, `EKV_ERR_HEAD_MISMATCH` (`q_heads` not a
 /// nonzero multiple of the cache's `kv_heads`).
@@ -326,7 +327,7 @@ pub unsafe extern "C" fn ekv_cache_attention_scratch_len(
             if q_heads == 0 || q_heads % kv_heads != 0 {
                 return Err(Fail(EKV_ERR_HEAD_MISMATCH));
             }
-            Ok(scratch_len(q_heads, cfg.page_tokens, cfg.shape.head_dim))
+            Ok(scratch_len_for(&cfg, q_heads))
         })
     })
 }

@@ -192,19 +192,39 @@ fn q4_pages_store_ggml_blocks() {
         assert_eq!(back, want, "{kind:?}");
         assert_ne!(back, x, "{kind:?}: quantized");
     }
-    cfg.v_format.group = 32;
-    // SAFETY: valid pointers.
-    assert_eq!(
-        unsafe { ekv_plan(&cfg, 4096, &mut plan) },
-        EKV_ERR_INVALID_ARGUMENT
-    );
+    // Rotated V rows read back rotated back: near what was written.
+    cfg.v_format.rotation = EKV_ROTATION_SIGNED_HADAMARD;
+    let f = Fixture::new(&cfg);
+    let s = f.seq(3);
+    let mut back = vec![0f32; x.len()];
+    // SAFETY: live cache, valid buffers of the stated lengths.
+    unsafe {
+        assert_eq!(
+            ekv_write_f32(f.h(), s, 0, EKV_V, 0, x.as_ptr(), x.len()),
+            EKV_OK
+        );
+        assert_eq!(
+            ekv_read_f32(f.h(), s, 0, EKV_V, 0, back.as_mut_ptr(), back.len()),
+            EKV_OK
+        );
+    }
+    let err = back
+        .iter()
+        .zip(&x)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(err > 0.0 && err < 1.5, "rotated Q4_1 error {err}");
+    for (rotation, group) in [(3, 0), (0, 32)] {
+        (cfg.v_format.rotation, cfg.v_format.group) = (rotation, group);
+        // SAFETY: valid pointers.
+        let rc = unsafe { ekv_plan(&cfg, 4096, &mut plan) };
+        assert_eq!(rc, EKV_ERR_INVALID_ARGUMENT);
+    }
     let mut small = config();
     small.k_format.kind = EKV_FORMAT_Q4_1;
     // SAFETY: valid pointers.
-    assert_eq!(
-        unsafe { ekv_plan(&small, 4096, &mut plan) },
-        EKV_ERR_INVALID_FORMAT
-    );
+    let rc = unsafe { ekv_plan(&small, 4096, &mut plan) };
+    assert_eq!(rc, EKV_ERR_INVALID_FORMAT);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! Enumerations cross the boundary as plain integers (`uint32_t`) and are range-checked here, so
 //! an out-of-range value is [`EKV_ERR_INVALID_ARGUMENT`], never an invalid Rust enum.
 
-use edgekv::{CacheConfig, ElementFormat, Kv, Pool, SeqMode, Shape};
+use edgekv::{CacheConfig, ElementFormat, Kv, Pool, Rotation, SeqMode, Shape};
 
 use super::status::{EKV_ERR_INVALID_ARGUMENT, Fail, Res};
 
@@ -33,6 +33,15 @@ pub const EKV_FORMAT_Q4_0: u32 = 5;
 /// `ekv_format_t.kind`: ggml Q4_1 blocks (32 values, f16 scale and minimum, 4-bit codes);
 /// head_dim a multiple of 32.
 pub const EKV_FORMAT_Q4_1: u32 = 6;
+
+/// `ekv_format_t.rotation`: rows stored as written.
+pub const EKV_ROTATION_NONE: u8 = 0;
+/// `ekv_format_t.rotation`: rows stored after an orthonormal Walsh-Hadamard transform (queries
+/// rotated alike for K, outputs rotated back for V; reads give the rows rotated back).
+pub const EKV_ROTATION_HADAMARD: u8 = 1;
+/// `ekv_format_t.rotation`: as `EKV_ROTATION_HADAMARD` after a fixed +-1 sign per element (bit
+/// `i mod 64` of 0x243F6A8885A308D3 set: -1).
+pub const EKV_ROTATION_SIGNED_HADAMARD: u8 = 2;
 
 /// Keys (`kv` arguments).
 pub const EKV_K: u32 = 0;
@@ -73,15 +82,26 @@ pub struct EkvFormat {
     pub tile: u16,
     /// `EKV_FORMAT_FP8_TILE`: 1 for a bf16 model (bf16 scales rounding and tail), else 0.
     pub bf16: u8,
-    /// Must be 0.
-    pub reserved: u8,
+    /// One of `EKV_ROTATION_*` (0: none): how this half's rows are rotated before they are
+    /// stored (head_dim a power of two up to 256 when not 0).
+    pub rotation: u8,
 }
 
 impl EkvFormat {
+    /// The half's rotation, or `EKV_ERR_INVALID_ARGUMENT` (an unknown value).
+    pub(crate) fn rotation(self) -> Res<Rotation> {
+        match self.rotation {
+            EKV_ROTATION_NONE => Ok(Rotation::None),
+            EKV_ROTATION_HADAMARD => Ok(Rotation::Hadamard),
+            EKV_ROTATION_SIGNED_HADAMARD => Ok(Rotation::SignedHadamard),
+            _ => Err(Fail(EKV_ERR_INVALID_ARGUMENT)),
+        }
+    }
+
     /// The Rust format, or `EKV_ERR_INVALID_ARGUMENT` (unknown kind, nonzero unused field).
     pub(crate) fn to_rust(self) -> Res<ElementFormat> {
         let bad = Err(Fail(EKV_ERR_INVALID_ARGUMENT));
-        if self.reserved != 0 || self.bf16 > 1 {
+        if self.bf16 > 1 {
             return bad;
         }
         let plain = self.group == 0 && self.dv == 0 && self.tile == 0 && self.bf16 == 0;
@@ -193,6 +213,7 @@ impl EkvConfig {
         let config = CacheConfig::new(shape)
             .with_page_tokens(self.page_tokens)
             .with_formats(self.k_format.to_rust()?, self.v_format.to_rust()?)
+            .with_rotations(self.k_format.rotation()?, self.v_format.rotation()?)
             .with_align(self.align as usize)
             .with_sequences(self.max_seqs, self.max_seq_tokens)
             .with_chunk_tokens(self.chunk_tokens)

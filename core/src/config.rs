@@ -1,7 +1,7 @@
 //! [`CacheConfig`]: everything a cache is configured with, and its builder methods. What a
 //! configuration plans to (geometry, arena sizes) is the planner's (`crate::planner`).
 
-use crate::format::ElementFormat;
+use crate::format::{ElementFormat, Rotation};
 use crate::planner::MIN_ALIGN;
 use crate::shape::Shape;
 
@@ -17,6 +17,10 @@ pub struct CacheConfig {
     pub k_format: ElementFormat,
     /// Storage format of value pages.
     pub v_format: ElementFormat,
+    /// Rotation of key rows before they are stored (queries are rotated alike in attention).
+    pub k_rotation: Rotation,
+    /// Rotation of value rows before they are stored (attention rotates its output back).
+    pub v_rotation: Rotation,
     /// Data-arena alignment and pool-stride granule: a power of two ≥ [`MIN_ALIGN`] and ≥ the
     /// target's data-cache line.
     pub align: usize,
@@ -50,6 +54,8 @@ impl CacheConfig {
             page_tokens: 16,
             k_format: ElementFormat::F32,
             v_format: ElementFormat::F32,
+            k_rotation: Rotation::None,
+            v_rotation: Rotation::None,
             align: MIN_ALIGN,
             max_seqs: 8,
             max_seq_tokens: 8192,
@@ -96,6 +102,16 @@ impl CacheConfig {
     pub const fn with_formats(mut self, k: ElementFormat, v: ElementFormat) -> Self {
         self.k_format = k;
         self.v_format = v;
+        self
+    }
+
+    /// Sets the K and V rotations (see [`Rotation`]; head_dim must be a power of two up to
+    /// [`MAX_ROTATED_DIM`](crate::MAX_ROTATED_DIM) for either to be on). Rows are stored
+    /// rotated and read back rotated back; attention gives what it gives over unrotated rows,
+    /// up to the format's rounding.
+    pub const fn with_rotations(mut self, k: Rotation, v: Rotation) -> Self {
+        self.k_rotation = k;
+        self.v_rotation = v;
         self
     }
 

@@ -44,7 +44,7 @@ pub use arena::{HeapArena, HeapArenas};
 pub use cache::{InvariantViolation, KvCache, Stats};
 pub use config::CacheConfig;
 pub use error::{ConfigError, Error, Result};
-pub use format::{Element, ElementFormat};
+pub use format::{Element, ElementFormat, MAX_ROTATED_DIM, Rotation};
 pub use planner::{
     ArenaSizes, MAX_PAGES, META_ALIGN, MIN_ALIGN, MetaLayout, PageGeometry, Plan, Pool, PoolKind,
 };

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Arenas, invariants};
-use edgekv::attention::{AttentionParams, scratch_len};
+use edgekv::attention::{AttentionParams, scratch_len, scratch_len_for};
 use edgekv::{
     CacheConfig, ConfigError, ElementFormat, Error, FreeList, Kv, KvCache, SeqId, SeqMode, Shape,
 };
@@ -149,7 +149,7 @@ fn attend(
     p: &AttentionParams,
 ) -> Vec<f32> {
     let mut out = vec![0f32; q.len()];
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8, SHAPE.head_dim)];
+    let mut scratch = vec![0f32; scratch_len_for(c.config(), Q_HEADS)];
     c.attention(s, layer, start, q, &mut out, p, &mut scratch)
         .unwrap();
     out
@@ -193,6 +193,69 @@ fn every_format_matches_the_dense_reference_on_its_stored_values() {
         }
         invariants(&c);
     }
+}
+
+/// Rotated halves: rows read back rotated back (f32 pages: the written values to the
+/// transforms' rounding), and attention over the rotated pages (queries rotated for K, output
+/// rotated back for V) matches the dense reference over the read-back rows. Rotation spreads
+/// the outliers of `values`, so rotated Q4_0 rows read back closer to what was written.
+#[test]
+fn rotated_rows_attend_as_their_read_back_values() {
+    use edgekv::Rotation::{Hadamard, None as Plain, SignedHadamard};
+    let n = if cfg!(miri) { 10 } else { 40 };
+    let err_of = |c: &KvCache<'_>, s, kv, want: &[f32]| {
+        let mut back = vec![0f32; want.len()];
+        c.read(s, 1, kv, 0, &mut back).unwrap();
+        let amax = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        back.iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max)
+            / amax
+    };
+    let v_written = values(101, n as usize * KV_ROW);
+    let mut q4_err = [0f32; 2];
+    let cases = [
+        (
+            ElementFormat::F32,
+            Hadamard,
+            ElementFormat::F32,
+            SignedHadamard,
+        ),
+        (
+            ElementFormat::Q4_0,
+            SignedHadamard,
+            ElementFormat::Q4_0,
+            SignedHadamard,
+        ),
+        (ElementFormat::Q8_0, Plain, ElementFormat::Q4_0, Hadamard),
+        (ElementFormat::Q4_0, Plain, ElementFormat::Q4_0, Plain),
+    ];
+    for (i, (kf, kr, vf, vr)) in cases.into_iter().enumerate() {
+        let cfg = cfg(kf, vf).with_rotations(kr, vr);
+        let mut a = Arenas::new::<FreeList>(&cfg, 24);
+        let mut c: KvCache = a.cache(cfg);
+        let s = filled(&mut c, n);
+        let err = err_of(&c, s, Kv::V, &v_written);
+        match i {
+            0 => assert!(err < 1e-6, "f32 rotated round trip: {err:e}"),
+            1 => q4_err[0] = err,
+            3 => q4_err[1] = err,
+            _ => {}
+        }
+        let p = AttentionParams::new(SHAPE, Q_HEADS);
+        let q = values(7, (n - 3) as usize * Q_ROW);
+        let got = attend(&c, s, 1, 3, &q, &p);
+        let want = reference(&c, s, 1, 3, &q, None);
+        let e = max_rel_err(&got, &want);
+        assert!(e < 1e-5, "{kf:?} {kr:?} / {vf:?} {vr:?}: {e:e}");
+    }
+    assert!(
+        q4_err[0] < q4_err[1],
+        "rotated Q4_0 {} vs plain {}",
+        q4_err[0],
+        q4_err[1]
+    );
 }
 
 #[test]

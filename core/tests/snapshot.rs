@@ -4,8 +4,8 @@
 use edgekv::attention::{AttentionParams, scratch_len};
 use edgekv::snapshot::{HEADER_BYTES, Header, RamFlash, SliceFlash, SnapshotError};
 use edgekv::{
-    CacheConfig, ConfigError, ElementFormat, Error, HeapArenas, Kv, KvCache, SeqId, SeqMode, Shape,
-    Stats,
+    CacheConfig, ConfigError, ElementFormat, Error, HeapArenas, Kv, KvCache, Rotation, SeqId,
+    SeqMode, Shape, Stats,
 };
 use embedded_storage::nor_flash::{ErrorType, NorFlashErrorKind, ReadNorFlash};
 
@@ -110,6 +110,30 @@ const FORMATS: [(ElementFormat, ElementFormat); 5] = [
     (ElementFormat::Int8 { group: 16 }, ElementFormat::Q8_0),
     (ElementFormat::Q4_1, ElementFormat::Q4_0),
 ];
+
+/// The rotation of each half is in the header (byte 1 of its format entry, at 24 and 32):
+/// encoded, decoded, and a value past the known ones is damage.
+#[test]
+fn header_carries_the_rotations() {
+    let cfg = config(ElementFormat::Q4_0, ElementFormat::Q4_1)
+        .with_rotations(Rotation::SignedHadamard, Rotation::Hadamard);
+    let h = Header::new(&cfg, 21, 7).unwrap();
+    let b = h.encode();
+    assert_eq!((b[25], b[33]), (2, 1));
+    let back = Header::decode(&b).unwrap();
+    assert_eq!(back, h);
+    assert_eq!(
+        (back.k_rotation, back.v_rotation),
+        (Rotation::SignedHadamard, Rotation::Hadamard)
+    );
+    assert!(h.matches(&cfg));
+    assert!(!h.matches(&cfg.with_rotations(Rotation::SignedHadamard, Rotation::None)));
+    for (at, bad) in [(25, 3u8), (33, 0xFF)] {
+        let mut d = b;
+        d[at] = bad;
+        assert_eq!(Header::decode(&d), Err(SnapshotError::CorruptSnapshot));
+    }
+}
 
 #[test]
 fn restore_reproduces_every_bit_in_another_cache() {
@@ -297,6 +321,11 @@ fn bad_images_are_refused_with_the_cache_unchanged() {
     // Another shape / format / page size: each its own cache.
     let others = [
         ("format", config(ElementFormat::Q8_0, ElementFormat::F32)),
+        (
+            "rotation",
+            config(ElementFormat::Q8_0, ElementFormat::F16)
+                .with_rotations(Rotation::None, Rotation::Hadamard),
+        ),
         (
             "page size",
             config(ElementFormat::Q8_0, ElementFormat::F16).with_page_tokens(16),

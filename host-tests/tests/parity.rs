@@ -44,7 +44,7 @@
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 
-use edgekv::ElementFormat;
+use edgekv::{ElementFormat, Rotation};
 use edgekv_parity::{
     Arenas, CASES, Case, DATA_BYTES, Digest, Event, KV_ROW, META_BYTES, OutputCrc, Q_HEADS, Q_ROW,
     SHAPE, WORK_F32, run,
@@ -115,6 +115,20 @@ fn delta(format: ElementFormat, x: &[f32]) -> Vec<f64> {
     }
 }
 
+/// [`delta`] of a head row stored rotated by `rot`: the bound of each element of the rotated row
+/// (`H · S · x`), carried back through `S · H`, whose entries are `±1 / √HD`: every element's
+/// error is at most `Σ_j δ_j / √HD`, plus the f32 rounding of the two transforms.
+fn delta_rotated(format: ElementFormat, rot: Rotation, x: &[f32]) -> Vec<f64> {
+    if rot == Rotation::None {
+        return delta(format, x);
+    }
+    let mut y = x.to_vec();
+    rot.forward(&mut y);
+    let spread = delta(format, &y).iter().sum::<f64>() / (HD as f64).sqrt();
+    let norm = x.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
+    vec![spread + norm * 2f64.powi(-19); x.len()]
+}
+
 /// Dense model of one sequence: per layer, original K and V rows and their rounding bounds.
 #[derive(Clone, Default)]
 struct Dense {
@@ -127,6 +141,7 @@ struct Dense {
 /// Mirrors a case's events into dense sequences and checks every attention block.
 struct Checker {
     formats: (ElementFormat, ElementFormat),
+    rotations: (Rotation, Rotation),
     seqs: BTreeMap<u8, Dense>,
     /// (|got − ref|, derived bound) per output element.
     errs: Vec<(f64, f64)>,
@@ -143,6 +158,7 @@ impl Checker {
     fn new(case: Case) -> Self {
         Checker {
             formats: case.formats(),
+            rotations: case.rotations(),
             seqs: BTreeMap::new(),
             errs: Vec::new(),
             max_ref: 0.0,
@@ -178,8 +194,9 @@ impl Checker {
                 d.v[l][at..end].copy_from_slice(v);
                 for (i, (kh, vh)) in k.chunks(HD).zip(v.chunks(HD)).enumerate() {
                     let o = at + i * HD;
-                    d.dk[l][o..o + HD].copy_from_slice(&delta(self.formats.0, kh));
-                    d.dv[l][o..o + HD].copy_from_slice(&delta(self.formats.1, vh));
+                    let (kr, vr) = self.rotations;
+                    d.dk[l][o..o + HD].copy_from_slice(&delta_rotated(self.formats.0, kr, kh));
+                    d.dv[l][o..o + HD].copy_from_slice(&delta_rotated(self.formats.1, vr, vh));
                 }
             }
             Event::Fork { parent, child } => {
@@ -461,6 +478,8 @@ fn quantized_formats_within_derived_bounds() {
         Case::PagedQ4_0,
         Case::PagedQ4_1,
         Case::PagedQ8KQ4V,
+        Case::PagedQ4_0Rot,
+        Case::PagedQ8KQ4VRot,
     ] {
         let o = assert_within_bound(case);
         // The same inputs as the f32 case: a nonzero error shows the format was applied.

@@ -23,6 +23,10 @@ pub enum Case {
     PagedQ4_1,
     /// Same inputs, K in Q8_0 pages and V in Q4_0 pages (mixed precision).
     PagedQ8KQ4V,
+    /// Same inputs over Q4_0 K and V pages, both halves rotated (signed Hadamard).
+    PagedQ4_0Rot,
+    /// Same inputs, K in Q8_0 pages and V in Q4_0 pages rotated (signed Hadamard).
+    PagedQ8KQ4VRot,
     /// 48 tokens (K int8 Q8_0, V f16), prefilled in chunks of 32 with each chunk's queries
     /// attended right after its rows are written, layer by layer.
     Chunked,
@@ -71,6 +75,8 @@ pub const CASES: &[Case] = &[
     Case::PagedQ4_0,
     Case::PagedQ4_1,
     Case::PagedQ8KQ4V,
+    Case::PagedQ4_0Rot,
+    Case::PagedQ8KQ4VRot,
     Case::Chunked,
     Case::OnePass,
     Case::PrefixWarm,
@@ -117,6 +123,8 @@ impl Case {
             Case::PagedQ4_0 => "paged_q4_0",
             Case::PagedQ4_1 => "paged_q4_1",
             Case::PagedQ8KQ4V => "paged_q8_0_k_q4_0_v",
+            Case::PagedQ4_0Rot => "paged_q4_0_rot",
+            Case::PagedQ8KQ4VRot => "paged_q8_0_k_q4_0_v_rot",
             Case::Chunked => "prefill_chunked",
             Case::OnePass => "prefill_one_pass",
             Case::PrefixWarm => "prefix_warm",
@@ -145,9 +153,11 @@ impl Case {
                 group: SHAPE.head_dim,
             },
             Case::PagedFp8Tile => FP8_TILE,
-            Case::PagedQ4_0 => ElementFormat::Q4_0,
+            Case::PagedQ4_0 | Case::PagedQ4_0Rot => ElementFormat::Q4_0,
             Case::PagedQ4_1 => ElementFormat::Q4_1,
-            Case::PagedQ8KQ4V => return (ElementFormat::Q8_0, ElementFormat::Q4_0),
+            Case::PagedQ8KQ4V | Case::PagedQ8KQ4VRot => {
+                return (ElementFormat::Q8_0, ElementFormat::Q4_0);
+            }
             Case::Chunked | Case::OnePass | Case::SnapshotCold | Case::SnapshotRestored => {
                 return (ElementFormat::Q8_0, ElementFormat::F16);
             }
@@ -156,10 +166,20 @@ impl Case {
         (f, f)
     }
 
+    /// The K and V rotations.
+    pub const fn rotations(self) -> (Rotation, Rotation) {
+        match self {
+            Case::PagedQ4_0Rot => (Rotation::SignedHadamard, Rotation::SignedHadamard),
+            Case::PagedQ8KQ4VRot => (Rotation::None, Rotation::SignedHadamard),
+            _ => (Rotation::None, Rotation::None),
+        }
+    }
+
     /// The cache configuration the case runs on.
     pub const fn config(self) -> CacheConfig {
         let (k, v) = self.formats();
-        base(k, v)
+        let (kr, vr) = self.rotations();
+        base(k, v).with_rotations(kr, vr)
     }
 
     /// The attention parameters of every call of the case.

@@ -47,10 +47,11 @@ use core::ops::Range;
 pub mod snapshot;
 
 use crc::{CRC_32_ISO_HDLC, Crc};
-use edgekv::attention::{AttentionParams, scratch_len};
+use edgekv::attention::{AttentionParams, scratch_len_for};
 use edgekv::prefix::plan_prefill;
 use edgekv::{
-    CacheConfig, ElementFormat, FreeList, KvCache, META_ALIGN, PageAllocator, SeqId, SeqMode, Shape,
+    CacheConfig, ElementFormat, FreeList, KvCache, META_ALIGN, PageAllocator, Rotation, SeqId,
+    SeqMode, Shape,
 };
 
 mod cases;

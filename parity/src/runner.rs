@@ -182,6 +182,8 @@ impl<F: FnMut(Event<'_>)> Runner<'_, F> {
             | Case::PagedQ4_0
             | Case::PagedQ4_1
             | Case::PagedQ8KQ4V
+            | Case::PagedQ4_0Rot
+            | Case::PagedQ8KQ4VRot
             | Case::WindowSinks
             | Case::WindowSlide => {
                 let s = self.new_seq()?;

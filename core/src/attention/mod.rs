@@ -21,4 +21,4 @@ pub(crate) mod page;
 mod params;
 pub(crate) mod query;
 
-pub use params::{AttentionParams, Window, scratch_len};
+pub use params::{AttentionParams, Window, scratch_len, scratch_len_for};

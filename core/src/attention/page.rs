@@ -8,13 +8,15 @@ use super::kernels::{Row, add_scaled, dot_lanes};
 use super::query::{self, QueryCodes};
 use crate::arch::{self, Isa};
 use crate::error::Result;
-use crate::format::{ElementFormat, LANES};
+use crate::format::{ElementFormat, LANES, Rotation};
 
 /// Every query row `q` (`[n][q_heads][head_dim]`, absolute positions from `start`) over the keys
 /// `[0, t]` of its position `t` (or the window's subset), into `out` (same shape). `page(i)` gives
 /// the K and V bytes of the sequence's `i`-th page; the caller checked that every page a query
 /// needs is there (an error from `page` ends the call with `out` partly written). `scratch` holds
-/// each query head's running max and sum, then one page of scores per head.
+/// each query head's running max and sum, one page of scores per head, the rotated query row
+/// (rotated K) and the quantized one (int8 K). With rotated V rows, each output row is rotated
+/// back at the end.
 ///
 /// `page` is a trait object, not a generic: the page loop and every kernel under it are then
 /// compiled once, in this crate, instead of again in each crate that calls the (allocator-generic)
@@ -35,6 +37,7 @@ pub(crate) fn attend<'d>(
     let (max, rest) = scratch.split_at_mut(q_heads);
     let (sum, rest) = rest.split_at_mut(q_heads);
     let (scores, rest) = rest.split_at_mut(q_heads * p);
+    let (q_rot, rest) = rest.split_at_mut(if l.k_rot.is_some() { row } else { 0 });
     let (codes, qscales) = query::split(rest, row);
     let int8_keys = query::int8_group(l.k_fmt);
     for (qi, (q_rows, out_rows)) in q
@@ -43,6 +46,15 @@ pub(crate) fn attend<'d>(
         .enumerate()
     {
         let t = start + qi as u32;
+        let q_rows = if l.k_rot.is_some() {
+            q_rot.copy_from_slice(q_rows);
+            for h in q_rot.chunks_exact_mut(hd) {
+                l.k_rot.forward(h);
+            }
+            &*q_rot
+        } else {
+            q_rows
+        };
         if let Some(g) = int8_keys {
             query::quantize(q_rows, g, l.scale, codes, qscales);
         }
@@ -78,9 +90,10 @@ pub(crate) fn attend<'d>(
         }
         for (h, oh) in out_rows.chunks_exact_mut(hd).enumerate() {
             let inv = 1.0 / sum[h];
-            for o in oh {
+            for o in oh.iter_mut() {
                 *o *= inv;
             }
+            l.v_rot.inverse(oh);
         }
     }
     Ok(())
@@ -90,6 +103,9 @@ pub(crate) fn attend<'d>(
 pub(crate) struct Layout {
     pub(crate) k_fmt: ElementFormat,
     pub(crate) v_fmt: ElementFormat,
+    /// How K and V rows were rotated before they were stored.
+    pub(crate) k_rot: Rotation,
+    pub(crate) v_rot: Rotation,
     /// Value and scale bytes of one token (all heads) and of one head, for K and V.
     pub(crate) k_row: usize,
     pub(crate) v_row: usize,

@@ -1,6 +1,7 @@
 //! What to compute: the score scale, grouped query heads, an optional sliding window with
 //! sinks; and the scratch a call needs.
 
+use crate::config::CacheConfig;
 use crate::shape::Shape;
 
 /// A sliding window with attention sinks: query position `t` sees key `j ≤ t` when `j < sinks`
@@ -57,10 +58,24 @@ impl AttentionParams {
     }
 }
 
-/// `f32`s of scratch [`KvCache::attention`](crate::KvCache::attention) needs: per query head a
-/// running max and sum, one page of scores, and its query row quantized for int8 keys (16-bit
-/// codes and per-group scales): `q_heads · (page_tokens + 2 + head_dim)`.
+/// `f32`s of scratch [`KvCache::attention`](crate::KvCache::attention) needs without rotated
+/// keys: per query head a running max and sum, one page of scores, and its query row quantized
+/// for int8 keys (16-bit codes and per-group scales): `q_heads · (page_tokens + 2 + head_dim)`.
+/// [`scratch_len_for`] answers for any configuration.
 pub const fn scratch_len(q_heads: u16, page_tokens: u16, head_dim: u16) -> usize {
     q_heads as usize * (page_tokens as usize + 2)
         + super::query::slots(q_heads as usize, head_dim as usize)
+}
+
+/// `f32`s of scratch [`KvCache::attention`](crate::KvCache::attention) needs in a cache
+/// configured as `config`: [`scratch_len`], plus room for each query row rotated
+/// (`q_heads · head_dim`) when keys are rotated.
+pub const fn scratch_len_for(config: &CacheConfig, q_heads: u16) -> usize {
+    let hd = config.shape.head_dim;
+    let base = scratch_len(q_heads, config.page_tokens, hd);
+    if config.k_rotation.is_some() {
+        base + q_heads as usize * hd as usize
+    } else {
+        base
+    }
 }

@@ -4,7 +4,7 @@
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator};
 use crate::attention::page::{Layout, PageSlices, attend};
-use crate::attention::{AttentionParams, scratch_len};
+use crate::attention::{AttentionParams, scratch_len_for};
 use crate::error::{ConfigError, Error, Result};
 use crate::planner::PoolKind;
 use crate::sequence::SeqId;
@@ -14,7 +14,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Causal attention of queries at absolute positions `[start, start + n)` of `seq` over its
     /// keys and values in `layer`: query position `t` attends to keys `[0, t]` (or the window's
     /// subset). `q` and `out` are `[n][q_heads][head_dim]` f32; `scratch` holds at least
-    /// [`scratch_len`] f32s. Softmax runs online, one rescale per
+    /// [`scratch_len_for`] f32s ([`scratch_len`](crate::attention::scratch_len) without rotated
+    /// keys). Softmax runs online, one rescale per
     /// page, in f32 with `libm::expf`'s exact bits (evaluated eight weights at a time); fp8 pages
     /// are dequantized inside the dot products, int8 keys score against the query rounded to
     /// 16-bit codes per key group (exact integer sums per group; see the crate README), int8
@@ -71,7 +72,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let p = self.config.page_tokens as usize;
         let group = q_heads / kv_heads;
         let scratch = scratch
-            .get_mut(..scratch_len(params.q_heads, self.config.page_tokens, shape.head_dim))
+            .get_mut(..scratch_len_for(&self.config, params.q_heads))
             .ok_or(Error::LengthMismatch)?;
         let table = self.seqs.table(slot);
         // Every key page any query needs, checked before `out` is written.
@@ -82,6 +83,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let layout = Layout {
             k_fmt: self.config.k_format,
             v_fmt: self.config.v_format,
+            k_rot: self.config.k_rotation,
+            v_rot: self.config.v_rotation,
             k_row,
             v_row,
             k_srow,

@@ -6,7 +6,7 @@ use core::ops::Range;
 
 use crate::alloc::{NO_PAGE, PageId};
 use crate::error::{ConfigError, Error, Result};
-use crate::format::{Element, ElementFormat, decode_rows, encode_rows};
+use crate::format::{Element, ElementFormat, Rotation, decode_rotated, encode_rotated};
 use crate::planner::Plan;
 use crate::pool::PageState;
 use crate::sequence::SeqId;
@@ -86,10 +86,12 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let slot = self.seqs.slot(seq)?;
         let n = self.check_rows(slot, layer, start, out.len())?;
         let (fmt, row_elems, head_dim) = self.row_format(kv);
+        let rot = self.rotation(kv);
         for run in PageRuns::new(self.seqs.table(slot), self.config.page_tokens, start, n) {
             let (vals, scales) = run_ranges(&self.plan, layer, kv, &run);
-            decode_rows(
+            decode_rotated(
                 fmt,
+                rot,
                 head_dim,
                 &self.data[vals],
                 &self.data[scales],
@@ -160,6 +162,13 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     }
 
     /// The format of K or V pages, elements per token row, and head_dim.
+    fn rotation(&self, kv: Kv) -> Rotation {
+        match kv {
+            Kv::K => self.config.k_rotation,
+            Kv::V => self.config.v_rotation,
+        }
+    }
+
     fn row_format(&self, kv: Kv) -> (ElementFormat, usize, usize) {
         let fmt = match kv {
             Kv::K => self.config.k_format,
@@ -239,6 +248,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         rows: &[T],
     ) -> Result<()> {
         let (fmt, row_elems, head_dim) = self.row_format(kv);
+        let rot = self.rotation(kv);
         let n = rows.len() / row_elems;
         // A field borrow: the table is read while `data` is written.
         let table = self.seqs.table(slot);
@@ -247,8 +257,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             // The scale pool follows the value pool of the same layer and K/V (and is empty
             // without scales), so one split gives both ranges.
             let (head, tail) = self.data.split_at_mut(scales.start.max(vals.end));
-            encode_rows(
+            encode_rotated(
                 fmt,
+                rot,
                 head_dim,
                 &rows[run.done * row_elems..(run.done + run.count) * row_elems],
                 &mut head[vals],

@@ -6,6 +6,9 @@
 //! - [`int4`]: ggml's Q4_0 / Q4_1 blocks of 32 values with f16 scales (and minima).
 //! - [`fp8`]: FP8 E4M3 tiles with f32 scales and a raw tail (SGLang NSA rows).
 //!
+//! [`Rotation`] (`rotation`): the optional Walsh–Hadamard transform of head rows before any
+//! format stores them.
+//!
 //! Shared by all: [`Element`] (the caller's types), `load` (how the codecs read elements),
 //! `decode` (the interface to the attention kernels). [`ElementFormat`] and the row codecs below
 //! dispatch on the format. ISA-specific builds of a codec live in `crate::arch`.
@@ -17,11 +20,14 @@ pub(crate) mod fp8;
 pub(crate) mod int4;
 pub(crate) mod int8;
 pub(crate) mod load;
+mod rotation;
 
 pub(crate) use decode::{Decode, LANES, f32_at, u16_at};
 pub use element::Element;
 
 pub use int4::Q4Kind;
+pub use rotation::{MAX_ROTATED_DIM, Rotation};
+pub(crate) use rotation::{decode_rotated, encode_rotated};
 
 use crate::error::{ConfigError, Error, Result};
 

@@ -110,6 +110,8 @@ impl CacheConfig {
         }
         let p = self.page_tokens as usize;
         let (heads, dim) = (s.kv_heads as usize, s.head_dim as usize);
+        tri!(self.k_rotation.check(dim));
+        tri!(self.v_rotation.check(dim));
         let k_row = tri!(self.k_format.row_bytes(heads, dim));
         let v_row = tri!(self.v_format.row_bytes(heads, dim));
         let k_srow = tri!(self.k_format.scale_row_bytes(heads, dim));

@@ -4,7 +4,7 @@ use core::ops::Range;
 
 use super::SnapshotError;
 use crate::error::ConfigError;
-use crate::format::{ElementFormat, Q4Kind};
+use crate::format::{ElementFormat, Q4Kind, Rotation};
 use crate::planner::{CacheConfig, PoolKind};
 use crate::shape::Shape;
 
@@ -29,6 +29,10 @@ pub struct Header {
     pub k_format: ElementFormat,
     /// V page format.
     pub v_format: ElementFormat,
+    /// Rotation of the K rows.
+    pub k_rotation: Rotation,
+    /// Rotation of the V rows.
+    pub v_rotation: Rotation,
     /// Token count.
     pub tokens: u32,
     /// Pages: `ceil(tokens / page_tokens)`.
@@ -93,9 +97,9 @@ const _: () = assert!(F_RESERVED.end() == HEADER_BYTES);
 // A format entry (`F_K_FORMAT`, `F_V_FORMAT`), field after field.
 const FORMAT_BYTES: usize = 8;
 const E_CODE: Field = Field::first(1);
-/// Zero.
-const E_PAD: Field = Field::after(E_CODE, 1);
-const E_A: Field = Field::after(E_PAD, 2);
+/// The half's rotation: 0 none, 1 Hadamard, 2 signed Hadamard (zero before rotations existed).
+const E_ROTATION: Field = Field::after(E_CODE, 1);
+const E_A: Field = Field::after(E_ROTATION, 2);
 const E_B: Field = Field::after(E_A, 2);
 const E_FLAG: Field = Field::after(E_B, 1);
 /// Zero.
@@ -122,7 +126,7 @@ fn get32(b: &[u8], f: Field) -> u32 {
     u32::from_le_bytes(get(b, f))
 }
 
-fn encode_format(f: ElementFormat) -> [u8; FORMAT_BYTES] {
+fn encode_format(f: ElementFormat, r: Rotation) -> [u8; FORMAT_BYTES] {
     let (code, a, b, flag) = match f {
         ElementFormat::F32 => (1u8, 0u16, 0u16, 0u8),
         ElementFormat::F16 => (2, 0, 0, 0),
@@ -134,17 +138,29 @@ fn encode_format(f: ElementFormat) -> [u8; FORMAT_BYTES] {
     };
     let mut e = [0u8; FORMAT_BYTES];
     put(&mut e, E_CODE, &[code]);
+    let rot = match r {
+        Rotation::None => 0u8,
+        Rotation::Hadamard => 1,
+        Rotation::SignedHadamard => 2,
+    };
+    put(&mut e, E_ROTATION, &[rot]);
     put(&mut e, E_A, &a.to_le_bytes());
     put(&mut e, E_B, &b.to_le_bytes());
     put(&mut e, E_FLAG, &[flag]);
     e
 }
 
-fn decode_format(e: &[u8]) -> Result<ElementFormat, SnapshotError> {
+fn decode_format(e: &[u8]) -> Result<(ElementFormat, Rotation), SnapshotError> {
     let (a, b) = (get16(e, E_A), get16(e, E_B));
     let [code] = get(e, E_CODE);
     let [flag] = get(e, E_FLAG);
-    Ok(match (code, flag) {
+    let rot = match get(e, E_ROTATION) {
+        [0] => Rotation::None,
+        [1] => Rotation::Hadamard,
+        [2] => Rotation::SignedHadamard,
+        _ => return Err(SnapshotError::CorruptSnapshot),
+    };
+    let f = match (code, flag) {
         (1, 0) => ElementFormat::F32,
         (2, 0) => ElementFormat::F16,
         (3, 0) => ElementFormat::Bf16,
@@ -158,7 +174,8 @@ fn decode_format(e: &[u8]) -> Result<ElementFormat, SnapshotError> {
             kind: if a == 0 { Q4Kind::Q4_0 } else { Q4Kind::Q4_1 },
         },
         _ => return Err(SnapshotError::CorruptSnapshot),
-    })
+    };
+    Ok((f, rot))
 }
 
 impl Header {
@@ -192,6 +209,8 @@ impl Header {
             page_tokens: config.page_tokens,
             k_format: config.k_format,
             v_format: config.v_format,
+            k_rotation: config.k_rotation,
+            v_rotation: config.v_rotation,
             tokens,
             pages: fits(pages)?,
             payload: fits(payload)?,
@@ -210,8 +229,16 @@ impl Header {
         put(&mut b, F_KV_HEADS, &self.shape.kv_heads.to_le_bytes());
         put(&mut b, F_HEAD_DIM, &self.shape.head_dim.to_le_bytes());
         put(&mut b, F_PAGE_TOKENS, &self.page_tokens.to_le_bytes());
-        put(&mut b, F_K_FORMAT, &encode_format(self.k_format));
-        put(&mut b, F_V_FORMAT, &encode_format(self.v_format));
+        put(
+            &mut b,
+            F_K_FORMAT,
+            &encode_format(self.k_format, self.k_rotation),
+        );
+        put(
+            &mut b,
+            F_V_FORMAT,
+            &encode_format(self.v_format, self.v_rotation),
+        );
         put(&mut b, F_TOKENS, &self.tokens.to_le_bytes());
         put(&mut b, F_PAGES, &self.pages.to_le_bytes());
         put(&mut b, F_PAYLOAD, &self.payload.to_le_bytes());
@@ -242,12 +269,12 @@ impl Header {
             kv_heads: get16(b, F_KV_HEADS),
             head_dim: get16(b, F_HEAD_DIM),
         };
+        let (k, k_rot) = decode_format(&b[F_K_FORMAT.range()])?;
+        let (v, v_rot) = decode_format(&b[F_V_FORMAT.range()])?;
         let config = CacheConfig::new(shape)
             .with_page_tokens(get16(b, F_PAGE_TOKENS))
-            .with_formats(
-                decode_format(&b[F_K_FORMAT.range()])?,
-                decode_format(&b[F_V_FORMAT.range()])?,
-            );
+            .with_formats(k, v)
+            .with_rotations(k_rot, v_rot);
         let fingerprint = u64::from_le_bytes(get(b, F_FINGERPRINT));
         // A shape or format that does not plan is damage too.
         let expected = Header::new(&config, get32(b, F_TOKENS), fingerprint)
@@ -264,5 +291,7 @@ impl Header {
             && self.page_tokens == config.page_tokens
             && self.k_format == config.k_format
             && self.v_format == config.v_format
+            && self.k_rotation == config.k_rotation
+            && self.v_rotation == config.v_rotation
     }
 }

@@ -3,7 +3,7 @@
 
 use std::vec::Vec;
 
-use edgekv::attention::{AttentionParams, scratch_len};
+use edgekv::attention::{AttentionParams, scratch_len_for};
 use edgekv::{CacheConfig, HeapArena, KvCache, META_ALIGN, PageAllocator, Pool, SeqMode};
 
 use super::{AttentionJob, JobId, JobStatus, KvBinding, NpuQueue};
@@ -125,11 +125,7 @@ impl<'m> SoftwareNpu<'m> {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         let mut out = std::vec![0f32; n];
-        let mut scratch = std::vec![0f32; scratch_len(
-            job.params.q_heads,
-            job.config.page_tokens,
-            job.config.shape.head_dim,
-        )];
+        let mut scratch = std::vec![0f32; scratch_len_for(&job.config, job.params.q_heads)];
         cache.attention(seq, 0, job.start, &q, &mut out, &job.params, &mut scratch)?;
         let bytes: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.mem.device_write(job.out, &bytes)
