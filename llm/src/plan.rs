@@ -112,11 +112,7 @@ impl ScratchPlan {
         per_row = tri!(add(per_row, tri!(mul(p.kv, 2))));
         per_row = tri!(add(per_row, tri!(mul(p.ffn, 2))));
         per_row = tri!(add(per_row, p.widest / 4 + 2 * (p.widest / BLOCK)));
-        let attn = edgekv::attention::scratch_len(
-            config.heads as u16,
-            page_tokens,
-            config.head_dim as u16,
-        );
+        let attn = attention_scratch(config.heads, config.head_dim, page_tokens);
         let scratch = tri!(add(tri!(mul(per_row, rows)), attn));
         let scratch_bytes = tri!(mul(scratch, 4));
         Ok(ScratchPlan {
@@ -208,7 +204,7 @@ impl<'s> Parts<'s> {
         let s = take(&mut rest, n * blocks)?;
         let attn_scratch = take(
             &mut rest,
-            edgekv::attention::scratch_len(c.heads as u16, page_tokens, c.head_dim as u16),
+            attention_scratch(c.heads, c.head_dim, page_tokens),
         )?;
         Ok(Parts {
             x,
@@ -225,4 +221,10 @@ impl<'s> Parts<'s> {
             attn_scratch,
         })
     }
+}
+
+/// Attention scratch for `heads` query heads: `edgekv::attention::scratch_len`, plus one rotated
+/// query row so that caches with rotated keys work too (`scratch_len_for`'s most).
+const fn attention_scratch(heads: usize, head_dim: usize, page_tokens: u16) -> usize {
+    edgekv::attention::scratch_len(heads as u16, page_tokens, head_dim as u16) + heads * head_dim
 }

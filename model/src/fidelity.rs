@@ -1,10 +1,8 @@
 //! Fidelity of KV page formats on real text: teacher-forced perplexity, KL divergence against a
 //! reference format and top-1 agreement (DESIGN.md, "Fidelity measurement").
 
-use edgekv::ElementFormat;
-
 use crate::session::argmax;
-use crate::{Error, Llama, Logits, Result, Session, SessionArenas, SessionOptions};
+use crate::{Error, KvStorage, Llama, Logits, Result, Session, SessionArenas, SessionOptions};
 
 /// One format's figures over a text.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,28 +77,29 @@ impl Tally {
     }
 }
 
-/// Teacher-forces `tokens` (no BOS added) through one session per format, `chunk` tokens at a
-/// time in lockstep, and returns the reference's figures (its KL is 0, top-1 1) and each
-/// format's against it. `base` gives everything but the formats.
-pub fn compare(
+/// Teacher-forces `tokens` (no BOS added) through one session per KV storage (a format for K
+/// and V, or a [`KvStorage`] with formats and rotations per half), `chunk` tokens at a time in
+/// lockstep, and returns the reference's figures (its KL is 0, top-1 1) and each one's against
+/// it. `base` gives everything but the KV storage.
+pub fn compare<K: Copy + Into<KvStorage>>(
     model: &Llama,
     tokens: &[u32],
     base: SessionOptions,
-    reference: ElementFormat,
-    formats: &[ElementFormat],
+    reference: impl Into<KvStorage>,
+    formats: &[K],
 ) -> Result<(Fidelity, Vec<Fidelity>)> {
     if tokens.len() < 2 {
         return Err(Error::Input("need at least two tokens".into()));
     }
     let n = u32::try_from(tokens.len()).map_err(|_| Error::Input("text too long".into()))?;
     let pages = n.div_ceil(base.page_tokens as u32) as u16;
-    let options: Vec<SessionOptions> = core::iter::once(reference)
-        .chain(formats.iter().copied())
-        .map(|f| SessionOptions {
+    let options: Vec<SessionOptions> = core::iter::once(reference.into())
+        .chain(formats.iter().map(|&f| f.into()))
+        .map(|kv| SessionOptions {
             pages,
             sequences: 1,
             max_tokens: n.max(base.max_tokens),
-            ..base.with_format(f)
+            ..base.with_kv(kv)
         })
         .collect();
     let mut arenas = options

@@ -29,7 +29,9 @@ mod tokenizer;
 pub use edgekv_llm::LlamaConfig;
 pub use error::{Error, Result};
 pub use forward::{Llama, Logits};
-pub use session::{Chat, ReuseAlign, Session, SessionArenas, SessionOptions, TurnReport, argmax};
+pub use session::{
+    Chat, KvStorage, ReuseAlign, Session, SessionArenas, SessionOptions, TurnReport, argmax,
+};
 pub use tokenizer::Tokenizer;
 
 use std::path::PathBuf;

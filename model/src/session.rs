@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use edgekv::prefix::plan_prefill;
-use edgekv::{CacheConfig, ElementFormat, FreeList, HeapArena, KvCache, SeqId, SeqMode};
+use edgekv::{CacheConfig, ElementFormat, FreeList, HeapArena, KvCache, Rotation, SeqId, SeqMode};
 
 use crate::{Error, Llama, Logits, Result};
 
@@ -27,6 +27,10 @@ pub struct SessionOptions {
     pub k_format: ElementFormat,
     /// Value page format.
     pub v_format: ElementFormat,
+    /// Rotation of key rows before they are stored.
+    pub k_rotation: Rotation,
+    /// Rotation of value rows before they are stored.
+    pub v_rotation: Rotation,
     /// Tokens per page.
     pub page_tokens: u16,
     /// Prefill chunk C in tokens (a multiple of `page_tokens`): chunks start at absolute
@@ -49,6 +53,8 @@ impl Default for SessionOptions {
         SessionOptions {
             k_format: ElementFormat::Q8_0,
             v_format: ElementFormat::Q8_0,
+            k_rotation: Rotation::None,
+            v_rotation: Rotation::None,
             page_tokens: 16,
             prefill_chunk: 64,
             reuse: ReuseAlign::Page,
@@ -67,6 +73,13 @@ impl SessionOptions {
         self
     }
 
+    /// These options with the K and V formats and rotations of `kv`.
+    pub fn with_kv(mut self, kv: KvStorage) -> Self {
+        (self.k_format, self.v_format) = (kv.k, kv.v);
+        (self.k_rotation, self.v_rotation) = (kv.k_rotation, kv.v_rotation);
+        self
+    }
+
     /// The edgekv configuration for `model`.
     pub fn cache_config(&self, model: &Llama) -> Result<CacheConfig> {
         let reuse_chunk = match self.reuse {
@@ -81,10 +94,50 @@ impl SessionOptions {
         }
         Ok(CacheConfig::new(model.config().shape()?)
             .with_formats(self.k_format, self.v_format)
+            .with_rotations(self.k_rotation, self.v_rotation)
             .with_page_tokens(self.page_tokens)
             .with_chunk_tokens(reuse_chunk)
             .with_sequences(self.sequences, self.max_tokens)
             .with_namespace(model.fingerprint()))
+    }
+}
+
+/// How a session stores KV: the K and V page formats and rotations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvStorage {
+    /// Key page format.
+    pub k: ElementFormat,
+    /// Value page format.
+    pub v: ElementFormat,
+    /// Rotation of key rows.
+    pub k_rotation: Rotation,
+    /// Rotation of value rows.
+    pub v_rotation: Rotation,
+}
+
+impl KvStorage {
+    /// K in `k` pages, V in `v` pages, neither rotated.
+    pub const fn new(k: ElementFormat, v: ElementFormat) -> Self {
+        KvStorage {
+            k,
+            v,
+            k_rotation: Rotation::None,
+            v_rotation: Rotation::None,
+        }
+    }
+
+    /// These formats with the K and V rows rotated by `k` and `v`.
+    pub const fn rotated(mut self, k: Rotation, v: Rotation) -> Self {
+        self.k_rotation = k;
+        self.v_rotation = v;
+        self
+    }
+}
+
+impl From<ElementFormat> for KvStorage {
+    /// `format` for K and V, unrotated.
+    fn from(format: ElementFormat) -> Self {
+        KvStorage::new(format, format)
     }
 }
 
