@@ -5,7 +5,8 @@ use edgekv::{KvCache, PageAllocator, SeqId};
 
 use crate::error::{Error, Result};
 use crate::gguf::TensorType;
-use crate::matmul::{Matrix, matmul_quant};
+use crate::matmul::{Matrix, matmul_f32, matmul_quant};
+use crate::model::Activations;
 use crate::model::Llama;
 use crate::ops::{add, embed_q8_0, rms_norm, rope, rope_angles, swiglu};
 use crate::plan::Parts;
@@ -36,9 +37,11 @@ impl Logits {
     }
 }
 
-/// Quantizes `n` rows of `cols` values for `m`'s dot product and multiplies.
+/// Quantizes `n` rows of `cols` values for `m`'s dot product and multiplies (or multiplies the
+/// f32 rows, for [`Activations::F32`]).
 #[allow(clippy::too_many_arguments)]
 fn project(
+    act: Activations,
     m: &Matrix<'_>,
     x: &[f32],
     n: usize,
@@ -47,6 +50,10 @@ fn project(
     s: &mut [f32],
     out: &mut [f32],
 ) {
+    if act == Activations::F32 {
+        matmul_f32(m, x, n, &mut out[..n * m.rows]);
+        return;
+    }
     let cols = m.cols;
     let blocks = cols / BLOCK;
     for t in 0..n {
@@ -132,7 +139,7 @@ impl Llama<'_> {
         logits: Logits,
         out: &mut [f32],
     ) -> Result<()> {
-        let c = self.config();
+        let (c, a) = (self.config(), self.activations());
         let (n, e, hd) = (tokens.len(), c.embed, c.head_dim);
         let (q_dim, kv_dim) = (c.q_dim(), c.kv_dim());
         for (&t, x) in tokens.iter().zip(p.x.chunks_exact_mut(e)) {
@@ -148,9 +155,9 @@ impl Llama<'_> {
             for (x, h) in p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e)) {
                 rms_norm(x, &b.attn_norm, c.rms_eps, h);
             }
-            project(&b.wq, p.h, n, p.qs, p.d, p.s, p.q);
-            project(&b.wk, p.h, n, p.qs, p.d, p.s, p.k);
-            project(&b.wv, p.h, n, p.qs, p.d, p.s, p.v);
+            project(a, &b.wq, p.h, n, p.qs, p.d, p.s, p.q);
+            project(a, &b.wk, p.h, n, p.qs, p.d, p.s, p.k);
+            project(a, &b.wv, p.h, n, p.qs, p.d, p.s, p.v);
             for (i, (q, k)) in
                 p.q.chunks_exact_mut(q_dim)
                     .zip(p.k.chunks_exact_mut(kv_dim))
@@ -171,15 +178,15 @@ impl Llama<'_> {
                 &params,
                 p.attn_scratch,
             )?;
-            project(&b.wo, p.attn, n, p.qs, p.d, p.s, p.h);
+            project(a, &b.wo, p.attn, n, p.qs, p.d, p.s, p.h);
             add(&mut p.x[..n * e], &p.h[..n * e]);
             for (x, h) in p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e)) {
                 rms_norm(x, &b.ffn_norm, c.rms_eps, h);
             }
-            project(&b.gate, p.h, n, p.qs, p.d, p.s, p.g);
-            project(&b.up, p.h, n, p.qs, p.d, p.s, p.u);
+            project(a, &b.gate, p.h, n, p.qs, p.d, p.s, p.g);
+            project(a, &b.up, p.h, n, p.qs, p.d, p.s, p.u);
             swiglu(&mut p.g[..n * c.ffn], &p.u[..n * c.ffn]);
-            project(&b.down, p.g, n, p.qs, p.d, p.s, p.h);
+            project(a, &b.down, p.g, n, p.qs, p.d, p.s, p.h);
             add(&mut p.x[..n * e], &p.h[..n * e]);
         }
         let first = match logits {
@@ -194,7 +201,7 @@ impl Llama<'_> {
         {
             rms_norm(x, self.output_norm(), c.rms_eps, h);
         }
-        project(self.head(), p.h, m, p.qs, p.d, p.s, out);
+        project(a, self.head(), p.h, m, p.qs, p.d, p.s, out);
         Ok(())
     }
 }

@@ -44,7 +44,7 @@ pub use config::LlamaConfig;
 pub use error::{Error, Result};
 pub use forward::{Logits, MAX_HEAD_DIM};
 pub use gguf::{Gguf, GgufError};
-pub use model::{Block, Llama, MAX_LAYERS, Norm, TensorRole};
+pub use model::{Activations, Block, Llama, MAX_LAYERS, Norm, TensorRole};
 pub use plan::ScratchPlan;
 pub use sample::{MAX_TOP_K, Pcg32, Sampling, argmax};
 pub use session::Engine;

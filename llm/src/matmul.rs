@@ -114,6 +114,63 @@ pub fn dot_f32(w: &[u8], x: &[f32]) -> f32 {
     s
 }
 
+/// Dot product of one weight row (Q4_1, Q8_0 or F32) with an f32 activation row, without
+/// quantizing the activations: each weight block dequantized in f32 (Q4_1 `q · d + m`, Q8_0
+/// `q · d`), its products added into eight fixed lanes (lane `l` takes values `l`, `l + 8`, …),
+/// the lanes summed in a fixed tree. The same bits on every target.
+#[inline]
+pub fn dot_dequantized(w: &[u8], ty: TensorType, x: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let mut add = |v: &[f32; BLOCK], xb: &[f32]| {
+        for (vk, xk) in v.chunks_exact(8).zip(xb.chunks_exact(8)) {
+            for l in 0..8 {
+                lanes[l] += vk[l] * xk[l];
+            }
+        }
+    };
+    match ty {
+        TensorType::Q4_1 => {
+            for (wb, xb) in w.chunks_exact(20).zip(x.chunks_exact(BLOCK)) {
+                let (d, m) = (scale(wb, 0), scale(wb, 2));
+                let mut v = [0f32; BLOCK];
+                for j in 0..16 {
+                    v[j] = (wb[4 + j] & 0x0f) as f32 * d + m;
+                    v[j + 16] = (wb[4 + j] >> 4) as f32 * d + m;
+                }
+                add(&v, xb);
+            }
+        }
+        TensorType::Q8_0 => {
+            for (wb, xb) in w.chunks_exact(34).zip(x.chunks_exact(BLOCK)) {
+                let d = scale(wb, 0);
+                let v: [f32; BLOCK] = core::array::from_fn(|j| wb[2 + j] as i8 as f32 * d);
+                add(&v, xb);
+            }
+        }
+        TensorType::F32 => {
+            for (wb, xb) in w.chunks_exact(4 * BLOCK).zip(x.chunks_exact(BLOCK)) {
+                let v: [f32; BLOCK] = core::array::from_fn(|j| {
+                    f32::from_le_bytes([wb[4 * j], wb[4 * j + 1], wb[4 * j + 2], wb[4 * j + 3]])
+                });
+                add(&v, xb);
+            }
+        }
+    }
+    ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
+        + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+}
+
+/// `out[t][o] = W[o] · x[t]` for `n` f32 activation rows of `m.cols` ([`dot_dequantized`]);
+/// `out` is `n × m.rows`, token-major.
+pub fn matmul_f32(m: &Matrix<'_>, x: &[f32], n: usize, out: &mut [f32]) {
+    for o in 0..m.rows {
+        let w = m.row(o);
+        for t in 0..n {
+            out[t * m.rows + o] = dot_dequantized(w, m.ty, &x[t * m.cols..][..m.cols]);
+        }
+    }
+}
+
 /// `out[t][o] = W[o] · a[t]` for `n` quantized activation rows: `a` holds `n` rows of
 /// `m.cols / 32` blocks each (codes in `qs`, scales in `d`, sums in `s`); `out` is `n × m.rows`,
 /// token-major. Weight rows are the outer loop (each read once per call); every output is the
@@ -175,6 +232,41 @@ mod tests {
             want += (dw * d[b]) * sumi as f32 + mw * s[b];
         }
         assert_eq!(dot_q4_1_q8_1(&w, &a).to_bits(), want.to_bits());
+    }
+
+    /// f32 activations: the dequantized weights' dot product (Q4_1 and Q8_0 rows) to f32
+    /// rounding, and exactly zero against a zero row.
+    #[test]
+    fn dequantized_dot_is_the_f32_dot_product() {
+        let nib: [u8; 32] = core::array::from_fn(|i| (i * 7 % 16) as u8);
+        let mut w = [0u8; 40];
+        w[..20].copy_from_slice(&q4_1_block(0.05, -0.4, &nib));
+        w[20..].copy_from_slice(&q4_1_block(0.02, 0.1, &nib));
+        let x: [f32; 64] = core::array::from_fn(|i| ((i * 13 % 29) as f32 - 14.0) * 0.1);
+        let mut want = 0f64;
+        for (i, &xi) in x.iter().enumerate() {
+            let (b, j) = (i / 32, i % 32);
+            let (dw, mw) = if b == 0 { (0.05, -0.4) } else { (0.02, 0.1) };
+            let (dw, mw) = (f16::from_f32(dw).to_f32(), f16::from_f32(mw).to_f32());
+            want += (nib[j] as f32 * dw + mw) as f64 * xi as f64;
+        }
+        let got = dot_dequantized(&w, TensorType::Q4_1, &x) as f64;
+        assert!(
+            (got - want).abs() < 1e-5 * want.abs().max(1.0),
+            "{got} vs {want}"
+        );
+        let mut q8 = [0u8; 34];
+        q8[..2].copy_from_slice(&f16::from_f32(0.5).to_le_bytes());
+        for j in 0..32 {
+            q8[2 + j] = (j as i8 - 16) as u8;
+        }
+        let want: f64 = (0..32).map(|j| (j as f64 - 16.0) * 0.5 * x[j] as f64).sum();
+        let got = dot_dequantized(&q8, TensorType::Q8_0, &x[..32]) as f64;
+        assert!(
+            (got - want).abs() < 1e-5 * want.abs().max(1.0),
+            "{got} vs {want}"
+        );
+        assert_eq!(dot_dequantized(&w, TensorType::Q4_1, &[0.0; 64]), 0.0);
     }
 
     #[test]

@@ -117,6 +117,20 @@ pub struct Llama<'a> {
     output_norm: Norm<'a>,
     head: Matrix<'a>,
     fingerprint: u64,
+    activations: Activations,
+}
+
+/// How the matmuls take their activation rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Activations {
+    /// Quantized per 32-block (Q8_0, or Q8_1 for Q4_1 weights) with integer dot products, as
+    /// ggml's CPU backend computes them: the model's numerics, host and board.
+    #[default]
+    Quantized,
+    /// In f32, against the dequantized weights, in eight fixed lanes (a reference that does not
+    /// round activations to 8 bits, so that small KV errors are not buried under flipped
+    /// activation roundings; same bits on every target, several times slower).
+    F32,
 }
 
 /// A tensor name built on the stack (`blk.NN.` + suffix).
@@ -245,7 +259,20 @@ impl<'a> Llama<'a> {
             output_norm,
             head,
             fingerprint,
+            activations: Activations::Quantized,
         })
+    }
+
+    /// This model with its matmuls' activations `a` (what the boards run is
+    /// [`Activations::Quantized`], the default).
+    pub fn with_activations(mut self, a: Activations) -> Self {
+        self.activations = a;
+        self
+    }
+
+    /// How the matmuls take their activations.
+    pub fn activations(&self) -> Activations {
+        self.activations
     }
 
     /// The hyper-parameters.

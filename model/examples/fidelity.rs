@@ -3,18 +3,26 @@
 //! storage its bytes per token and tokens per MiB (the planner's), perplexity, KL against f32 KV
 //! (mean, max) and top-1 agreement: f16, Q8_0, int8 g=64, fp8 E4M3 tiles of 32, Q4_0, Q4_1,
 //! Q4_0 with both halves rotated (signed Hadamard), Q8_0 K with Q4_0 V (plain and rotated).
-//! `cargo run --release --example fidelity [-- TOKENS]`.
+//! `--f32-activations` measures on the low-noise path (matmuls over f32 activations, see
+//! `Activations::F32`), where f16 KV's own error is visible. `cargo run --release --example
+//! fidelity [-- TOKENS] [--f32-activations]`.
 
 use edgekv::{CacheConfig, ElementFormat, Rotation};
-use edgekv_model::{KvStorage, Llama, SessionOptions, Tokenizer, fidelity, model_path};
+use edgekv_model::{
+    Activations, KvStorage, Llama, SessionOptions, Tokenizer, fidelity, model_path,
+};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(2048);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(2048);
+    let low_noise = args.iter().any(|a| a == "--f32-activations");
     let path = model_path();
-    let model = Llama::load(&path)?;
+    let activations = if low_noise {
+        Activations::F32
+    } else {
+        Activations::Quantized
+    };
+    let model = Llama::load(&path)?.with_activations(activations);
     let text = std::fs::read_to_string("/usr/share/common-licenses/GPL-3")?;
     let tokens = Tokenizer::load(&path)?.encode(&text)?;
     let tokens = &tokens[..n.min(tokens.len())];
@@ -57,7 +65,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &kinds,
     )?;
     println!(
-        "{} tokens of GPL-3, {:.0} s\n\n| KV storage | bytes / token | tokens / MiB | perplexity | mean KL vs f32 | max KL | top-1 agreement |\n|---|---:|---:|---:|---:|---:|---:|",
+        "{} tokens of GPL-3, matmul activations {activations:?}, {:.0} s\n\n| KV storage | bytes / token | tokens / MiB | perplexity | mean KL vs f32 | max KL | top-1 agreement |\n|---|---:|---:|---:|---:|---:|---:|",
         tokens.len(),
         t.elapsed().as_secs_f64()
     );

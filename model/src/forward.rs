@@ -8,7 +8,7 @@ use edgekv_llm::{Gguf, ScratchPlan};
 
 use crate::{Error, LlamaConfig, Result};
 
-pub use edgekv_llm::Logits;
+pub use edgekv_llm::{Activations, Logits};
 
 /// Token rows per call of the inner forward pass: longer calls are run in pieces of this many
 /// rows (every row is computed alone, so the split does not change the bits), which bounds the
@@ -63,6 +63,14 @@ impl Llama {
         Ok(Llama {
             inner: edgekv_llm::Llama::new(&gguf)?,
         })
+    }
+
+    /// This model with its matmuls' activations `a`: [`Activations::F32`] is the low-noise
+    /// reference for fidelity measurements (the default, quantized, is the model's numerics).
+    pub fn with_activations(self, a: Activations) -> Self {
+        Llama {
+            inner: self.inner.with_activations(a),
+        }
     }
 
     /// The hyper-parameters.

@@ -28,7 +28,7 @@ mod tokenizer;
 
 pub use edgekv_llm::LlamaConfig;
 pub use error::{Error, Result};
-pub use forward::{Llama, Logits};
+pub use forward::{Activations, Llama, Logits};
 pub use session::{
     Chat, KvStorage, ReuseAlign, Session, SessionArenas, SessionOptions, TurnReport, argmax,
 };
