@@ -120,6 +120,16 @@ fn header_carries_the_rotations() {
     let h = Header::new(&cfg, 21, 7).unwrap();
     let b = h.encode();
     assert_eq!((b[25], b[33]), (2, 1));
+    // Version 2: earlier readers refuse it as a version, not as damage.
+    assert_eq!(u16::from_le_bytes([b[4], b[5]]), edgekv::snapshot::VERSION);
+    assert_eq!(h.version(), 2);
+    // Without 4-bit pages or rotations: version 1, as before.
+    let old = Header::new(&config(ElementFormat::Q8_0, ElementFormat::F16), 21, 7).unwrap();
+    assert_eq!((old.version(), old.encode()[4]), (1, 1));
+    // A version-1 header claiming a rotation is damage.
+    let mut d = b;
+    d[4] = 1;
+    assert_eq!(Header::decode(&d), Err(SnapshotError::CorruptSnapshot));
     let back = Header::decode(&b).unwrap();
     assert_eq!(back, h);
     assert_eq!(
@@ -278,7 +288,7 @@ fn bad_images_are_refused_with_the_cache_unchanged() {
         ),
         (
             "version",
-            patched(4, 2),
+            patched(4, 3),
             FINGERPRINT,
             cfg,
             SnapshotError::UnsupportedVersion,

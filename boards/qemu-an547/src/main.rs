@@ -188,21 +188,23 @@ fn run(per_m: u64) -> Result<(), ()> {
 /// Tokens of context each KV format would fit in the KV arena (the planner's figures).
 fn log_capacity() {
     let hd = CONFIG.shape.head_dim;
+    let fp8 = ElementFormat::Fp8Tile {
+        dv: hd,
+        tile: 32,
+        bf16: false,
+    };
+    let (q8, q4) = (ElementFormat::Q8_0, ElementFormat::Q4_0);
     let formats = [
-        ("f32", ElementFormat::F32),
-        ("f16", ElementFormat::F16),
-        ("q8_0", ElementFormat::Q8_0),
-        (
-            "fp8",
-            ElementFormat::Fp8Tile {
-                dv: hd,
-                tile: 32,
-                bf16: false,
-            },
-        ),
+        ("f32", ElementFormat::F32, ElementFormat::F32),
+        ("f16", ElementFormat::F16, ElementFormat::F16),
+        ("fp8", fp8, fp8),
+        ("q8_0", q8, q8),
+        ("q8_0 K + q4_0 V", q8, q4),
+        ("q4_1", ElementFormat::Q4_1, ElementFormat::Q4_1),
+        ("q4_0", q4, q4),
     ];
-    for (name, f) in formats {
-        let config = CONFIG.with_formats(f, f);
+    for (name, k, v) in formats {
+        let config = CONFIG.with_formats(k, v);
         match (
             config.geometry(),
             config.plan(KV_BYTES, FreeList::META_BITS_PER_PAGE),

@@ -10,8 +10,12 @@ use crate::shape::Shape;
 
 /// First bytes of every image.
 pub const MAGIC: [u8; 4] = *b"EKVS";
-/// Layout version this crate writes and reads.
-pub const VERSION: u16 = 1;
+/// The newest layout version, which this crate writes for images with 4-bit pages (format code 6)
+/// or rotated rows (a nonzero rotation byte). Images without either are written as version 1,
+/// which earlier releases read; this crate reads both.
+pub const VERSION: u16 = 2;
+/// The layout version of images without 4-bit pages or rotations.
+pub const VERSION_1: u16 = 1;
 /// Bytes of the header.
 pub const HEADER_BYTES: usize = 64;
 
@@ -222,7 +226,7 @@ impl Header {
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut b = [0u8; HEADER_BYTES];
         put(&mut b, F_MAGIC, &MAGIC);
-        put(&mut b, F_VERSION, &VERSION.to_le_bytes());
+        put(&mut b, F_VERSION, &self.version().to_le_bytes());
         put(&mut b, F_HEADER_BYTES, &(HEADER_BYTES as u16).to_le_bytes());
         put(&mut b, F_FINGERPRINT, &self.fingerprint.to_le_bytes());
         put(&mut b, F_LAYERS, &self.shape.layers.to_le_bytes());
@@ -258,7 +262,7 @@ impl Header {
         if get::<4>(b, F_MAGIC) != MAGIC {
             return Err(SnapshotError::BadMagic);
         }
-        if get16(b, F_VERSION) != VERSION {
+        if !matches!(get16(b, F_VERSION), VERSION_1 | VERSION) {
             return Err(SnapshotError::UnsupportedVersion);
         }
         if get16(b, F_HEADER_BYTES) as usize != HEADER_BYTES || get::<8>(b, F_RESERVED) != [0; 8] {
@@ -283,6 +287,17 @@ impl Header {
             return Err(SnapshotError::CorruptSnapshot);
         }
         Ok(expected)
+    }
+
+    /// The layout version of this header: [`VERSION`] if it needs it (4-bit pages or a
+    /// rotation), else [`VERSION_1`].
+    pub fn version(&self) -> u16 {
+        let int4 = |f| matches!(f, ElementFormat::Int4 { .. });
+        let newer = int4(self.k_format)
+            || int4(self.v_format)
+            || self.k_rotation.is_some()
+            || self.v_rotation.is_some();
+        if newer { VERSION } else { VERSION_1 }
     }
 
     /// Whether a cache configured as `config` can hold this image's pages as they are.

@@ -40,6 +40,6 @@ mod stream;
 
 pub use error::SnapshotError;
 pub use flash::{PowerCutFlash, RamFlash, SliceFlash};
-pub use header::{HEADER_BYTES, Header, MAGIC, VERSION};
+pub use header::{HEADER_BYTES, Header, MAGIC, VERSION, VERSION_1};
 pub use store::{Commit, MAX_SLOTS, RECORD_BYTES, RECORD_MAGIC, SnapshotStore};
 pub(crate) use stream::{Reader, Writer};
