@@ -1,7 +1,7 @@
 //! Criterion benchmark of decode attention (`KvCache::attention`, one query row at the last
 //! position) at contexts 512, 2048 and 8192 for the SmolLM2-135M shape (3 KV heads, head_dim 64,
-//! 9 query heads), over f32, f16, int8 (Q8_0, group 32) and fp8 (`Fp8Tile { dv: 64, tile: 64 }`,
-//! all 64 dims E4M3, one f32 scale per head) pages of 16 tokens, K and V in the same format, next
+//! 9 query heads), over f32, f16, int8 (Q8_0, group 32), fp8 (`Fp8Tile { dv: 64, tile: 64 }`,
+//! all 64 dims E4M3, one f32 scale per head), Q4_0 and Q4_1 pages of 16 tokens, K and V in the same format, next
 //! to a dense contiguous f32 baseline written here and measured in the same run.
 //!
 //! One layer per iteration: the caches are built with `layers: 1` (the 30 layers of the model
@@ -43,7 +43,7 @@ const GROUP: usize = Q_ROW / KV_ROW;
 const PAGE_TOKENS: u16 = 16;
 const CONTEXTS: [usize; 3] = [512, 2048, 8192];
 
-const FORMATS: [(&str, ElementFormat); 4] = [
+const FORMATS: [(&str, ElementFormat); 6] = [
     ("f32", ElementFormat::F32),
     ("f16", ElementFormat::F16),
     ("int8", ElementFormat::Q8_0),
@@ -55,6 +55,8 @@ const FORMATS: [(&str, ElementFormat); 4] = [
             bf16: false,
         },
     ),
+    ("q4_0", ElementFormat::Q4_0),
+    ("q4_1", ElementFormat::Q4_1),
 ];
 
 /// Deterministic rows: xorshift values in [-1, 1), a scale per row (0.25 to 4), and one outlier
