@@ -74,7 +74,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let g = CacheConfig::new(shape)
             .with_formats(kv.k, kv.v)
             .geometry()?;
-        Ok(g.page_bytes / g.page_tokens as usize)
+        // The rows' own bytes (the arena adds alignment padding per page and pool).
+        let row = g.k_row_bytes + g.k_scale_row_bytes + g.v_row_bytes + g.v_scale_row_bytes;
+        Ok(row * usize::from(g.layers))
     };
     let row = |name: &str, kv: KvStorage| -> Result<String, edgekv::ConfigError> {
         let b = per_token(kv)?;

@@ -37,7 +37,10 @@ pub(crate) fn attend<'d>(
     let (max, rest) = scratch.split_at_mut(q_heads);
     let (sum, rest) = rest.split_at_mut(q_heads);
     let (scores, rest) = rest.split_at_mut(q_heads * p);
-    let (q_rot, rest) = rest.split_at_mut(if l.k_rot.is_some() { row } else { 0 });
+    // `rotation` left out: never rotated (such configurations do not plan), no code.
+    let k_rot = cfg!(feature = "rotation") && l.k_rot.is_some();
+    let v_rot = cfg!(feature = "rotation") && l.v_rot.is_some();
+    let (q_rot, rest) = rest.split_at_mut(if k_rot { row } else { 0 });
     let (codes, qscales) = query::split(rest, row);
     let int8_keys = query::int8_group(l.k_fmt);
     for (qi, (q_rows, out_rows)) in q
@@ -46,7 +49,7 @@ pub(crate) fn attend<'d>(
         .enumerate()
     {
         let t = start + qi as u32;
-        let q_rows = if l.k_rot.is_some() {
+        let q_rows = if k_rot {
             q_rot.copy_from_slice(q_rows);
             for h in q_rot.chunks_exact_mut(hd) {
                 l.k_rot.forward(h);
@@ -93,7 +96,9 @@ pub(crate) fn attend<'d>(
             for o in oh.iter_mut() {
                 *o *= inv;
             }
-            l.v_rot.inverse(oh);
+            if v_rot {
+                l.v_rot.inverse(oh);
+            }
         }
     }
     Ok(())

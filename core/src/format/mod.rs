@@ -270,6 +270,12 @@ mod tests {
             kv_heads: 2,
             head_dim: 64,
         };
+        let rotated =
+            crate::CacheConfig::new(shape).with_rotations(Rotation::Hadamard, Rotation::None);
+        match rotated.geometry() {
+            Ok(_) => assert!(cfg!(feature = "rotation")),
+            Err(e) => assert!(!cfg!(feature = "rotation") && e == ConfigError::FormatDisabled),
+        }
         for (fmt, on) in formats {
             assert_eq!(fmt.enabled(), on, "{fmt:?}");
             let cfg = crate::CacheConfig::new(shape).with_formats(ElementFormat::F32, fmt);

@@ -42,8 +42,12 @@ impl Rotation {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidFormat`] otherwise.
+    /// [`ConfigError::InvalidFormat`] otherwise; [`ConfigError::FormatDisabled`] for a rotation
+    /// in a build without the `rotation` feature.
     pub const fn check(self, head_dim: usize) -> Result<(), ConfigError> {
+        if self.is_some() && !cfg!(feature = "rotation") {
+            return Err(ConfigError::FormatDisabled);
+        }
         if self.is_some()
             && (head_dim < 2 || !head_dim.is_power_of_two() || head_dim > MAX_ROTATED_DIM)
         {
@@ -87,9 +91,12 @@ impl Rotation {
     }
 }
 
-/// Whether `x` has a length the transform takes.
+/// Whether `x` has a length the transform takes (and this build has it).
 fn fits(x: &[f32]) -> bool {
-    x.len() >= 2 && x.len().is_power_of_two() && x.len() <= MAX_ROTATED_DIM
+    cfg!(feature = "rotation")
+        && x.len() >= 2
+        && x.len().is_power_of_two()
+        && x.len() <= MAX_ROTATED_DIM
 }
 
 /// [`encode_rows`] with each head row rotated by `rot` first (through f32); lengths from the
@@ -102,7 +109,8 @@ pub(crate) fn encode_rotated<T: Element>(
     vals: &mut [u8],
     scales: &mut [u8],
 ) -> Result<()> {
-    if !rot.is_some() || src.is_empty() || head_dim > MAX_ROTATED_DIM {
+    if !cfg!(feature = "rotation") || !rot.is_some() || src.is_empty() || head_dim > MAX_ROTATED_DIM
+    {
         return encode_rows(fmt, head_dim, src, vals, scales);
     }
     let heads = src.len() / head_dim;
@@ -130,7 +138,8 @@ pub(crate) fn decode_rotated<T: Element>(
     scales: &[u8],
     dst: &mut [T],
 ) -> Result<()> {
-    if !rot.is_some() || dst.is_empty() || head_dim > MAX_ROTATED_DIM {
+    if !cfg!(feature = "rotation") || !rot.is_some() || dst.is_empty() || head_dim > MAX_ROTATED_DIM
+    {
         return decode_rows(fmt, head_dim, vals, scales, dst);
     }
     let heads = dst.len() / head_dim;
@@ -195,7 +204,7 @@ fn hadamard(x: &mut [f32]) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "rotation"))]
 mod tests {
     use super::*;
 
