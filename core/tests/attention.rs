@@ -258,6 +258,64 @@ fn rotated_rows_attend_as_their_read_back_values() {
     );
 }
 
+/// Split over threads (each a share of the query heads), attention gives the one-call bits, at
+/// every thread count, for prefill and decode rows, with and without a window, with rotated and
+/// quantized pages.
+#[cfg(feature = "std")]
+#[test]
+fn threads_give_the_one_call_bits() {
+    use edgekv::Rotation;
+    let n = if cfg!(miri) { 9 } else { 40 };
+    let configs = [
+        cfg(ElementFormat::Q8_0, ElementFormat::Q8_0),
+        cfg(ElementFormat::F16, ElementFormat::F32),
+        cfg(ElementFormat::Q4_0, ElementFormat::Q4_1)
+            .with_rotations(Rotation::SignedHadamard, Rotation::Hadamard),
+    ];
+    let thread_counts: &[usize] = if cfg!(miri) {
+        &[2]
+    } else {
+        &[0, 1, 2, 3, 4, 7, 64]
+    };
+    for cfg in configs {
+        let mut a = Arenas::new::<FreeList>(&cfg, 24);
+        let mut c: KvCache = a.cache(cfg);
+        let s = filled(&mut c, n);
+        for p in [
+            AttentionParams::new(SHAPE, Q_HEADS),
+            AttentionParams::new(SHAPE, Q_HEADS).with_window(2, 5),
+        ] {
+            for start in [0, n - 1] {
+                let q = values(11 + start as u64, (n - start) as usize * Q_ROW);
+                let one = attend(&c, s, 1, start, &q, &p);
+                for &t in thread_counts {
+                    let mut out = vec![f32::NAN; q.len()];
+                    c.attention_threads(s, 1, start, &q, &mut out, &p, t)
+                        .unwrap();
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&out),
+                        bits(&one),
+                        "{cfg:?} {p:?} start {start} threads {t}"
+                    );
+                }
+            }
+        }
+        // Bad input: the same errors as one call, and `out` untouched.
+        let mut out = vec![7f32; Q_ROW];
+        let p = AttentionParams::new(SHAPE, Q_HEADS);
+        assert_eq!(
+            c.attention_threads(s, 1, n, &[0.5; Q_ROW], &mut out, &p, 2),
+            Err(edgekv::Error::PositionOutOfRange)
+        );
+        assert_eq!(
+            c.attention_threads(s, 9, 0, &[0.5; Q_ROW], &mut out, &p, 2),
+            Err(edgekv::Error::LayerOutOfRange)
+        );
+        assert!(out.iter().all(|&x| x == 7.0));
+    }
+}
+
 #[test]
 fn chunked_prefill_is_bit_identical_to_one_pass() {
     let n = if cfg!(miri) { 16 } else { 70 };

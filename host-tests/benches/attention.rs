@@ -13,8 +13,9 @@
 //! code built with AVX2 and F16C enabled (`dense_f32_avx2`, on CPUs that have them). Both call
 //! `libm::expf` per score, as plain code would.
 //!
-//! `EDGEKV_AB=1` runs alternating rounds instead (`alternating`), and `EDGEKV_PEER_CTX=<ctx>` the
-//! peer mode of `host-tests/peer/ggml-attention.sh` (`peer`).
+//! `EDGEKV_AB=1` runs alternating rounds instead (`alternating`), `EDGEKV_THREADS=<n>` one call
+//! against `n` threads (`threads_mode`), and `EDGEKV_PEER_CTX=<ctx>` the peer mode of
+//! `host-tests/peer/ggml-attention.sh` (`peer`).
 //!
 //! Goal (issue 5): int8 pages ≥ 1.0× the dense f32 baseline's speed (compare with the AVX2 peer).
 
@@ -522,11 +523,63 @@ fn peer(ctx: usize) {
     }
 }
 
+/// `EDGEKV_THREADS=<n> cargo bench --bench attention`: Q8_0 decode attention in one call and
+/// split over `n` threads (`KvCache::attention_threads`, the same bits), alternating rounds at
+/// each context; medians and the speed-up.
+fn threads_mode(n: usize) {
+    const ROUNDS: usize = 31;
+    let params = AttentionParams::new(SHAPE, Q_HEADS);
+    let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS, SHAPE.head_dim)];
+    for ctx in CONTEXTS {
+        let (k, v) = (rows(1, ctx), rows(2, ctx));
+        let q: Vec<f32> = rows(3, GROUP).into_iter().map(|x| x * 0.5).collect();
+        let last = ctx as u32 - 1;
+        let iters = (3_000_000 / (ctx * 80)).max(1);
+        with_cache(ElementFormat::Q8_0, &k, &v, |c, s| {
+            let (mut one, mut split) = (vec![0f32; Q_ROW], vec![0f32; Q_ROW]);
+            let mut times: [Vec<f64>; 2] = Default::default();
+            for _ in 0..ROUNDS {
+                for (i, t) in times.iter_mut().enumerate() {
+                    let start = std::time::Instant::now();
+                    for _ in 0..iters {
+                        let r = if i == 0 {
+                            c.attention(s, 0, last, black_box(&q), &mut one, &params, &mut scratch)
+                        } else {
+                            c.attention_threads(s, 0, last, black_box(&q), &mut split, &params, n)
+                        };
+                        r.expect("attention");
+                    }
+                    t.push(start.elapsed().as_secs_f64() * 1e6 / iters as f64);
+                }
+            }
+            assert_eq!(
+                one.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                split.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                "the same bits"
+            );
+            let [a, b] = times.each_mut().map(|t| median_best(t));
+            println!(
+                "ctx {ctx:5}: median (best) µs: one call {:.1} ({:.1}), {n} threads {:.1} ({:.1}); \
+                 speed-up {:.2}x",
+                a.0,
+                a.1,
+                b.0,
+                b.1,
+                a.0 / b.0
+            );
+        });
+    }
+}
+
 criterion_group!(benches, bench_attention);
 
 fn main() {
     if std::env::var_os("EDGEKV_AB").is_some() {
         alternating();
+        return;
+    }
+    if std::env::var_os("EDGEKV_THREADS").is_some() {
+        threads_mode(env_num("EDGEKV_THREADS", 2));
         return;
     }
     if std::env::var_os("EDGEKV_PEER_CTX").is_some() {

@@ -34,6 +34,7 @@ pub(crate) fn attend<'d>(
     let (hd, p) = (l.head_dim, l.page_tokens);
     let q_heads = l.kv_heads * l.group;
     let row = q_heads * hd;
+    let (lo, hi) = (l.heads.start, l.heads.end);
     let (max, rest) = scratch.split_at_mut(q_heads);
     let (sum, rest) = rest.split_at_mut(q_heads);
     let (scores, rest) = rest.split_at_mut(q_heads * p);
@@ -61,7 +62,7 @@ pub(crate) fn attend<'d>(
         if let Some(g) = int8_keys {
             query::quantize(q_rows, g, l.scale, codes, qscales);
         }
-        out_rows.fill(0.0);
+        out_rows[lo * hd..hi * hd].fill(0.0);
         max.fill(f32::NEG_INFINITY);
         sum.fill(0.0);
         for page_index in 0..=(t as usize / p) {
@@ -91,7 +92,7 @@ pub(crate) fn attend<'d>(
             };
             arch::attend_page(l, &keys, heads);
         }
-        for (h, oh) in out_rows.chunks_exact_mut(hd).enumerate() {
+        for (h, oh) in out_rows.chunks_exact_mut(hd).enumerate().take(hi).skip(lo) {
             let inv = 1.0 / sum[h];
             for o in oh.iter_mut() {
                 *o *= inv;
@@ -105,6 +106,7 @@ pub(crate) fn attend<'d>(
 }
 
 /// Formats and byte geometry of the rows [`attend_page`] reads.
+#[derive(Clone)]
 pub(crate) struct Layout {
     pub(crate) k_fmt: ElementFormat,
     pub(crate) v_fmt: ElementFormat,
@@ -126,9 +128,19 @@ pub(crate) struct Layout {
     pub(crate) head_dim: usize,
     pub(crate) page_tokens: usize,
     pub(crate) scale: f32,
+    /// The query heads computed (`0..kv_heads · group` for all; a thread of a split call takes
+    /// a part): other heads' outputs are not written.
+    pub(crate) heads: core::ops::Range<usize>,
 }
 
 impl Layout {
+    /// The query heads of KV head `kh` this call computes: `[h0, end)` (empty if none).
+    #[inline(always)]
+    fn run_of(&self, kh: usize) -> (usize, usize) {
+        let h0 = (kh * self.group).max(self.heads.start);
+        (h0, ((kh + 1) * self.group).min(self.heads.end).max(h0))
+    }
+
     /// KV head `kh` of token `r` of a K (`v == false`) or V page.
     #[inline(always)]
     fn row<'p>(&self, kv: &PageSlices<'p>, v: bool, r: usize, kh: usize) -> Row<'p> {
@@ -208,7 +220,7 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
     // Scores, KV head by KV head (each score is its own dot product: any order gives the same
     // bits).
     for kh in 0..l.kv_heads {
-        let (mut h0, end) = (kh * l.group, (kh + 1) * l.group);
+        let (mut h0, end) = l.run_of(kh);
         while h0 < end {
             let g = (end - h0).min(MAX_RUN);
             match g {
@@ -223,7 +235,8 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
             h0 += g;
         }
     }
-    for (h, oh) in out.chunks_exact_mut(hd).enumerate() {
+    let (lo, hi) = (l.heads.start, l.heads.end);
+    for (h, oh) in out.chunks_exact_mut(hd).enumerate().take(hi).skip(lo) {
         let page_max = if whole {
             max_of(&scores[h * p..h * p + n])
         } else {
@@ -244,7 +257,7 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
         exp_shifted(&mut scores[h * p..h * p + n], new_max);
     }
     // Each head's sum takes its weights in row order, in a register.
-    for (h, s) in sum.iter_mut().enumerate() {
+    for (h, s) in sum.iter_mut().enumerate().take(hi).skip(lo) {
         let weights = &scores[h * p..h * p + n];
         *s = if whole {
             weights.iter().fold(*s, |s, w| s + w)
@@ -477,8 +490,11 @@ fn accumulate_rows<D: Isa, const R: usize>(
     rs: [usize; R],
 ) {
     for kh in 0..l.kv_heads {
+        let (mut h0, end) = l.run_of(kh);
+        if h0 == end {
+            continue;
+        }
         let vrows = rs.map(|r| l.row(kv, true, r, kh));
-        let (mut h0, end) = (kh * l.group, (kh + 1) * l.group);
         while h0 < end {
             let n = (end - h0).min(MAX_RUN);
             match n {
@@ -505,11 +521,14 @@ fn accumulate_q8<D: Isa>(l: &Layout, kv: &PageSlices<'_>, st: &mut Accum<'_>, rs
         scales: &[],
     }; 8];
     for kh in 0..l.kv_heads {
+        let (mut h0, end) = l.run_of(kh);
+        if h0 == end {
+            continue;
+        }
         for (v, &r) in vrows.iter_mut().zip(rs) {
             *v = l.row(kv, true, r, kh);
         }
         let vrows = &vrows[..rs.len()];
-        let (mut h0, end) = (kh * l.group, (kh + 1) * l.group);
         while h0 < end {
             let n = (end - h0).min(MAX_RUN);
             match n {

@@ -44,6 +44,95 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         params: &AttentionParams,
         scratch: &mut [f32],
     ) -> Result<()> {
+        let (layout, table) = self.attention_layout(seq, layer, start, q, out, params, || {
+            scratch.len() >= scratch_len_for(&self.config, params.q_heads)
+        })?;
+        let scratch = &mut scratch[..scratch_len_for(&self.config, params.q_heads)];
+        attend(&layout, params.window, start, q, out, scratch, &|i| {
+            // Present and in range: `attention_layout` made sure before `out` was touched.
+            let page = table.get(i).copied().unwrap_or(NO_PAGE);
+            self.page_slices(layer, page)
+        })
+    }
+
+    /// [`attention`](Self::attention) on up to `threads` threads (`std`): each takes a
+    /// contiguous share of the query heads (a KV head's rows are read by each thread that has
+    /// one of its query heads), with its own scratch. Every head's arithmetic is what it is in
+    /// one call, so the results are bit for bit [`attention`](Self::attention)'s at any thread
+    /// count; `threads` is capped at the query heads (0 counts as 1).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`attention`](Self::attention) (scratch aside: each thread allocates its own),
+    /// checked before any thread starts; on error `out` was not written.
+    #[cfg(feature = "std")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_threads(
+        &self,
+        seq: SeqId,
+        layer: u16,
+        start: u32,
+        q: &[f32],
+        out: &mut [f32],
+        params: &AttentionParams,
+        threads: usize,
+    ) -> Result<()>
+    where
+        Self: Sync,
+    {
+        let (layout, table) = self.attention_layout(seq, layer, start, q, out, params, || true)?;
+        let heads = layout.kv_heads * layout.group;
+        let t = threads.clamp(1, heads);
+        let need = scratch_len_for(&self.config, params.q_heads);
+        let page = |i: usize| {
+            let page = table.get(i).copied().unwrap_or(NO_PAGE);
+            self.page_slices(layer, page)
+        };
+        let share = |k: usize| {
+            let l = Layout {
+                heads: k * heads / t..(k + 1) * heads / t,
+                ..layout.clone()
+            };
+            let (mut o, mut s) = (std::vec![0f32; q.len()], std::vec![0f32; need]);
+            attend(&l, params.window, start, q, &mut o, &mut s, &page).map(|()| (l.heads, o))
+        };
+        let parts: std::vec::Vec<Result<_>> = std::thread::scope(|sc| {
+            let spawned: std::vec::Vec<_> = (1..t).map(|k| sc.spawn(move || share(k))).collect();
+            let mut parts = std::vec![share(0)];
+            for h in spawned {
+                parts.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            }
+            parts
+        });
+        // Every page was checked above, so no share fails; still, `out` is written only when
+        // all succeeded.
+        let parts = parts.into_iter().collect::<Result<std::vec::Vec<_>>>()?;
+        let hd = layout.head_dim;
+        for (range, o) in parts {
+            for (dst, src) in out
+                .chunks_exact_mut(heads * hd)
+                .zip(o.chunks_exact(heads * hd))
+            {
+                dst[range.start * hd..range.end * hd]
+                    .copy_from_slice(&src[range.start * hd..range.end * hd]);
+            }
+        }
+        Ok(())
+    }
+
+    /// The checks of [`attention`](Self::attention) (`scratch_ok` says whether the caller's
+    /// scratch is long enough), in its order, and the layout and page table of the call.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_layout(
+        &self,
+        seq: SeqId,
+        layer: u16,
+        start: u32,
+        q: &[f32],
+        out: &[f32],
+        params: &AttentionParams,
+        scratch_ok: impl FnOnce() -> bool,
+    ) -> Result<(Layout, &[u16])> {
         let slot = self.seqs.slot(seq)?;
         let shape = self.config.shape;
         if layer >= shape.layers {
@@ -69,11 +158,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         if params.window.is_some_and(|w| w.window == 0) {
             return Err(ConfigError::ZeroSize.into());
         }
-        let p = self.config.page_tokens as usize;
-        let group = q_heads / kv_heads;
-        let scratch = scratch
-            .get_mut(..scratch_len_for(&self.config, params.q_heads))
-            .ok_or(Error::LengthMismatch)?;
+        if !scratch_ok() {
+            return Err(Error::LengthMismatch);
+        }
         let table = self.seqs.table(slot);
         // Every key page any query needs, checked before `out` is written.
         self.check_key_pages(table, start, end, params.window)?;
@@ -94,17 +181,13 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             k_shead: k_srow / kv_heads,
             v_shead: v_srow / kv_heads,
             kv_heads,
-            group,
+            group: q_heads / kv_heads,
             head_dim: hd,
-            page_tokens: p,
+            page_tokens: self.config.page_tokens as usize,
             scale: params.scale,
+            heads: 0..q_heads,
         };
-
-        attend(&layout, params.window, start, q, out, scratch, &|i| {
-            // Present and in range: `check_key_pages` made sure before `out` was touched.
-            let page = table.get(i).copied().unwrap_or(NO_PAGE);
-            self.page_slices(layer, page)
-        })
+        Ok((layout, table))
     }
 
     /// The K and V value and scale bytes of `page` in `layer`.
