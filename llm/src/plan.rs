@@ -17,7 +17,8 @@ use crate::quant::BLOCK;
 /// };
 /// static SCRATCH_F32S: usize = PLAN.scratch; // e.g. `static mut SCRATCH: [f32; PLAN.scratch]`
 /// assert_eq!(PLAN.logits_per_row, 49_152);
-/// assert_eq!(PLAN.scratch_bytes, 402_312); // 16 rows of 6,240 f32s, attention scratch 738
+/// // 16 rows of 6,240 f32s; attention scratch 1,314 (738, and a query row rotated for rotated K)
+/// assert_eq!(PLAN.scratch_bytes, 404_616);
 /// # let _ = SCRATCH_F32S;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
