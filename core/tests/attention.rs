@@ -316,6 +316,60 @@ fn threads_give_the_one_call_bits() {
     }
 }
 
+/// Rows over more than 2,048 keys run in key segments merged in order: they match the dense
+/// reference, chunked prefill still equals one pass, and threads (by segments for one decode
+/// row, by heads otherwise) give the one-call bits.
+#[cfg(feature = "std")]
+#[cfg_attr(miri, ignore = "thousands of keys: too slow under Miri")]
+#[test]
+fn long_rows_run_in_segments_with_the_same_bits_on_threads() {
+    let n = 4300u32; // 68 pages of 64 tokens: three segments of 2,048 keys
+    for (k, v) in [
+        (ElementFormat::Q8_0, ElementFormat::Q8_0),
+        (ElementFormat::F32, ElementFormat::F16),
+    ] {
+        let cfg = CacheConfig::new(SHAPE)
+            .with_page_tokens(64)
+            .with_formats(k, v)
+            .with_sequences(1, n);
+        let mut a = Arenas::new::<FreeList>(&cfg, 68);
+        let mut c: KvCache = a.cache(cfg);
+        let s = filled(&mut c, n);
+        for p in [
+            AttentionParams::new(SHAPE, Q_HEADS),
+            AttentionParams::new(SHAPE, Q_HEADS).with_window(4, 2500),
+        ] {
+            let window = p.window.map(|w| (w.sinks, w.window));
+            let q = values(5, 3 * Q_ROW);
+            let start = n - 3;
+            let got = attend(&c, s, 1, start, &q, &p);
+            let err = max_rel_err(&got, &reference(&c, s, 1, start, &q, window));
+            assert!(err < 1e-5, "{k:?}/{v:?} {p:?}: {err:e}");
+            let mut parts = Vec::new();
+            for (i, qr) in q.chunks(Q_ROW).enumerate() {
+                parts.extend(attend(&c, s, 1, start + i as u32, qr, &p));
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&parts), bits(&got), "rows one by one");
+            for t in [2, 3, 4, 9] {
+                let mut out = vec![f32::NAN; q.len()];
+                c.attention_threads(s, 1, start, &q, &mut out, &p, t)
+                    .unwrap();
+                assert_eq!(bits(&out), bits(&got), "{p:?} threads {t}, three rows");
+                let last = &q[2 * Q_ROW..];
+                let mut one = vec![f32::NAN; Q_ROW];
+                c.attention_threads(s, 1, n - 1, last, &mut one, &p, t)
+                    .unwrap();
+                assert_eq!(
+                    bits(&one),
+                    bits(&got[2 * Q_ROW..]),
+                    "{p:?} threads {t}, decode"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn chunked_prefill_is_bit_identical_to_one_pass() {
     let n = if cfg!(miri) { 16 } else { 70 };

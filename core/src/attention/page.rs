@@ -10,13 +10,110 @@ use crate::arch::{self, Isa};
 use crate::error::Result;
 use crate::format::{ElementFormat, LANES, Rotation};
 
+/// Keys per segment of a query row: a row whose keys span more pages than a segment holds is
+/// computed segment by segment, each with its own online-softmax state (maximum, sum and
+/// accumulators per head), merged into the first in order. A split call (see
+/// `KvCache::attention_threads`) computes the segments on several threads and merges them in the
+/// same order: the same bits. Rows of at most this many keys are one segment.
+pub(crate) const SEGMENT_KEYS: usize = 2048;
+
+/// Pages per segment for pages of `p` tokens.
+#[inline]
+pub(crate) const fn segment_pages(p: usize) -> usize {
+    if p >= SEGMENT_KEYS {
+        1
+    } else {
+        SEGMENT_KEYS / p
+    }
+}
+
+/// Segments of the query row at position `t`.
+#[inline]
+pub(crate) fn segments(l: &Layout, t: u32) -> usize {
+    (t as usize / l.page_tokens + 1).div_ceil(segment_pages(l.page_tokens))
+}
+
+/// f32 slots of scratch the merge of segments takes: one more accumulator row, maximum and sum
+/// per query head.
+pub(crate) const fn merge_slots(q_heads: usize, head_dim: usize) -> usize {
+    q_heads * (head_dim + 2)
+}
+
+/// The parts of attention's scratch (see [`attend`]).
+pub(crate) struct Scratch<'s> {
+    max: &'s mut [f32],
+    sum: &'s mut [f32],
+    scores: &'s mut [f32],
+    /// A later segment's state, before it is merged.
+    seg_out: &'s mut [f32],
+    seg_max: &'s mut [f32],
+    seg_sum: &'s mut [f32],
+    q_rot: &'s mut [f32],
+    codes: &'s mut [i16],
+    qscales: &'s mut [f32],
+}
+
+impl<'s> Scratch<'s> {
+    /// Cuts `scratch` (at least `scratch_len_for` long) into its parts.
+    pub(crate) fn split(l: &Layout, scratch: &'s mut [f32]) -> Self {
+        let (hd, p) = (l.head_dim, l.page_tokens);
+        let q_heads = l.kv_heads * l.group;
+        let row = q_heads * hd;
+        let (max, rest) = scratch.split_at_mut(q_heads);
+        let (sum, rest) = rest.split_at_mut(q_heads);
+        let (scores, rest) = rest.split_at_mut(q_heads * p);
+        let (seg_out, rest) = rest.split_at_mut(row);
+        let (seg_max, rest) = rest.split_at_mut(q_heads);
+        let (seg_sum, rest) = rest.split_at_mut(q_heads);
+        let (q_rot, rest) = rest.split_at_mut(if k_rotated(l) { row } else { 0 });
+        let (codes, qscales) = query::split(rest, row);
+        Scratch {
+            max,
+            sum,
+            scores,
+            seg_out,
+            seg_max,
+            seg_sum,
+            q_rot,
+            codes,
+            qscales,
+        }
+    }
+}
+
+/// One segment's online-softmax state, owned: what a split call's threads hand back.
+#[cfg(feature = "std")]
+pub(crate) struct SegmentState {
+    pub(crate) out: std::vec::Vec<f32>,
+    pub(crate) max: std::vec::Vec<f32>,
+    pub(crate) sum: std::vec::Vec<f32>,
+}
+
+#[cfg(feature = "std")]
+impl Scratch<'_> {
+    /// The state [`segment`] left for a first segment: its `row` accumulators, maxima, sums.
+    pub(crate) fn state(&self, row: usize) -> SegmentState {
+        SegmentState {
+            out: self.seg_out[..row].to_vec(),
+            max: self.max.to_vec(),
+            sum: self.sum.to_vec(),
+        }
+    }
+}
+
+/// Whether K rows are rotated (`rotation` left out: never; such configurations do not plan).
+#[inline(always)]
+fn k_rotated(l: &Layout) -> bool {
+    cfg!(feature = "rotation") && l.k_rot.is_some()
+}
+
 /// Every query row `q` (`[n][q_heads][head_dim]`, absolute positions from `start`) over the keys
 /// `[0, t]` of its position `t` (or the window's subset), into `out` (same shape). `page(i)` gives
 /// the K and V bytes of the sequence's `i`-th page; the caller checked that every page a query
 /// needs is there (an error from `page` ends the call with `out` partly written). `scratch` holds
-/// each query head's running max and sum, one page of scores per head, the rotated query row
-/// (rotated K) and the quantized one (int8 K). With rotated V rows, each output row is rotated
-/// back at the end.
+/// each query head's running max and sum, one page of scores per head, a segment's state
+/// ([`SEGMENT_KEYS`]), the rotated query row (rotated K) and the quantized one (int8 K). With
+/// rotated V rows, each output row is rotated back at the end.
 ///
 /// `page` is a trait object, not a generic: the page loop and every kernel under it are then
 /// compiled once, in this crate, instead of again in each crate that calls the (allocator-generic)
@@ -31,78 +128,145 @@ pub(crate) fn attend<'d>(
     scratch: &mut [f32],
     page: &dyn Fn(usize) -> Result<PageSlices<'d>>,
 ) -> Result<()> {
-    let (hd, p) = (l.head_dim, l.page_tokens);
-    let q_heads = l.kv_heads * l.group;
-    let row = q_heads * hd;
-    let (lo, hi) = (l.heads.start, l.heads.end);
-    let (max, rest) = scratch.split_at_mut(q_heads);
-    let (sum, rest) = rest.split_at_mut(q_heads);
-    let (scores, rest) = rest.split_at_mut(q_heads * p);
-    // `rotation` left out: never rotated (such configurations do not plan), no code.
-    let k_rot = cfg!(feature = "rotation") && l.k_rot.is_some();
-    let v_rot = cfg!(feature = "rotation") && l.v_rot.is_some();
-    let (q_rot, rest) = rest.split_at_mut(if k_rot { row } else { 0 });
-    let (codes, qscales) = query::split(rest, row);
-    let int8_keys = query::int8_group(l.k_fmt);
-    for (qi, (q_rows, out_rows)) in q
+    let row = l.kv_heads * l.group * l.head_dim;
+    let heads = l.heads.start * l.head_dim..l.heads.end * l.head_dim;
+    let mut s = Scratch::split(l, scratch);
+    for (qi, (q_row, out_row)) in q
         .chunks_exact(row)
         .zip(out.chunks_exact_mut(row))
         .enumerate()
     {
         let t = start + qi as u32;
-        let q_rows = if k_rot {
-            q_rot.copy_from_slice(q_rows);
-            for h in q_rot.chunks_exact_mut(hd) {
-                l.k_rot.forward(h);
-            }
-            &*q_rot
-        } else {
-            q_rows
-        };
-        if let Some(g) = int8_keys {
-            query::quantize(q_rows, g, l.scale, codes, qscales);
-        }
-        out_rows[lo * hd..hi * hd].fill(0.0);
-        max.fill(f32::NEG_INFINITY);
-        sum.fill(0.0);
-        for page_index in 0..=(t as usize / p) {
-            let j0 = (page_index * p) as u32;
-            let j1 = (j0 + p as u32).min(t + 1);
-            let kept = |j: u32| window.is_none_or(|w| w.keeps(t, j));
-            if !(j0..j1).any(kept) {
-                continue;
-            }
-            let kv = page(page_index)?;
-            let keys = Keys {
-                kv: &kv,
-                j0,
-                j1,
-                kept: &kept,
-            };
-            let heads = Heads {
-                q: q_rows,
-                qc: QueryCodes {
-                    codes: &*codes,
-                    scales: &*qscales,
-                },
-                out: &mut *out_rows,
-                max: &mut *max,
-                sum: &mut *sum,
-                scores: &mut *scores,
-            };
-            arch::attend_page(l, &keys, heads);
-        }
-        for (h, oh) in out_rows.chunks_exact_mut(hd).enumerate().take(hi).skip(lo) {
-            let inv = 1.0 / sum[h];
-            for o in oh.iter_mut() {
-                *o *= inv;
-            }
-            if v_rot {
-                l.v_rot.inverse(oh);
+        for k in 0..segments(l, t) {
+            if k == 0 {
+                segment(l, window, t, q_row, 0, &mut s, page, None)?;
+                out_row[heads.clone()].copy_from_slice(&s.seg_out[heads.clone()]);
+            } else {
+                segment(l, window, t, q_row, k, &mut s, page, Some(&mut *out_row))?;
             }
         }
+        finish_row(l, out_row, s.sum);
     }
     Ok(())
+}
+
+/// Segment `k` of the query row `q_row` at position `t`: its keys' online softmax from a fresh
+/// state. Into `s.seg_out` / `s.max` / `s.sum` for the first segment (`merge_into` `None`), or
+/// merged into the state so far (`merge_into`: its accumulators; its maxima and sums in `s`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn segment<'d>(
+    l: &Layout,
+    window: Option<Window>,
+    t: u32,
+    q_row: &[f32],
+    k: usize,
+    s: &mut Scratch<'_>,
+    page: &dyn Fn(usize) -> Result<PageSlices<'d>>,
+    merge_into: Option<&mut [f32]>,
+) -> Result<()> {
+    let (hd, p) = (l.head_dim, l.page_tokens);
+    let (lo, hi) = (l.heads.start, l.heads.end);
+    let q_rows = if k_rotated(l) {
+        s.q_rot.copy_from_slice(q_row);
+        for h in s.q_rot.chunks_exact_mut(hd) {
+            l.k_rot.forward(h);
+        }
+        &*s.q_rot
+    } else {
+        q_row
+    };
+    if let Some(g) = query::int8_group(l.k_fmt) {
+        query::quantize(q_rows, g, l.scale, s.codes, s.qscales);
+    }
+    let first = merge_into.is_none();
+    let (max, sum) = if first {
+        (&mut *s.max, &mut *s.sum)
+    } else {
+        (&mut *s.seg_max, &mut *s.seg_sum)
+    };
+    s.seg_out[lo * hd..hi * hd].fill(0.0);
+    max.fill(f32::NEG_INFINITY);
+    sum.fill(0.0);
+    let per = segment_pages(p);
+    let last = t as usize / p;
+    for page_index in k * per..((k + 1) * per).min(last + 1) {
+        let j0 = (page_index * p) as u32;
+        let j1 = (j0 + p as u32).min(t + 1);
+        let kept = |j: u32| window.is_none_or(|w| w.keeps(t, j));
+        if !(j0..j1).any(kept) {
+            continue;
+        }
+        let kv = page(page_index)?;
+        let keys = Keys {
+            kv: &kv,
+            j0,
+            j1,
+            kept: &kept,
+        };
+        let heads = Heads {
+            q: q_rows,
+            qc: QueryCodes {
+                codes: &*s.codes,
+                scales: &*s.qscales,
+            },
+            out: &mut *s.seg_out,
+            max: &mut *max,
+            sum: &mut *sum,
+            scores: &mut *s.scores,
+        };
+        arch::attend_page(l, &keys, heads);
+    }
+    if let Some(acc) = merge_into {
+        merge(l, acc, s.max, s.sum, s.seg_out, s.seg_max, s.seg_sum);
+    }
+    Ok(())
+}
+
+/// Merges a later segment's state (`out2`, `max2`, `sum2`) into the state so far, head by head:
+/// both rescaled to the larger maximum, `out = out · e^(m − M) + out2 · e^(m2 − M)`, the sums
+/// alike. A segment that kept no key (maximum −∞) changes nothing.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn merge(
+    l: &Layout,
+    out: &mut [f32],
+    max: &mut [f32],
+    sum: &mut [f32],
+    out2: &[f32],
+    max2: &[f32],
+    sum2: &[f32],
+) {
+    let hd = l.head_dim;
+    let (lo, hi) = (l.heads.start, l.heads.end);
+    for h in lo..hi {
+        let m2 = max2[h];
+        if m2 == f32::NEG_INFINITY {
+            continue;
+        }
+        let m = max[h].max(m2);
+        let (a, b) = (libm::expf(max[h] - m), libm::expf(m2 - m));
+        for (o, &o2) in out[h * hd..(h + 1) * hd].iter_mut().zip(&out2[h * hd..]) {
+            *o = *o * a + o2 * b;
+        }
+        sum[h] = sum[h] * a + sum2[h] * b;
+        max[h] = m;
+    }
+}
+
+/// The end of a query row: each computed head's output divided by its sum, rotated back for
+/// rotated V rows.
+pub(crate) fn finish_row(l: &Layout, out_row: &mut [f32], sum: &[f32]) {
+    let hd = l.head_dim;
+    let (lo, hi) = (l.heads.start, l.heads.end);
+    let v_rot = cfg!(feature = "rotation") && l.v_rot.is_some();
+    for (h, oh) in out_row.chunks_exact_mut(hd).enumerate().take(hi).skip(lo) {
+        let inv = 1.0 / sum[h];
+        for o in oh.iter_mut() {
+            *o *= inv;
+        }
+        if v_rot {
+            l.v_rot.inverse(oh);
+        }
+    }
 }
 
 /// Formats and byte geometry of the rows [`attend_page`] reads.

@@ -59,11 +59,14 @@ impl AttentionParams {
 }
 
 /// `f32`s of scratch [`KvCache::attention`](crate::KvCache::attention) needs without rotated
-/// keys: per query head a running max and sum, one page of scores, and its query row quantized
-/// for int8 keys (16-bit codes and per-group scales): `q_heads · (page_tokens + 2 + head_dim)`.
-/// [`scratch_len_for`] answers for any configuration.
+/// keys: per query head a running max and sum, one page of scores, a later key segment's
+/// maximum, sum and outputs (rows of more than 2,048 keys are computed in segments), and its
+/// query row quantized for int8 keys (16-bit codes and per-group scales):
+/// `q_heads · (page_tokens + 4 + 2 · head_dim)`. [`scratch_len_for`] answers for any
+/// configuration.
 pub const fn scratch_len(q_heads: u16, page_tokens: u16, head_dim: u16) -> usize {
     q_heads as usize * (page_tokens as usize + 2)
+        + super::page::merge_slots(q_heads as usize, head_dim as usize)
         + super::query::slots(q_heads as usize, head_dim as usize)
 }
 

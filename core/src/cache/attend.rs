@@ -4,6 +4,8 @@
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator};
 use crate::attention::page::{Layout, PageSlices, attend};
+#[cfg(feature = "std")]
+use crate::attention::page::{Scratch, SegmentState, finish_row, merge, segment, segments};
 use crate::attention::{AttentionParams, scratch_len_for};
 use crate::error::{ConfigError, Error, Result};
 use crate::planner::PoolKind;
@@ -55,11 +57,13 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         })
     }
 
-    /// [`attention`](Self::attention) on up to `threads` threads (`std`): each takes a
-    /// contiguous share of the query heads (a KV head's rows are read by each thread that has
-    /// one of its query heads), with its own scratch. Every head's arithmetic is what it is in
+    /// [`attention`](Self::attention) on up to `threads` threads (`std`), each with its own
+    /// scratch. One query row over more than 2,048 keys is split by key segments: each thread
+    /// computes whole segments, merged in segment order as one call merges them. Otherwise the
+    /// split is by query heads, each thread a contiguous share (a KV head's rows are read by
+    /// each thread that has one of its query heads). Every head's arithmetic is what it is in
     /// one call, so the results are bit for bit [`attention`](Self::attention)'s at any thread
-    /// count; `threads` is capped at the query heads (0 counts as 1).
+    /// count; `threads` is capped at the segments or the query heads (0 counts as 1).
     ///
     /// # Errors
     ///
@@ -82,12 +86,17 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     {
         let (layout, table) = self.attention_layout(seq, layer, start, q, out, params, || true)?;
         let heads = layout.kv_heads * layout.group;
-        let t = threads.clamp(1, heads);
         let need = scratch_len_for(&self.config, params.q_heads);
         let page = |i: usize| {
             let page = table.get(i).copied().unwrap_or(NO_PAGE);
             self.page_slices(layer, page)
         };
+        let row = heads * layout.head_dim;
+        let segs = segments(&layout, start);
+        if q.len() == row && segs > 1 && threads > 1 {
+            return self.segments_on_threads(&layout, params, start, q, out, threads, &page);
+        }
+        let t = threads.clamp(1, heads);
         let share = |k: usize| {
             let l = Layout {
                 heads: k * heads / t..(k + 1) * heads / t,
@@ -117,6 +126,68 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                     .copy_from_slice(&src[range.start * hd..range.end * hd]);
             }
         }
+        Ok(())
+    }
+
+    /// One query row's key segments on up to `threads` scoped threads, each segment from a fresh
+    /// state into its own buffers, then merged in order into `out` and finished (see
+    /// `attention_threads`).
+    #[cfg(feature = "std")]
+    #[allow(clippy::too_many_arguments)]
+    fn segments_on_threads<'d>(
+        &self,
+        layout: &Layout,
+        params: &AttentionParams,
+        t: u32,
+        q: &[f32],
+        out: &mut [f32],
+        threads: usize,
+        page: &(dyn Fn(usize) -> Result<PageSlices<'d>> + Sync),
+    ) -> Result<()> {
+        let segs = segments(layout, t);
+        let n = threads.clamp(1, segs);
+        let need = scratch_len_for(&self.config, params.q_heads);
+        let q_heads = layout.kv_heads * layout.group;
+        // Thread `k` computes segments `k·segs/n..(k+1)·segs/n`, each kept whole.
+        let run = |k: usize| -> Result<std::vec::Vec<SegmentState>> {
+            let mut buf = std::vec![0f32; need];
+            let mut states = std::vec::Vec::new();
+            for seg in k * segs / n..(k + 1) * segs / n {
+                let mut s = Scratch::split(layout, &mut buf);
+                segment(layout, params.window, t, q, seg, &mut s, page, None)?;
+                states.push(s.state(q_heads * layout.head_dim));
+            }
+            Ok(states)
+        };
+        let parts: std::vec::Vec<Result<_>> = std::thread::scope(|sc| {
+            let spawned: std::vec::Vec<_> = (1..n).map(|k| sc.spawn(move || run(k))).collect();
+            let mut parts = std::vec![run(0)];
+            for h in spawned {
+                parts.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            }
+            parts
+        });
+        let mut states = std::vec::Vec::with_capacity(segs);
+        for p in parts {
+            states.extend(p?);
+        }
+        let mut it = states.into_iter();
+        let Some(mut first) = it.next() else {
+            return Ok(());
+        };
+        for s in it {
+            merge(
+                layout,
+                &mut first.out,
+                &mut first.max,
+                &mut first.sum,
+                &s.out,
+                &s.max,
+                &s.sum,
+            );
+        }
+        finish_row(layout, &mut first.out, &first.sum);
+        out.copy_from_slice(&first.out);
         Ok(())
     }
 
