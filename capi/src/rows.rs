@@ -288,8 +288,8 @@ pub unsafe extern "C" fn ekv_attention_params_init(
 }
 
 /// The `float`s of scratch `ekv_attention` needs without rotated keys:
-/// `q_heads x (page_tokens + 2 + head_dim)` (running maxima and sums, a page of scores, the
-/// query quantized for int8 keys). `ekv_cache_attention_scratch_len` answers for a cache, rotated
+/// `q_heads x (page_tokens + 4 + 2 x head_dim)` (running maxima and sums, a page of scores, a
+/// later key segment's state for rows over 2,048 keys, the query quantized for int8 keys). `ekv_cache_attention_scratch_len` answers for a cache, rotated
 /// keys included (`q_heads x head_dim` more).
 #[unsafe(no_mangle)]
 pub extern "C" fn ekv_attention_scratch_len(
@@ -301,7 +301,7 @@ pub extern "C" fn ekv_attention_scratch_len(
 }
 
 /// The `float`s of scratch `ekv_attention` needs on this cache with `q_heads` query heads
-/// (`q_heads x (page_tokens + 2 + head_dim)` with the cache's `page_tokens` and `head_dim`, and
+/// (`q_heads x (page_tokens + 4 + 2 x head_dim)` with the cache's `page_tokens` and `head_dim`, and
 /// `q_heads x head_dim` more when its keys are rotated), written to `out`.
 ///
 /// Errors: `EKV_ERR_NULL`, `EKV_ERR_BAD_HANDLE`, `EKV_ERR_HEAD_MISMATCH` (`q_heads` not a

@@ -17,8 +17,8 @@ use crate::quant::BLOCK;
 /// };
 /// static SCRATCH_F32S: usize = PLAN.scratch; // e.g. `static mut SCRATCH: [f32; PLAN.scratch]`
 /// assert_eq!(PLAN.logits_per_row, 49_152);
-/// // 16 rows of 6,240 f32s; attention scratch 1,314 (738, and a query row rotated for rotated K)
-/// assert_eq!(PLAN.scratch_bytes, 404_616);
+/// // 16 rows of 6,240 f32s; attention scratch 1,908 (1,332, and a query row rotated for rotated K)
+/// assert_eq!(PLAN.scratch_bytes, 406_992);
 /// # let _ = SCRATCH_F32S;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +92,8 @@ impl ScratchPlan {
     /// pages. Per row: the residual, the normed row and the attention output (`embed`, `embed`,
     /// `q_dim`), Q, K and V, gate and up (`ffn` each), the quantized activation row (`widest /
     /// 4` f32s of codes plus two scales per 32-block); plus one attention scratch
-    /// (`heads × (page_tokens + 2 + head_dim)`). Zero rows, a model wider than `u16` heads or sizes past
+    /// (`heads × (page_tokens + 4 + 3 · head_dim)`: `edgekv::attention::scratch_len` and a rotated
+    /// query row). Zero rows, a model wider than `u16` heads or sizes past
     /// `usize` are errors.
     ///
     /// # Errors

@@ -201,8 +201,8 @@ static void test_sequences_rows_attention(void) {
     float q[2 * Q_HEADS * HEAD_DIM], out[2 * Q_HEADS * HEAD_DIM], want[Q_HEADS * HEAD_DIM];
     for (int i = 0; i < 2 * Q_HEADS * HEAD_DIM; i++) q[i] = 0.05f * (float)((i * 7) % 13) - 0.3f;
     size_t scratch_len = ekv_attention_scratch_len(Q_HEADS, PAGE, HEAD_DIM);
-    CHECK(scratch_len == Q_HEADS * (PAGE + 2 + HEAD_DIM));
-    float scratch[64];
+    CHECK(scratch_len == Q_HEADS * (PAGE + 4 + 2 * HEAD_DIM));
+    float scratch[128];
     CHECK_RC(ekv_attention(&cache, s, 1, 5, q, 2 * Q_HEADS * HEAD_DIM, out, 2 * Q_HEADS * HEAD_DIM, &params, scratch, scratch_len), EKV_OK);
     float max_err = 0.0f;
     for (int r = 0; r < 2; r++) {
@@ -445,15 +445,15 @@ static void test_failed_calls_write_no_output(void) {
     /* Attention needing a released key: neither out nor scratch is written. */
     ekv_attention_params_t p;
     CHECK_RC(ekv_attention_params_init(&p, Q_HEADS, HEAD_DIM), EKV_OK);
-    static float q[QN], out[QN], scratch[64];
+    static float q[QN], out[QN], scratch[128];
     size_t scratch_len = 0;
     CHECK_RC(ekv_cache_attention_scratch_len(&cache, Q_HEADS, &scratch_len), EKV_OK);
-    CHECK(scratch_len == ekv_attention_scratch_len(Q_HEADS, PAGE, HEAD_DIM) && scratch_len <= 64);
+    CHECK(scratch_len == ekv_attention_scratch_len(Q_HEADS, PAGE, HEAD_DIM) && scratch_len <= 128);
     fill_f(q, QN, 0.25f);
     fill_f(out, QN, 9.0f);
-    fill_f(scratch, 64, -1.0f);
+    fill_f(scratch, 128, -1.0f);
     CHECK_RC(ekv_attention(&cache, s, 0, 13, q, QN, out, QN, &p, scratch, scratch_len), EKV_ERR_POSITION_OUT_OF_RANGE);
-    CHECK(all_f(out, QN, 9.0f) && all_f(scratch, 64, -1.0f));
+    CHECK(all_f(out, QN, 9.0f) && all_f(scratch, 128, -1.0f));
     p.window_size = 4; /* the window the pages were released under: fine */
     CHECK_RC(ekv_attention(&cache, s, 0, 13, q, QN, out, QN, &p, scratch, scratch_len), EKV_OK);
 
