@@ -567,6 +567,40 @@ fn threads_mode(n: usize) {
                 b.1,
                 a.0 / b.0
             );
+            // Prefill: the last 64 positions' queries in one call (rows round robin on threads).
+            let n_rows = 64.min(ctx);
+            let qs: Vec<f32> = rows(4, n_rows * GROUP)
+                .into_iter()
+                .map(|x| x * 0.5)
+                .collect();
+            let first = (ctx - n_rows) as u32;
+            let (mut one, mut split) = (vec![0f32; qs.len()], vec![0f32; qs.len()]);
+            let mut times: [Vec<f64>; 2] = Default::default();
+            for _ in 0..11 {
+                for (i, t) in times.iter_mut().enumerate() {
+                    let start = std::time::Instant::now();
+                    let r = if i == 0 {
+                        c.attention(s, 0, first, black_box(&qs), &mut one, &params, &mut scratch)
+                    } else {
+                        c.attention_threads(s, 0, first, black_box(&qs), &mut split, &params, n)
+                    };
+                    r.expect("attention");
+                    t.push(start.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            assert!(
+                one.iter()
+                    .zip(&split)
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+            );
+            let [a, b] = times.each_mut().map(|t| median_best(t));
+            println!(
+                "ctx {ctx:5}, prefill of {n_rows} rows: median µs one call {:.0}, {n} threads {:.0}; \
+                 speed-up {:.2}x",
+                a.0,
+                b.0,
+                a.0 / b.0
+            );
         });
     }
 }

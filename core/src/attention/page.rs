@@ -292,8 +292,9 @@ pub(crate) struct Layout {
     pub(crate) head_dim: usize,
     pub(crate) page_tokens: usize,
     pub(crate) scale: f32,
-    /// The query heads computed (`0..kv_heads · group` for all; a thread of a split call takes
-    /// a part): other heads' outputs are not written.
+    /// The query heads computed (`0..kv_heads · group`: all, as the cache calls it; the page
+    /// loop computes any subset with each head's own bits): other heads' outputs are not
+    /// written.
     pub(crate) heads: core::ops::Range<usize>,
 }
 

@@ -58,12 +58,12 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     }
 
     /// [`attention`](Self::attention) on up to `threads` threads (`std`), each with its own
-    /// scratch. One query row over more than 2,048 keys is split by key segments: each thread
-    /// computes whole segments, merged in segment order as one call merges them. Otherwise the
-    /// split is by query heads, each thread a contiguous share (a KV head's rows are read by
-    /// each thread that has one of its query heads). Every head's arithmetic is what it is in
-    /// one call, so the results are bit for bit [`attention`](Self::attention)'s at any thread
-    /// count; `threads` is capped at the segments or the query heads (0 counts as 1).
+    /// scratch, bit for bit [`attention`](Self::attention)'s results at any thread count.
+    /// Several query rows (prefill) go to the threads round robin (every row is computed alone).
+    /// One row over more than 2,048 keys (decode at long context) is split by key segments:
+    /// each thread computes whole segments, merged in segment order as one call merges them.
+    /// One row within one segment runs on the calling thread (a split would cost more than it
+    /// saves). `threads` is capped at the rows or segments (0 counts as 1).
     ///
     /// # Errors
     ///
@@ -92,38 +92,49 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             self.page_slices(layer, page)
         };
         let row = heads * layout.head_dim;
-        let segs = segments(&layout, start);
-        if q.len() == row && segs > 1 && threads > 1 {
-            return self.segments_on_threads(&layout, params, start, q, out, threads, &page);
+        let n = q.len() / row;
+        if n == 1 {
+            if segments(&layout, start) > 1 && threads > 1 {
+                return self.segments_on_threads(&layout, params, start, q, out, threads, &page);
+            }
+            // One row, one segment: nothing to split that would pay for a thread.
+            let mut s = std::vec![0f32; need];
+            return attend(&layout, params.window, start, q, out, &mut s, &page);
         }
-        let t = threads.clamp(1, heads);
-        let share = |k: usize| {
-            let l = Layout {
-                heads: k * heads / t..(k + 1) * heads / t,
-                ..layout.clone()
-            };
-            let (mut o, mut s) = (std::vec![0f32; q.len()], std::vec![0f32; need]);
-            attend(&l, params.window, start, q, &mut o, &mut s, &page).map(|()| (l.heads, o))
+        // Several rows (prefill): each row is computed alone, so rows go to threads round robin
+        // (later rows see more keys), each thread with its own scratch.
+        let t = threads.clamp(1, n);
+        let rows_of = |k: usize| -> Result<std::vec::Vec<f32>> {
+            let mut s = std::vec![0f32; need];
+            let mut o = std::vec![0f32; n.div_ceil(t) * row];
+            for (j, i) in (k..n).step_by(t).enumerate() {
+                let (qi, oi) = (&q[i * row..][..row], &mut o[j * row..][..row]);
+                attend(
+                    &layout,
+                    params.window,
+                    start + i as u32,
+                    qi,
+                    oi,
+                    &mut s,
+                    &page,
+                )?;
+            }
+            Ok(o)
         };
         let parts: std::vec::Vec<Result<_>> = std::thread::scope(|sc| {
-            let spawned: std::vec::Vec<_> = (1..t).map(|k| sc.spawn(move || share(k))).collect();
-            let mut parts = std::vec![share(0)];
+            let spawned: std::vec::Vec<_> = (1..t).map(|k| sc.spawn(move || rows_of(k))).collect();
+            let mut parts = std::vec![rows_of(0)];
             for h in spawned {
                 parts.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
             }
             parts
         });
-        // Every page was checked above, so no share fails; still, `out` is written only when
+        // Every page was checked above, so no thread fails; still, `out` is written only when
         // all succeeded.
         let parts = parts.into_iter().collect::<Result<std::vec::Vec<_>>>()?;
-        let hd = layout.head_dim;
-        for (range, o) in parts {
-            for (dst, src) in out
-                .chunks_exact_mut(heads * hd)
-                .zip(o.chunks_exact(heads * hd))
-            {
-                dst[range.start * hd..range.end * hd]
-                    .copy_from_slice(&src[range.start * hd..range.end * hd]);
+        for (k, o) in parts.iter().enumerate() {
+            for (j, i) in (k..n).step_by(t).enumerate() {
+                out[i * row..][..row].copy_from_slice(&o[j * row..][..row]);
             }
         }
         Ok(())
