@@ -121,17 +121,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             }
             Ok(o)
         };
-        let parts: std::vec::Vec<Result<_>> = std::thread::scope(|sc| {
-            let spawned: std::vec::Vec<_> = (1..t).map(|k| sc.spawn(move || rows_of(k))).collect();
-            let mut parts = std::vec![rows_of(0)];
-            for h in spawned {
-                parts.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-            }
-            parts
-        });
         // Every page was checked above, so no thread fails; still, `out` is written only when
         // all succeeded.
-        let parts = parts.into_iter().collect::<Result<std::vec::Vec<_>>>()?;
+        let parts = on_threads(t, rows_of)?;
         for (k, o) in parts.iter().enumerate() {
             for (j, i) in (k..n).step_by(t).enumerate() {
                 out[i * row..][..row].copy_from_slice(&o[j * row..][..row]);
@@ -170,19 +162,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             }
             Ok(states)
         };
-        let parts: std::vec::Vec<Result<_>> = std::thread::scope(|sc| {
-            let spawned: std::vec::Vec<_> = (1..n).map(|k| sc.spawn(move || run(k))).collect();
-            let mut parts = std::vec![run(0)];
-            for h in spawned {
-                parts.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-            }
-            parts
-        });
-        let mut states = std::vec::Vec::with_capacity(segs);
-        for p in parts {
-            states.extend(p?);
-        }
-        let mut it = states.into_iter();
+        let parts = on_threads(n, run)?;
+        let mut it = parts.into_iter().flatten();
         let Some(mut first) = it.next() else {
             return Ok(());
         };
@@ -290,4 +271,23 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             vs: slice(PoolKind::scales(Kv::V), g.v_scale_row_bytes * p)?,
         })
     }
+}
+
+/// `f(0)` … `f(n − 1)` on `n` threads (the calling one runs `f(0)`), their results in order, or
+/// the first error; a panic in a thread is resumed here.
+#[cfg(feature = "std")]
+fn on_threads<T: Send>(
+    n: usize,
+    f: impl Fn(usize) -> Result<T> + Sync,
+) -> Result<std::vec::Vec<T>> {
+    let f = &f;
+    let parts: std::vec::Vec<Result<T>> = std::thread::scope(|sc| {
+        let spawned: std::vec::Vec<_> = (1..n).map(|k| sc.spawn(move || f(k))).collect();
+        let mut parts = std::vec![f(0)];
+        for h in spawned {
+            parts.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        parts
+    });
+    parts.into_iter().collect()
 }
