@@ -129,7 +129,6 @@ pub(crate) fn attend<'d>(
     page: &dyn Fn(usize) -> Result<PageSlices<'d>>,
 ) -> Result<()> {
     let row = l.kv_heads * l.group * l.head_dim;
-    let heads = l.heads.start * l.head_dim..l.heads.end * l.head_dim;
     let mut s = Scratch::split(l, scratch);
     for (qi, (q_row, out_row)) in q
         .chunks_exact(row)
@@ -140,7 +139,7 @@ pub(crate) fn attend<'d>(
         for k in 0..segments(l, t) {
             if k == 0 {
                 segment(l, window, t, q_row, 0, &mut s, page, None)?;
-                out_row[heads.clone()].copy_from_slice(&s.seg_out[heads.clone()]);
+                out_row.copy_from_slice(&s.seg_out[..row]);
             } else {
                 segment(l, window, t, q_row, k, &mut s, page, Some(&mut *out_row))?;
             }
@@ -165,7 +164,6 @@ pub(crate) fn segment<'d>(
     merge_into: Option<&mut [f32]>,
 ) -> Result<()> {
     let (hd, p) = (l.head_dim, l.page_tokens);
-    let (lo, hi) = (l.heads.start, l.heads.end);
     let q_rows = if k_rotated(l) {
         s.q_rot.copy_from_slice(q_row);
         for h in s.q_rot.chunks_exact_mut(hd) {
@@ -184,7 +182,7 @@ pub(crate) fn segment<'d>(
     } else {
         (&mut *s.seg_max, &mut *s.seg_sum)
     };
-    s.seg_out[lo * hd..hi * hd].fill(0.0);
+    s.seg_out.fill(0.0);
     max.fill(f32::NEG_INFINITY);
     sum.fill(0.0);
     let per = segment_pages(p);
@@ -236,8 +234,7 @@ pub(crate) fn merge(
     sum2: &[f32],
 ) {
     let hd = l.head_dim;
-    let (lo, hi) = (l.heads.start, l.heads.end);
-    for h in lo..hi {
+    for h in 0..l.kv_heads * l.group {
         let m2 = max2[h];
         if m2 == f32::NEG_INFINITY {
             continue;
@@ -256,9 +253,8 @@ pub(crate) fn merge(
 /// rotated V rows.
 pub(crate) fn finish_row(l: &Layout, out_row: &mut [f32], sum: &[f32]) {
     let hd = l.head_dim;
-    let (lo, hi) = (l.heads.start, l.heads.end);
     let v_rot = cfg!(feature = "rotation") && l.v_rot.is_some();
-    for (h, oh) in out_row.chunks_exact_mut(hd).enumerate().take(hi).skip(lo) {
+    for (h, oh) in out_row.chunks_exact_mut(hd).enumerate() {
         let inv = 1.0 / sum[h];
         for o in oh.iter_mut() {
             *o *= inv;
@@ -270,7 +266,6 @@ pub(crate) fn finish_row(l: &Layout, out_row: &mut [f32], sum: &[f32]) {
 }
 
 /// Formats and byte geometry of the rows [`attend_page`] reads.
-#[derive(Clone)]
 pub(crate) struct Layout {
     pub(crate) k_fmt: ElementFormat,
     pub(crate) v_fmt: ElementFormat,
@@ -292,18 +287,13 @@ pub(crate) struct Layout {
     pub(crate) head_dim: usize,
     pub(crate) page_tokens: usize,
     pub(crate) scale: f32,
-    /// The query heads computed (`0..kv_heads · group`: all, as the cache calls it; the page
-    /// loop computes any subset with each head's own bits): other heads' outputs are not
-    /// written.
-    pub(crate) heads: core::ops::Range<usize>,
 }
 
 impl Layout {
-    /// The query heads of KV head `kh` this call computes: `[h0, end)` (empty if none).
+    /// The query heads of KV head `kh`: `[h0, end)`.
     #[inline(always)]
     fn run_of(&self, kh: usize) -> (usize, usize) {
-        let h0 = (kh * self.group).max(self.heads.start);
-        (h0, ((kh + 1) * self.group).min(self.heads.end).max(h0))
+        (kh * self.group, (kh + 1) * self.group)
     }
 
     /// KV head `kh` of token `r` of a K (`v == false`) or V page.
@@ -400,8 +390,7 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
             h0 += g;
         }
     }
-    let (lo, hi) = (l.heads.start, l.heads.end);
-    for (h, oh) in out.chunks_exact_mut(hd).enumerate().take(hi).skip(lo) {
+    for (h, oh) in out.chunks_exact_mut(hd).enumerate() {
         let page_max = if whole {
             max_of(&scores[h * p..h * p + n])
         } else {
@@ -422,7 +411,7 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
         exp_shifted(&mut scores[h * p..h * p + n], new_max);
     }
     // Each head's sum takes its weights in row order, in a register.
-    for (h, s) in sum.iter_mut().enumerate().take(hi).skip(lo) {
+    for (h, s) in sum.iter_mut().enumerate() {
         let weights = &scores[h * p..h * p + n];
         *s = if whole {
             weights.iter().fold(*s, |s, w| s + w)
@@ -656,9 +645,6 @@ fn accumulate_rows<D: Isa, const R: usize>(
 ) {
     for kh in 0..l.kv_heads {
         let (mut h0, end) = l.run_of(kh);
-        if h0 == end {
-            continue;
-        }
         let vrows = rs.map(|r| l.row(kv, true, r, kh));
         while h0 < end {
             let n = (end - h0).min(MAX_RUN);
@@ -687,9 +673,6 @@ fn accumulate_q8<D: Isa>(l: &Layout, kv: &PageSlices<'_>, st: &mut Accum<'_>, rs
     }; 8];
     for kh in 0..l.kv_heads {
         let (mut h0, end) = l.run_of(kh);
-        if h0 == end {
-            continue;
-        }
         for (v, &r) in vrows.iter_mut().zip(rs) {
             *v = l.row(kv, true, r, kh);
         }

@@ -248,7 +248,6 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             head_dim: hd,
             page_tokens: self.config.page_tokens as usize,
             scale: params.scale,
-            heads: 0..q_heads,
         };
         Ok((layout, table))
     }
