@@ -36,6 +36,8 @@ pub mod quant;
 mod sequence;
 mod shape;
 pub mod snapshot;
+#[cfg(feature = "std")]
+mod workers;
 
 pub use crate::alloc::{Bitmap, FreeList, NO_PAGE, PageAllocator, PageId};
 pub use arena::ArenaBuf;
@@ -51,3 +53,5 @@ pub use planner::{
 pub use pool::{PagePool, PageState};
 pub use sequence::{SeqId, SeqInfo, SeqMode};
 pub use shape::{Kv, Shape};
+#[cfg(feature = "std")]
+pub use workers::Workers;

@@ -258,9 +258,9 @@ fn rotated_rows_attend_as_their_read_back_values() {
     );
 }
 
-/// Split over threads (each a share of the query heads), attention gives the one-call bits, at
-/// every thread count, for prefill and decode rows, with and without a window, with rotated and
-/// quantized pages.
+/// Split over threads (scoped, or a `Workers` team kept between calls), attention gives the
+/// one-call bits, at every thread count, for prefill and decode rows, with and without a window,
+/// with rotated and quantized pages.
 #[cfg(feature = "std")]
 #[test]
 fn threads_give_the_one_call_bits() {
@@ -277,6 +277,13 @@ fn threads_give_the_one_call_bits() {
     } else {
         &[0, 1, 2, 3, 4, 7, 64]
     };
+    // Teams of 0–4 threads, kept across every call below; the even ones sleep between calls.
+    let mut teams: Vec<edgekv::Workers> = (0..5)
+        .map(|t| {
+            let spin = std::time::Duration::from_micros(if t % 2 == 0 { 0 } else { 500 });
+            edgekv::Workers::with_spin(t, spin).unwrap()
+        })
+        .collect();
     for cfg in configs {
         let mut a = Arenas::new::<FreeList>(&cfg, 24);
         let mut c: KvCache = a.cache(cfg);
@@ -298,6 +305,14 @@ fn threads_give_the_one_call_bits() {
                         bits(&one),
                         "{cfg:?} {p:?} start {start} threads {t}"
                     );
+                    let mut out = vec![f32::NAN; q.len()];
+                    c.attention_on(&mut teams[t.min(4)], s, 1, start, &q, &mut out, &p)
+                        .unwrap();
+                    assert_eq!(
+                        bits(&out),
+                        bits(&one),
+                        "{cfg:?} {p:?} start {start} team {t}"
+                    );
                 }
             }
         }
@@ -312,13 +327,17 @@ fn threads_give_the_one_call_bits() {
             c.attention_threads(s, 9, 0, &[0.5; Q_ROW], &mut out, &p, 2),
             Err(edgekv::Error::LayerOutOfRange)
         );
+        assert_eq!(
+            c.attention_on(&mut teams[2], s, 9, 0, &[0.5; Q_ROW], &mut out, &p),
+            Err(edgekv::Error::LayerOutOfRange)
+        );
         assert!(out.iter().all(|&x| x == 7.0));
     }
 }
 
 /// Rows over more than 2,048 keys run in key segments merged in order: they match the dense
 /// reference, chunked prefill still equals one pass, and threads (by segments for one decode
-/// row, by heads otherwise) give the one-call bits.
+/// row, by rows otherwise; scoped or a `Workers` team) give the one-call bits.
 #[cfg(feature = "std")]
 #[cfg_attr(miri, ignore = "thousands of keys: too slow under Miri")]
 #[test]
@@ -365,6 +384,18 @@ fn long_rows_run_in_segments_with_the_same_bits_on_threads() {
                     bits(&got[2 * Q_ROW..]),
                     "{p:?} threads {t}, decode"
                 );
+                let mut team = edgekv::Workers::new(t).unwrap();
+                let mut one = vec![f32::NAN; Q_ROW];
+                c.attention_on(&mut team, s, 1, n - 1, last, &mut one, &p)
+                    .unwrap();
+                assert_eq!(
+                    bits(&one),
+                    bits(&got[2 * Q_ROW..]),
+                    "{p:?} team {t}, decode"
+                );
+                c.attention_on(&mut team, s, 1, start, &q, &mut out, &p)
+                    .unwrap();
+                assert_eq!(bits(&out), bits(&got), "{p:?} team {t}, three rows");
             }
         }
     }

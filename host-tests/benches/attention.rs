@@ -523,84 +523,66 @@ fn peer(ctx: usize) {
     }
 }
 
-/// `EDGEKV_THREADS=<n> cargo bench --bench attention`: Q8_0 decode attention in one call and
-/// split over `n` threads (`KvCache::attention_threads`, the same bits), alternating rounds at
-/// each context; medians and the speed-up.
+/// `EDGEKV_THREADS=<n> cargo bench --bench attention`: Q8_0 attention in one call against the
+/// same split over `n` threads three ways (the same bits): scoped threads started in each call
+/// (`KvCache::attention_threads`), a `Workers` team kept between calls whose idle workers spin
+/// (`attention_on`, default 1 ms spin: back-to-back calls find them spinning), and a team whose
+/// workers sleep between calls (spin 0: every call wakes them). Alternating rounds at each
+/// context, decode (one row) and a 64-row prefill; medians and speed-ups.
 fn threads_mode(n: usize) {
     const ROUNDS: usize = 31;
+    const WAYS: [&str; 4] = ["one call", "scoped", "team", "team, sleeping"];
     let params = AttentionParams::new(SHAPE, Q_HEADS);
     let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS, SHAPE.head_dim)];
+    let mut spinning = edgekv::Workers::new(n).expect("workers");
+    let mut sleeping = edgekv::Workers::with_spin(n, std::time::Duration::ZERO).expect("workers");
     for ctx in CONTEXTS {
         let (k, v) = (rows(1, ctx), rows(2, ctx));
-        let q: Vec<f32> = rows(3, GROUP).into_iter().map(|x| x * 0.5).collect();
-        let last = ctx as u32 - 1;
-        let iters = (3_000_000 / (ctx * 80)).max(1);
         with_cache(ElementFormat::Q8_0, &k, &v, |c, s| {
-            let (mut one, mut split) = (vec![0f32; Q_ROW], vec![0f32; Q_ROW]);
-            let mut times: [Vec<f64>; 2] = Default::default();
-            for _ in 0..ROUNDS {
-                for (i, t) in times.iter_mut().enumerate() {
-                    let start = std::time::Instant::now();
-                    for _ in 0..iters {
-                        let r = if i == 0 {
-                            c.attention(s, 0, last, black_box(&q), &mut one, &params, &mut scratch)
-                        } else {
-                            c.attention_threads(s, 0, last, black_box(&q), &mut split, &params, n)
-                        };
-                        r.expect("attention");
-                    }
-                    t.push(start.elapsed().as_secs_f64() * 1e6 / iters as f64);
-                }
-            }
-            assert_eq!(
-                one.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                split.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                "the same bits"
-            );
-            let [a, b] = times.each_mut().map(|t| median_best(t));
-            println!(
-                "ctx {ctx:5}: median (best) µs: one call {:.1} ({:.1}), {n} threads {:.1} ({:.1}); \
-                 speed-up {:.2}x",
-                a.0,
-                a.1,
-                b.0,
-                b.1,
-                a.0 / b.0
-            );
-            // Prefill: the last 64 positions' queries in one call (rows round robin on threads).
+            // (label, first position, query rows, rounds, calls per round)
+            let decode_iters = (3_000_000 / (ctx * 80)).max(1);
             let n_rows = 64.min(ctx);
-            let qs: Vec<f32> = rows(4, n_rows * GROUP)
-                .into_iter()
-                .map(|x| x * 0.5)
-                .collect();
-            let first = (ctx - n_rows) as u32;
-            let (mut one, mut split) = (vec![0f32; qs.len()], vec![0f32; qs.len()]);
-            let mut times: [Vec<f64>; 2] = Default::default();
-            for _ in 0..11 {
-                for (i, t) in times.iter_mut().enumerate() {
-                    let start = std::time::Instant::now();
-                    let r = if i == 0 {
-                        c.attention(s, 0, first, black_box(&qs), &mut one, &params, &mut scratch)
-                    } else {
-                        c.attention_threads(s, 0, first, black_box(&qs), &mut split, &params, n)
-                    };
-                    r.expect("attention");
-                    t.push(start.elapsed().as_secs_f64() * 1e6);
+            let cases = [
+                ("decode", ctx - 1, 1, ROUNDS, decode_iters),
+                ("prefill of 64 rows", ctx - n_rows, n_rows, 11, 1),
+            ];
+            for (label, first, n_q, rounds, iters) in cases {
+                let q: Vec<f32> = rows(if n_q == 1 { 3 } else { 4 }, n_q * GROUP)
+                    .into_iter()
+                    .map(|x| x * 0.5)
+                    .collect();
+                let first = first as u32;
+                let mut outs: [Vec<f32>; 4] = Default::default();
+                outs.iter_mut().for_each(|o| *o = vec![0f32; q.len()]);
+                let mut times: [Vec<f64>; 4] = Default::default();
+                for _ in 0..rounds {
+                    for (i, t) in times.iter_mut().enumerate() {
+                        let out = &mut outs[i];
+                        let start = std::time::Instant::now();
+                        for _ in 0..iters {
+                            let q = black_box(&q);
+                            match i {
+                                0 => c.attention(s, 0, first, q, out, &params, &mut scratch),
+                                1 => c.attention_threads(s, 0, first, q, out, &params, n),
+                                2 => c.attention_on(&mut spinning, s, 0, first, q, out, &params),
+                                _ => c.attention_on(&mut sleeping, s, 0, first, q, out, &params),
+                            }
+                            .expect("attention");
+                        }
+                        t.push(start.elapsed().as_secs_f64() * 1e6 / iters as f64);
+                    }
                 }
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                for o in &outs[1..] {
+                    assert_eq!(bits(o), bits(&outs[0]), "the same bits");
+                }
+                let m = times.each_mut().map(|t| median_best(t));
+                let mut line = format!("ctx {ctx:5}, {label}, {n} threads: median (best) µs");
+                for (w, (med, best)) in WAYS.iter().zip(m) {
+                    line += &format!(" | {w} {med:.1} ({best:.1}) {:.2}x", m[0].0 / med);
+                }
+                println!("{line}");
             }
-            assert!(
-                one.iter()
-                    .zip(&split)
-                    .all(|(a, b)| a.to_bits() == b.to_bits())
-            );
-            let [a, b] = times.each_mut().map(|t| median_best(t));
-            println!(
-                "ctx {ctx:5}, prefill of {n_rows} rows: median µs one call {:.0}, {n} threads {:.0}; \
-                 speed-up {:.2}x",
-                a.0,
-                b.0,
-                a.0 / b.0
-            );
         });
     }
 }

@@ -11,6 +11,8 @@ use crate::error::{ConfigError, Error, Result};
 use crate::planner::PoolKind;
 use crate::sequence::SeqId;
 use crate::shape::Kv;
+#[cfg(feature = "std")]
+use crate::workers::Workers;
 
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Causal attention of queries at absolute positions `[start, start + n)` of `seq` over its
@@ -65,6 +67,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// One row within one segment runs on the calling thread (a split would cost more than it
     /// saves). `threads` is capped at the rows or segments (0 counts as 1).
     ///
+    /// The threads are started and joined in each call (~45 µs on a Linux SoC); a decode loop
+    /// should keep a [`Workers`](crate::Workers) team and call
+    /// [`attention_on`](Self::attention_on) instead.
+    ///
     /// # Errors
     ///
     /// Those of [`attention`](Self::attention) (scratch aside: each thread allocates its own),
@@ -84,6 +90,65 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     where
         Self: Sync,
     {
+        self.attention_team(
+            seq,
+            layer,
+            start,
+            q,
+            out,
+            params,
+            &mut Team::Scoped(threads),
+        )
+    }
+
+    /// [`attention_threads`](Self::attention_threads) on a [`Workers`](crate::Workers) team kept
+    /// between calls: the same split, the same bits, without starting threads.
+    ///
+    /// # Errors
+    ///
+    /// As [`attention_threads`](Self::attention_threads).
+    #[cfg(feature = "std")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_on(
+        &self,
+        workers: &mut Workers,
+        seq: SeqId,
+        layer: u16,
+        start: u32,
+        q: &[f32],
+        out: &mut [f32],
+        params: &AttentionParams,
+    ) -> Result<()>
+    where
+        Self: Sync,
+    {
+        self.attention_team(
+            seq,
+            layer,
+            start,
+            q,
+            out,
+            params,
+            &mut Team::Workers(workers),
+        )
+    }
+
+    /// The split of [`attention_threads`](Self::attention_threads) on `team`.
+    #[cfg(feature = "std")]
+    #[allow(clippy::too_many_arguments)]
+    fn attention_team(
+        &self,
+        seq: SeqId,
+        layer: u16,
+        start: u32,
+        q: &[f32],
+        out: &mut [f32],
+        params: &AttentionParams,
+        team: &mut Team<'_>,
+    ) -> Result<()>
+    where
+        Self: Sync,
+    {
         let (layout, table) = self.attention_layout(seq, layer, start, q, out, params, || true)?;
         let heads = layout.kv_heads * layout.group;
         let need = scratch_len_for(&self.config, params.q_heads);
@@ -94,8 +159,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let row = heads * layout.head_dim;
         let n = q.len() / row;
         if n == 1 {
-            if segments(&layout, start) > 1 && threads > 1 {
-                return self.segments_on_threads(&layout, params, start, q, out, threads, &page);
+            if segments(&layout, start) > 1 && team.threads() > 1 {
+                return self.segments_on(&layout, params, start, q, out, team, &page);
             }
             // One row, one segment: nothing to split that would pay for a thread.
             let mut s = std::vec![0f32; need];
@@ -103,7 +168,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         }
         // Several rows (prefill): each row is computed alone, so rows go to threads round robin
         // (later rows see more keys), each thread with its own scratch.
-        let t = threads.clamp(1, n);
+        let t = team.threads().clamp(1, n);
         let rows_of = |k: usize| -> Result<std::vec::Vec<f32>> {
             let mut s = std::vec![0f32; need];
             let mut o = std::vec![0f32; n.div_ceil(t) * row];
@@ -123,7 +188,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         };
         // Every page was checked above, so no thread fails; still, `out` is written only when
         // all succeeded.
-        let parts = on_threads(t, rows_of)?;
+        let parts = team.run(t, rows_of)?;
         for (k, o) in parts.iter().enumerate() {
             for (j, i) in (k..n).step_by(t).enumerate() {
                 out[i * row..][..row].copy_from_slice(&o[j * row..][..row]);
@@ -132,23 +197,23 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         Ok(())
     }
 
-    /// One query row's key segments on up to `threads` scoped threads, each segment from a fresh
-    /// state into its own buffers, then merged in order into `out` and finished (see
+    /// One query row's key segments on up to `team.threads()` threads, each segment from a
+    /// fresh state into its own buffers, then merged in order into `out` and finished (see
     /// `attention_threads`).
     #[cfg(feature = "std")]
     #[allow(clippy::too_many_arguments)]
-    fn segments_on_threads<'d>(
+    fn segments_on<'d>(
         &self,
         layout: &Layout,
         params: &AttentionParams,
         t: u32,
         q: &[f32],
         out: &mut [f32],
-        threads: usize,
+        team: &mut Team<'_>,
         page: &(dyn Fn(usize) -> Result<PageSlices<'d>> + Sync),
     ) -> Result<()> {
         let segs = segments(layout, t);
-        let n = threads.clamp(1, segs);
+        let n = team.threads().clamp(1, segs);
         let need = scratch_len_for(&self.config, params.q_heads);
         let q_heads = layout.kv_heads * layout.group;
         // Thread `k` computes segments `k·segs/n..(k+1)·segs/n`, each kept whole.
@@ -162,7 +227,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             }
             Ok(states)
         };
-        let parts = on_threads(n, run)?;
+        let parts = team.run(n, run)?;
         let mut it = parts.into_iter().flatten();
         let Some(mut first) = it.next() else {
             return Ok(());
@@ -269,6 +334,58 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             v: slice(PoolKind::values(Kv::V), g.v_row_bytes * p)?,
             vs: slice(PoolKind::scales(Kv::V), g.v_scale_row_bytes * p)?,
         })
+    }
+}
+
+/// Where [`KvCache::attention_threads`] and [`KvCache::attention_on`] run their shares.
+#[cfg(feature = "std")]
+enum Team<'w> {
+    /// Scoped threads started and joined in each call, at most this many.
+    Scoped(usize),
+    /// A team kept between calls.
+    Workers(&'w mut Workers),
+}
+
+#[cfg(feature = "std")]
+impl Team<'_> {
+    /// Threads available, the calling one included.
+    fn threads(&self) -> usize {
+        match self {
+            Team::Scoped(n) => (*n).max(1),
+            Team::Workers(w) => w.threads(),
+        }
+    }
+
+    /// `f(0)` … `f(n − 1)` (`n` capped at [`threads`](Self::threads)), the calling thread
+    /// running `f(0)`; their results in order, or the first error. A panic in a thread is
+    /// resumed here.
+    fn run<T: Send>(
+        &mut self,
+        n: usize,
+        f: impl Fn(usize) -> Result<T> + Sync,
+    ) -> Result<std::vec::Vec<T>> {
+        let n = n.clamp(1, self.threads());
+        match self {
+            Team::Scoped(_) => on_threads(n, f),
+            Team::Workers(w) => {
+                let slots: std::vec::Vec<std::sync::Mutex<Option<Result<T>>>> =
+                    (0..n).map(|_| std::sync::Mutex::new(None)).collect();
+                w.run(n, &|k| {
+                    let r = f(k);
+                    *slots[k]
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
+                });
+                slots
+                    .into_iter()
+                    .map(|s| {
+                        s.into_inner()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .expect("Workers::run calls every index below n")
+                    })
+                    .collect()
+            }
+        }
     }
 }
 
