@@ -1,6 +1,7 @@
 //! The QEMU Cortex-M4 firmware runs the same parity cases as the host and must print the same
 //! digests, byte for byte; it restores a snapshot image the host wrote (at build time) from
-//! flash and must decode after it as the host does; then its demo session must pass. Needs
+//! flash and must decode after it as the host does; its counted decode step over 2,048 keys must
+//! give the host's output; then its demo session must pass. Needs
 //! qemu-system-arm (`cargo test-all`'s setup stage installs it; the defmt log is decoded in
 //! process by `edgekv_xtask::qemu`); without it the test fails and says how to install.
 
@@ -60,6 +61,18 @@ fn firmware_digests_equal_the_hosts() {
         host.crc32
     );
     assert_eq!(Some(restored), cold, "restored == cold prefill");
+    // The counted decode step at 2,048 keys: the host's output bits.
+    let step = run
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix("decode_step keys 2048 instructions "))
+        .unwrap_or_else(|| panic!("a decode_step line; log:\n{text}"));
+    let mut arena = vec![MaybeUninit::uninit(); edgekv_parity::STEP_ARENA_BYTES];
+    let host = edgekv_parity::decode_step(&mut arena, &mut work, &mut || 0).expect("host step");
+    assert!(
+        step.ends_with(&format!("crc32 {:08x}", host.crc32)),
+        "decode step: {step}"
+    );
     assert!(
         run.lines.iter().any(|l| l.starts_with("demo ok")),
         "the demo session passed; log:\n{text}"

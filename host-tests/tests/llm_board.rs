@@ -61,4 +61,17 @@ fn board_chat_equals_the_host_bit_for_bit() {
             ..
         }
     ));
+    // The counted decode step over 2,048 Q8_0 keys (before the chat): the host's output bits.
+    let step = run
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix("decode_step keys 2048 instructions "))
+        .unwrap_or_else(|| panic!("a decode_step line; log:\n{log}"));
+    let mut arena = vec![std::mem::MaybeUninit::uninit(); edgekv_parity::STEP_ARENA_BYTES];
+    let mut work = vec![0f32; edgekv_parity::STEP_WORK_F32];
+    let host = edgekv_parity::decode_step(&mut arena, &mut work, &mut || 0).expect("host step");
+    assert!(
+        step.ends_with(&format!("crc32 {:08x}", host.crc32)),
+        "decode step: {step}"
+    );
 }

@@ -55,12 +55,14 @@ use edgekv::{
 };
 
 mod cases;
+mod decode_step;
 mod events;
 mod inputs;
 mod memory;
 mod runner;
 
 pub use cases::*;
+pub use decode_step::*;
 pub use events::*;
 pub use inputs::*;
 pub use memory::*;

@@ -65,11 +65,19 @@ impl Board {
     }
 
     /// QEMU's machine arguments (before `-kernel ELF`).
+    /// (`-icount shift=0`: one virtual nanosecond per instruction, so the Cortex-M boards'
+    /// SysTick counts instructions.)
     fn qemu_args(self) -> &'static [&'static str] {
         match self {
-            Board::An386 => &["-cpu", "cortex-m4", "-machine", "mps2-an386"],
+            Board::An386 => &[
+                "-cpu",
+                "cortex-m4",
+                "-machine",
+                "mps2-an386",
+                "-icount",
+                "shift=0",
+            ],
             Board::Microbit => &["-machine", "microbit"],
-            // One virtual nanosecond per instruction: the board's SysTick counts instructions.
             Board::An547 => &["-machine", "mps3-an547", "-icount", "shift=0"],
         }
     }

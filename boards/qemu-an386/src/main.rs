@@ -1,6 +1,8 @@
 //! edgekv on QEMU mps2-an386 (Cortex-M4F): runs the parity cases (the host compares their digests
 //! with its own), restores a system prompt's KV from a snapshot image the host wrote (in flash)
-//! and decodes after it, then a multi-turn demo session, logging through defmt over semihosting. Exits
+//! and decodes after it, counts the instructions of one decode step over 2,048 Q8_0 keys (QEMU
+//! `-icount`: SysTick counts instructions), then a multi-turn demo session, logging through defmt
+//! over semihosting. Exits
 //! through semihosting: 0 when everything passed, 1 on a failed case, 3 on a HardFault.
 #![no_std]
 #![no_main]
@@ -13,6 +15,7 @@ use core::mem::MaybeUninit;
 use cortex_m as _; // critical-section implementation for defmt
 use cortex_m_rt::{ExceptionFrame, entry, exception};
 use defmt_semihosting as _;
+use edgekv_board_clock as clock;
 use edgekv_parity::{Arenas, CASES, DATA_BYTES, META_BYTES, WORK_F32};
 use static_cell::ConstStaticCell;
 
@@ -26,6 +29,11 @@ static PARITY_WORK: ConstStaticCell<[f32; WORK_F32]> = ConstStaticCell::new([0.0
 #[entry]
 fn main() -> ! {
     defmt::println!("edgekv on mps2-an386 (Cortex-M4F)");
+    let Some(cp) = cortex_m::Peripherals::take() else {
+        exit(2)
+    };
+    clock::start(cp.SYST);
+    let per_m = clock::calibrate(1_000_000);
     let Some(psram) = arenas::psram() else {
         exit(2)
     };
@@ -61,6 +69,19 @@ fn main() -> ! {
         Err(e) => {
             failed += 1;
             defmt::println!("snapshot restore failed: {}", defmt::Debug2Format(&e));
+        }
+    }
+    // One decode step at 2,048 keys, counted (its digest is compared with the host's too).
+    match edgekv_parity::decode_step(demo_data, arenas.work, &mut clock::now) {
+        Ok(c) => defmt::println!(
+            "decode_step keys {=u32} instructions {=u64} crc32 {=u32:08x}",
+            edgekv_parity::STEP_KEYS,
+            c.ticks * 1_000_000 / per_m.max(1),
+            c.crc32
+        ),
+        Err(e) => {
+            failed += 1;
+            defmt::println!("decode step failed: {}", defmt::Debug2Format(&e));
         }
     }
     if let Err(e) = demo::run(demo_data) {

@@ -10,7 +10,6 @@
 #![no_main]
 
 mod boot;
-mod clock;
 mod memory;
 
 use cortex_m as _; // critical-section implementation for defmt
@@ -19,6 +18,7 @@ use defmt::{Display2Format, println};
 use defmt_semihosting as _;
 use edgekv::snapshot::SliceFlash;
 use edgekv::{ElementFormat, FreeList, KvCache, PageAllocator};
+use edgekv_board_clock as clock;
 use edgekv_llm::chat::{self, Buffers, Event, Start, Turn};
 use edgekv_llm::{Engine, Gguf, Llama};
 
@@ -58,6 +58,17 @@ struct Figures {
 
 fn run(per_m: u64) -> Result<(), ()> {
     let instr = |ticks: u64| ticks * 1_000_000 / per_m.max(1);
+    let buffers = memory::take().ok_or(())?;
+    // One decode step at 2,048 keys, counted, in the KV arena before the chat takes it (its
+    // digest is compared with the host's too).
+    let step = edgekv_parity::decode_step(buffers.kv, buffers.scratch, &mut clock::now)
+        .map_err(|e| println!("decode step: {}", defmt::Debug2Format(&e)))?;
+    println!(
+        "decode_step keys {=u32} instructions {=u64} crc32 {=u32:08x}",
+        edgekv_parity::STEP_KEYS,
+        instr(step.ticks),
+        step.crc32
+    );
     let boot = boot::read().map_err(|e| println!("boot descriptor: {}", e))?;
     let gguf = Gguf::parse(boot.model).map_err(|e| println!("GGUF: {}", Display2Format(&e)))?;
     let model = Llama::new(&gguf).map_err(|e| println!("model: {}", Display2Format(&e)))?;
@@ -77,7 +88,6 @@ fn run(per_m: u64) -> Result<(), ()> {
         boot.model.len()
     );
     log_capacity();
-    let buffers = memory::take().ok_or(())?;
     let mut cache: KvCache<'_, FreeList<'_>> = KvCache::new(
         CONFIG.with_namespace(model.fingerprint()),
         buffers.kv,

@@ -1,6 +1,8 @@
-//! An instruction clock: SysTick on the core clock, extended to 64 bits by its wrap interrupt.
+//! An instruction clock for the QEMU board firmware: SysTick on the core clock, extended to 64
+//! bits by its wrap interrupt.
 //! Under QEMU's `-icount shift=0` the virtual clock advances one nanosecond per instruction, so
 //! SysTick counts instructions (scaled by its clock rate; [`calibrate`] measures the scale).
+#![no_std]
 
 use core::sync::atomic::{AtomicU32, Ordering};
 
