@@ -3,9 +3,10 @@
 //! Each kernel family has one entry here, called by its portable home: the int8 and FP8
 //! quantizers ([`q8_f32`], [`q8_f16`], [`fp8_f32`], [`fp8_f16`], called by `format::int8` and
 //! `format::fp8`) and the attention page loop ([`attend_page`], called by `attention`). An entry
-//! forwards to `native`, the module of the ISA this build targets, chosen once below: today
-//! `x86_64/` (AVX2 and F16C, detected at run time), otherwise `none.rs`, where every entry takes
-//! the portable path. The portable code is the reference (the ISA builds are tested against it
+//! forwards to `native`, the module of the ISA this build targets, chosen once below: `x86_64/`
+//! (AVX2 and F16C, detected at run time), `arm/` (Cortex-M with the DSP extension and no Helium:
+//! M4, M7, M33; chosen at build time by `build.rs`), otherwise `none.rs`, where every entry takes
+//! the portable path (as does every build with the feature `portable`). The portable code is the reference (the ISA builds are tested against it
 //! bit for bit) and is what Miri runs.
 //!
 //! Adding an ISA (e.g. Arm Helium for the Cortex-M55): a folder `arch/<isa>/` with the same
@@ -18,9 +19,20 @@ pub(crate) use portable::Portable;
 #[cfg(test)]
 pub(crate) use portable::reduce;
 
-// The one place that names a target: which ISA module this build dispatches to.
-#[cfg_attr(all(target_arch = "x86_64", not(miri)), path = "x86_64/mod.rs")]
-#[cfg_attr(not(all(target_arch = "x86_64", not(miri))), path = "none.rs")]
+// The one place that names a target: which ISA module this build dispatches to (`edgekv_arm_*`
+// come from the build script, which leaves them out with the feature `portable`).
+#[cfg_attr(
+    all(target_arch = "x86_64", not(miri), not(feature = "portable")),
+    path = "x86_64/mod.rs"
+)]
+#[cfg_attr(all(target_arch = "arm", edgekv_arm_dsp), path = "arm/mod.rs")]
+#[cfg_attr(
+    not(any(
+        all(target_arch = "x86_64", not(miri), not(feature = "portable")),
+        all(target_arch = "arm", edgekv_arm_dsp)
+    )),
+    path = "none.rs"
+)]
 // The only unsafe code of the kernels: intrinsics behind run-time detection.
 #[allow(unsafe_code)]
 mod native;

@@ -1,0 +1,73 @@
+//! The DSP extension's packed 16-bit instructions the kernels use, and the FPU's f16 conversion,
+//! one `asm!` each (their Rust intrinsics are unstable).
+
+use core::arch::asm;
+
+/// `acc + a.lo · b.lo + a.hi · b.hi` (16-bit signed halves): `SMLAD`. Callers keep the sums
+/// within `i32` (at most 256 products of an `i16` and an `i8`).
+#[inline(always)]
+pub(super) fn smlad(a: u32, b: u32, acc: i32) -> i32 {
+    let out: i32;
+    // SAFETY: one register-only DSP instruction (this module is built only for cores with the
+    // DSP extension); no memory, stack or flags are touched.
+    unsafe {
+        asm!(
+            "smlad {out}, {a}, {b}, {acc}",
+            out = lateout(reg) out,
+            a = in(reg) a,
+            b = in(reg) b,
+            acc = in(reg) acc,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    out
+}
+
+/// The four sign-extended bytes of `w` as two 16-bit pairs: `(b0, b1)`, `(b2, b3)` (low half
+/// first), as the query codes lie in their words.
+#[inline(always)]
+pub(super) fn pairs(w: u32) -> (u32, u32) {
+    let (lo, hi): (u32, u32);
+    // SAFETY: four register-only DSP instructions; no memory, stack or flags are touched.
+    // `SXTB16` extends bytes 0 and 2 (then, rotated, 1 and 3) to halves; `PKHBT` / `PKHTB`
+    // pair them up in order.
+    unsafe {
+        asm!(
+            "sxtb16 {e}, {w}",
+            "sxtb16 {o}, {w}, ror #8",
+            "pkhbt {lo}, {e}, {o}, lsl #16",
+            "pkhtb {hi}, {o}, {e}, asr #16",
+            w = in(reg) w,
+            e = out(reg) _,
+            o = out(reg) _,
+            lo = lateout(reg) lo,
+            hi = lateout(reg) hi,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    (lo, hi)
+}
+
+/// `f16` bits to `f32` with the FPU's `VCVTB.F32.F16`: `half::f16::to_f32`'s bits (exact for
+/// every number; NaNs keep their payload and become quiet) under the FPSCR the Cortex-M runtime
+/// leaves at reset (IEEE half precision, `AHP` = 0; `DN` = 0, which keeps NaN payloads).
+#[cfg(edgekv_arm_f16cvt)]
+#[inline(always)]
+pub(super) fn f16_to_f32(h: u16) -> f32 {
+    let out: u32;
+    // SAFETY: moves between a core and an FPU register and a conversion, register-only
+    // (hard-float targets have the FPU with half-precision conversion; `s15` is declared
+    // clobbered); no memory or stack is touched, and no code of this crate reads the FPU's flags.
+    unsafe {
+        asm!(
+            "vmov s15, {h}",
+            "vcvtb.f32.f16 s15, s15",
+            "vmov {o}, s15",
+            h = in(reg) u32::from(h),
+            o = lateout(reg) out,
+            out("s15") _,
+            options(pure, nomem, nostack),
+        );
+    }
+    f32::from_bits(out)
+}

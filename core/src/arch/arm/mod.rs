@@ -1,0 +1,168 @@
+//! Cortex-M with the DSP extension and no Helium (M4, M7, M33; `build.rs` sets `edgekv_arm_dsp`):
+//! the attention page loop with [`Arm`] as its [`Isa`]: int8 scores with `SMLAD` (two 16 × 16
+//! products added per instruction, exact in an `i32`, each key word decoded once for every query
+//! head of its group), int8 value rows four lanes at a time (a block's accumulators stay in
+//! registers across the rows) and, on hard-float targets, f16 scales and values converted by the
+//! FPU's `VCVTB`. The quantizers take the portable paths.
+//!
+//! The portable kernels' bits: the integer sums are exact in any order, and every float step is
+//! the portable kernels' own, in their order.
+
+mod dsp;
+
+use half::f16;
+
+use super::{Isa, Portable};
+use crate::attention::kernels::{self, Row};
+use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
+use crate::attention::query::QueryCodes;
+use crate::format::{LANES, u16_at};
+
+/// Always `false` (nothing written): the portable int8 loop runs.
+#[inline]
+pub(super) fn q8_f32(_: &[f32], _: usize, _: &mut [i8], _: &mut [f16]) -> bool {
+    false
+}
+
+/// Always `false` (nothing written): the portable int8 loop runs.
+#[inline]
+pub(super) fn q8_f16(_: &[f16], _: usize, _: &mut [i8], _: &mut [f16]) -> bool {
+    false
+}
+
+/// Always `false` (nothing written): the portable FP8 loop runs.
+#[inline]
+pub(super) fn fp8_f32(_: &[f32], _: usize, _: &mut [u8], _: &mut [u8]) -> bool {
+    false
+}
+
+/// Always `false` (nothing written): the portable FP8 loop runs.
+#[inline]
+pub(super) fn fp8_f16(_: &[f16], _: usize, _: &mut [u8], _: &mut [u8]) -> bool {
+    false
+}
+
+/// The attention page loop with the DSP kernels. Out of line, as the portable build (see
+/// `none.rs`).
+#[cfg_attr(not(feature = "small-code"), inline(never))]
+#[cfg_attr(feature = "small-code", inline(always))]
+pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
+    portable_page::<Arm, F>(l, keys, heads)
+}
+
+/// [`Isa`] of Cortex-M cores with the DSP extension.
+pub(crate) struct Arm;
+
+/// Lanes of the value kernel's accumulators (three heads' worth stay in the FPU's registers).
+const V_LANES: usize = 4;
+
+impl Isa for Arm {
+    /// The FPU's `VCVTB` where it has one (hard-float targets), else the portable decoder.
+    #[inline(always)]
+    fn one(h: u16) -> f32 {
+        #[cfg(edgekv_arm_f16cvt)]
+        return dsp::f16_to_f32(h);
+        #[cfg(not(edgekv_arm_f16cvt))]
+        return Portable::one(h);
+    }
+
+    #[inline(always)]
+    fn block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
+        core::array::from_fn(|i| Self::one(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])))
+    }
+
+    #[inline(always)]
+    fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES] {
+        Portable::reduce8(x)
+    }
+
+    /// [`kernels::int8_scores`]'s bits: per group, each query head's integer dot product by
+    /// `SMLAD`, each key word decoded once for all the heads (groups not a multiple of 4, or over
+    /// 256 values, and query codes not word-aligned take the portable kernel).
+    #[inline(always)]
+    fn int8_scores<const G: usize>(
+        q: QueryCodes<'_>,
+        rows: &[Row<'_>],
+        g: usize,
+    ) -> [[f32; LANES]; G] {
+        let hd = q.codes.len() / G;
+        // Query codes two to a word, two words to four codes.
+        let quads: Option<&[[u32; 2]]> = bytemuck::try_cast_slice(q.codes).ok();
+        let (Some(quads), true) = (quads, g % 4 == 0 && g <= 256 && hd % g == 0) else {
+            return kernels::int8_scores::<Self, G>(q, rows, g);
+        };
+        let nb = hd / g;
+        let n = g / 4;
+        let mut out = [[0f32; LANES]; G];
+        for (j, row) in rows.iter().enumerate().take(LANES) {
+            for b in 0..nb {
+                let ks = Self::one(u16_at(row.scales, b));
+                let kw: &[[u8; 4]] = bytemuck::cast_slice(&row.vals[b * g..][..g]);
+                let qh: [&[[u32; 2]]; G] =
+                    core::array::from_fn(|h| &quads[(h * hd + b * g) / 4..][..n]);
+                let mut isum = [0i32; G];
+                for (w, k) in kw.iter().enumerate() {
+                    let (lo, hi) = dsp::pairs(u32::from_le_bytes(*k));
+                    for (s, qh) in isum.iter_mut().zip(&qh) {
+                        let [q0, q1] = qh[w];
+                        *s = dsp::smlad(hi, q1, dsp::smlad(lo, q0, *s));
+                    }
+                }
+                for (h, out) in out.iter_mut().enumerate() {
+                    out[j] += (q.scales[h * nb + b] * ks) * isum[h] as f32;
+                }
+            }
+        }
+        out
+    }
+
+    /// [`kernels::int8_add_scaled_rows`]'s bits, four lanes at a time: each element still gets
+    /// its rows' terms in order, each `(p · s) · x` as there.
+    #[cfg(not(feature = "small-code"))]
+    #[inline(always)]
+    fn int8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>], g: usize) {
+        const MAX: usize = 8;
+        if g % V_LANES != 0 {
+            return kernels::int8_add_scaled_rows::<Self, G>(acc, p, rows, g);
+        }
+        let d = acc.len() / G;
+        let m = p.len().min(rows.len()).min(MAX);
+        let (p, rows) = (&p[..m], &rows[..m]);
+        let (mut off, mut k) = (0, 0);
+        while off + g <= d {
+            let mut ps = [[0f32; G]; MAX];
+            for ((ps, p), row) in ps.iter_mut().zip(p).zip(rows) {
+                let s = Self::one(u16_at(row.scales, k));
+                for (x, p) in ps.iter_mut().zip(p) {
+                    *x = p * s;
+                }
+            }
+            let ps = &ps[..m];
+            // Each row's group as blocks of lanes, sliced once per group.
+            let mut vs: [&[[u8; V_LANES]]; MAX] = [&[]; MAX];
+            for (vs, row) in vs.iter_mut().zip(rows) {
+                *vs = bytemuck::cast_slice(&row.vals[off..off + g]);
+            }
+            let vs = &vs[..m];
+            for (i, at) in (off..off + g).step_by(V_LANES).enumerate() {
+                let mut a = [[0f32; V_LANES]; G];
+                for (h, a) in a.iter_mut().enumerate() {
+                    *a = acc[h * d + at..][..V_LANES].try_into().expect("a block");
+                }
+                for (ps, vs) in ps.iter().zip(vs) {
+                    let x = vs[i].map(|c| c as i8 as f32);
+                    for (a, p) in a.iter_mut().zip(ps) {
+                        for l in 0..V_LANES {
+                            a[l] += p * x[l];
+                        }
+                    }
+                }
+                for (h, a) in a.iter().enumerate() {
+                    acc[h * d + at..][..V_LANES].copy_from_slice(a);
+                }
+            }
+            off += g;
+            k += 1;
+        }
+    }
+}
