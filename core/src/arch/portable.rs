@@ -1,8 +1,6 @@
 //! The portable [`Isa`] of the attention page loop: integer operations and scalar sums, on every
 //! target.
 
-use core::hint::black_box;
-
 use super::Isa;
 use crate::format::LANES;
 use crate::format::float::{f16_block, f16_to_f32};
@@ -27,11 +25,12 @@ impl Isa for Portable {
         f16_block(b)
     }
 
+    #[cfg(not(feature = "small-code"))]
     #[inline(always)]
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES] {
         // The barrier keeps LLVM's SLP vectorizer from permuting the lanes where they are
         // accumulated to suit the tree (it would shuffle every block); it changes no value.
-        let x = black_box(x);
+        let x = core::hint::black_box(x);
         core::array::from_fn(|i| reduce(x[i]))
     }
 }
