@@ -15,7 +15,9 @@ pub(crate) fn reduce(a: [f32; LANES]) -> f32 {
 }
 
 impl Isa for Portable {
-    #[inline(always)]
+    // `small-code`: one out-of-line copy of the decoder (int8 scales of K and V rows).
+    #[cfg_attr(not(feature = "small-code"), inline(always))]
+    #[cfg_attr(feature = "small-code", inline(never))]
     fn one(h: u16) -> f32 {
         f16_to_f32(h)
     }

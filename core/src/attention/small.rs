@@ -37,8 +37,7 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
     } = heads;
     let (hd, p) = (l.head_dim, l.page_tokens);
     let n = (keys.j1 - keys.j0) as usize;
-    let whole = (keys.j0..keys.j1).all(keys.kept);
-    let kept = |r: usize| whole || (keys.kept)(keys.j0 + r as u32);
+    let kept = |r: usize| (keys.kept)(keys.j0 + r as u32);
     let int8 = query::int8_group(l.k_fmt);
     for (h, oh) in out.chunks_exact_mut(hd).enumerate() {
         let kh = h / l.group;
@@ -67,14 +66,12 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
             }
             max[h] = new_max;
         }
-        for (r, w) in weights.iter_mut().enumerate() {
+        // Each weight goes into the sum and the outputs at once: each still takes the rows in
+        // order.
+        for (r, &s) in weights.iter().enumerate() {
             if kept(r) {
-                *w = libm::expf(*w - new_max);
-                sum[h] += *w;
-            }
-        }
-        for (r, &w) in weights.iter().enumerate() {
-            if kept(r) {
+                let w = libm::expf(s - new_max);
+                sum[h] += w;
                 add_scaled::<D, 1, 1>(l.v_fmt, oh, [[w]], [l.row(keys.kv, true, r, kh)]);
             }
         }
