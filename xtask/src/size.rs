@@ -288,8 +288,8 @@ fn sections(size: &Path, elf: &Path) -> Result<Sections, String> {
 /// Bytes of `.text` symbols belonging to the core: `llvm-nm --print-size --demangle
 /// --defined-only` lists every function with its size; those of type `t`/`T` whose demangled
 /// path starts with `edgekv::` (inherent items, generic instances included, since a
-/// monomorphized function keeps its defining crate's path) or `<edgekv::` (trait impls on core
-/// types) are summed. `edgekv_hal::` and the boards' `edgekv_*` crates do not match. This is a
+/// monomorphized function keeps its defining crate's path) or `<edgekv::` / `_$LT$edgekv..`
+/// (trait impls on core types, as llvm-nm prints them) are summed. `edgekv_hal::` and the boards' `edgekv_*` crates do not match. This is a
 /// lower bound: with LTO, core functions inlined into a board's functions count as the board's.
 fn core_text(nm: &Path, elf: &Path) -> Result<u64, String> {
     let text = capture(
@@ -302,7 +302,10 @@ fn core_text(nm: &Path, elf: &Path) -> Result<u64, String> {
         .filter_map(|line| {
             let mut f = line.splitn(4, ' ');
             let (_addr, size, kind, name) = (f.next()?, f.next()?, f.next()?, f.next()?);
-            let core = name.starts_with("edgekv::") || name.starts_with("<edgekv::");
+            // llvm-nm prints a trait impl's legacy symbol half-demangled: `_$LT$edgekv..T$u20$as…`.
+            let core = name.starts_with("edgekv::")
+                || name.starts_with("<edgekv::")
+                || name.starts_with("_$LT$edgekv..");
             (matches!(kind, "t" | "T") && core).then(|| u64::from_str_radix(size, 16).ok())?
         })
         .sum())

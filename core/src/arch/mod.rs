@@ -16,7 +16,7 @@
 mod portable;
 
 pub(crate) use portable::Portable;
-#[cfg(test)]
+#[cfg(any(test, feature = "small-code"))]
 pub(crate) use portable::reduce;
 
 // The one place that names a target: which ISA module this build dispatches to (`edgekv_arm_*`
@@ -39,8 +39,10 @@ mod native;
 
 use half::f16;
 
+#[cfg(not(feature = "small-code"))]
 use crate::attention::kernels::{self, Row};
 use crate::attention::page::{Heads, Keys, Layout};
+#[cfg(not(feature = "small-code"))]
 use crate::attention::query::QueryCodes;
 use crate::format::LANES;
 
@@ -55,9 +57,11 @@ pub(crate) trait Isa {
     /// Eight little-endian f16 values.
     fn block(b: &[u8; 2 * LANES]) -> [f32; LANES];
     /// `[reduce(x[0]), …, reduce(x[7])]`: eight rows' lanes, each summed in the fixed tree.
+    #[cfg(not(feature = "small-code"))]
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES];
     /// The scores of up to eight int8 K rows for `G` query heads from their quantized query:
     /// [`kernels::int8_scores`]'s bits.
+    #[cfg(not(feature = "small-code"))]
     #[inline(always)]
     fn int8_scores<const G: usize>(
         q: QueryCodes<'_>,
@@ -107,8 +111,12 @@ pub(crate) fn fp8_f16(x: &[f16], tile: usize, codes: &mut [u8], scales: &mut [u8
     tile % 8 == 0 && native::fp8_f16(x, tile, codes, scales)
 }
 
-/// One page of keys for one query row (the attention page loop), in the best build this CPU runs.
+/// One page of keys for one query row (the attention page loop), in the best build this CPU runs
+/// (`small-code`: the portable build, the only one these builds have).
 #[inline(always)]
 pub(crate) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    native::attend_page(l, keys, heads)
+    #[cfg(not(feature = "small-code"))]
+    native::attend_page(l, keys, heads);
+    #[cfg(feature = "small-code")]
+    crate::attention::page::attend_page::<Portable, F>(l, keys, heads);
 }

@@ -1,8 +1,6 @@
 //! The portable [`Isa`] of the attention page loop: integer operations and scalar sums, on every
 //! target.
 
-use core::hint::black_box;
-
 use super::Isa;
 use crate::format::LANES;
 use crate::format::float::{f16_block, f16_to_f32};
@@ -17,7 +15,9 @@ pub(crate) fn reduce(a: [f32; LANES]) -> f32 {
 }
 
 impl Isa for Portable {
-    #[inline(always)]
+    // `small-code`: one out-of-line copy of the decoder (int8 scales of K and V rows).
+    #[cfg_attr(not(feature = "small-code"), inline(always))]
+    #[cfg_attr(feature = "small-code", inline(never))]
     fn one(h: u16) -> f32 {
         f16_to_f32(h)
     }
@@ -27,11 +27,12 @@ impl Isa for Portable {
         f16_block(b)
     }
 
+    #[cfg(not(feature = "small-code"))]
     #[inline(always)]
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES] {
         // The barrier keeps LLVM's SLP vectorizer from permuting the lanes where they are
         // accumulated to suit the tree (it would shuffle every block); it changes no value.
-        let x = black_box(x);
+        let x = core::hint::black_box(x);
         core::array::from_fn(|i| reduce(x[i]))
     }
 }

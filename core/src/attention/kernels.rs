@@ -20,6 +20,7 @@
 use core::hint::black_box;
 use core::marker::PhantomData;
 
+#[cfg(any(test, not(feature = "small-code")))]
 use super::query::QueryCodes;
 use crate::arch::Isa;
 #[cfg(test)]
@@ -42,6 +43,7 @@ impl<const G: usize> Lanes<G> {
     /// Adds `q[h·d + off + i] · x[i]` over `i < n` to head `h`'s lanes (`q` holds `G` rows of
     /// `d`); `dec` decodes blocks of eight elements from `B` bytes, and single elements past the
     /// last whole block.
+    #[cfg(not(feature = "small-code"))]
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn add<const B: usize>(
@@ -73,12 +75,35 @@ impl<const G: usize> Lanes<G> {
             }
         }
     }
+
+    /// [`add`](Self::add) of `small-code` builds: one element at a time, element `i` into lane
+    /// `i mod 8` — the lane a block or the tail gives it, in the same order, so the same bits.
+    #[cfg(feature = "small-code")]
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn add<const B: usize>(
+        &mut self,
+        q: &[f32],
+        d: usize,
+        off: usize,
+        n: usize,
+        bytes: &[u8],
+        dec: impl Decode<B>,
+    ) {
+        for i in 0..n {
+            let x = dec.one(bytes, i);
+            for h in 0..G {
+                self.0[h][i % LANES] += q[h * d + off + i] * x;
+            }
+        }
+    }
 }
 
 /// `acc[h·d + off + i] += p[ρ][h] · x[ρ][i]` over `i < n`, for every head and rows `ρ` in
 /// order (`acc` holds `G` rows of `d`; row `ρ`'s elements are `bytes[ρ]`), blocks and single
 /// elements decoded as in [`Lanes::add`]. Each output element gets row 0's term, then row 1's:
 /// what `R` calls with one row each would do, with one load and store of `acc` instead of `R`.
+#[cfg(not(feature = "small-code"))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn axpy_with<const G: usize, const B: usize, const R: usize>(
@@ -112,6 +137,30 @@ fn axpy_with<const G: usize, const B: usize, const R: usize>(
         }
     }
     for i in full..n {
+        for (p, bytes) in p.iter().zip(bytes) {
+            let x = dec.one(bytes, i);
+            for h in 0..G {
+                acc[h * d + off + i] += p[h] * x;
+            }
+        }
+    }
+}
+
+/// [`axpy_with`] of `small-code` builds: one element at a time, each taking its rows' terms in
+/// order, as the blocks do: the same bits.
+#[cfg(feature = "small-code")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn axpy_with<const G: usize, const B: usize, const R: usize>(
+    acc: &mut [f32],
+    d: usize,
+    off: usize,
+    n: usize,
+    p: [[f32; G]; R],
+    bytes: [&[u8]; R],
+    dec: impl Decode<B>,
+) {
+    for i in 0..n {
         for (p, bytes) in p.iter().zip(bytes) {
             let x = dec.one(bytes, i);
             for h in 0..G {
@@ -213,6 +262,7 @@ pub(crate) fn add_scaled<D: Isa, const G: usize, const R: usize>(
         ElementFormat::F32 => axpy_with(acc, d, 0, d, p, vals, F32s),
         ElementFormat::F16 => axpy_with(acc, d, 0, d, p, vals, F16s::<D>(PhantomData)),
         ElementFormat::Bf16 => axpy_with(acc, d, 0, d, p, vals, Bf16s),
+        #[cfg(not(feature = "small-code"))]
         ElementFormat::Int8 { group: 32 } => int8_axpy::<D, G, R>(acc, d, p, rows, 32),
         ElementFormat::Int8 { group } => int8_axpy::<D, G, R>(acc, d, p, rows, group as usize),
         ElementFormat::Fp8Tile { dv, tile, bf16: b } => {
@@ -306,6 +356,7 @@ fn int4_axpy<D: Isa, const G: usize, const R: usize, const MIN: bool>(
 /// `Σ_b (qs[h][b] · ks_j[b]) · Σ_{i ∈ b} qc[h][i] · kc_j[i]`, the groups in order from 0.0. The
 /// integer sums are exact (any order, any width gives these bits); ISA builds must keep the
 /// float steps as written.
+#[cfg(any(test, not(feature = "small-code")))]
 #[inline(always)]
 pub(crate) fn int8_scores<D: Isa, const G: usize>(
     q: QueryCodes<'_>,
@@ -331,7 +382,7 @@ pub(crate) fn int8_scores<D: Isa, const G: usize>(
 /// `Σ q[i] · (k[i] as i8)`, exact, as the nearest f32 (sums of up to 256 products fit an `i32`:
 /// 256 · 32767 · 128 < 2³¹; longer groups add such sums in an `i64`).
 #[inline(always)]
-fn int_dot(q: &[i16], k: &[u8]) -> f32 {
+pub(super) fn int_dot(q: &[i16], k: &[u8]) -> f32 {
     if q.len() <= 256 {
         int_dot_part(q, k) as f32
     } else {

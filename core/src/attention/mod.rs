@@ -15,10 +15,15 @@
 //! exponential). The ISA builds of the page loop are chosen in `crate::arch`; the entry point,
 //! which resolves a sequence's pages, is [`KvCache::attention`](crate::KvCache::attention).
 
+#[cfg(any(test, not(feature = "small-code")))]
 pub(crate) mod exp;
+#[cfg(not(feature = "small-code"))]
+mod fast;
 pub(crate) mod kernels;
 pub(crate) mod page;
 mod params;
 pub(crate) mod query;
+#[cfg(feature = "small-code")]
+mod small;
 
 pub use params::{AttentionParams, Window, scratch_len, scratch_len_for};

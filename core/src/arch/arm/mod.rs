@@ -6,16 +6,23 @@
 //! FPU's `VCVTB`. The quantizers take the portable paths.
 //!
 //! The portable kernels' bits: the integer sums are exact in any order, and every float step is
-//! the portable kernels' own, in their order.
+//! the portable kernels' own, in their order. `small-code` builds have only the portable page
+//! loop, so none of this.
 
+#[cfg(not(feature = "small-code"))]
 mod dsp;
 
 use half::f16;
 
+#[cfg(not(feature = "small-code"))]
 use super::{Isa, Portable};
+#[cfg(not(feature = "small-code"))]
 use crate::attention::kernels::{self, Row};
+#[cfg(not(feature = "small-code"))]
 use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
+#[cfg(not(feature = "small-code"))]
 use crate::attention::query::QueryCodes;
+#[cfg(not(feature = "small-code"))]
 use crate::format::{LANES, u16_at};
 
 /// Always `false` (nothing written): the portable int8 loop runs.
@@ -44,18 +51,21 @@ pub(super) fn fp8_f16(_: &[f16], _: usize, _: &mut [u8], _: &mut [u8]) -> bool {
 
 /// The attention page loop with the DSP kernels. Out of line, as the portable build (see
 /// `none.rs`).
-#[cfg_attr(not(feature = "small-code"), inline(never))]
-#[cfg_attr(feature = "small-code", inline(always))]
+#[cfg(not(feature = "small-code"))]
+#[inline(never)]
 pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
     portable_page::<Arm, F>(l, keys, heads)
 }
 
 /// [`Isa`] of Cortex-M cores with the DSP extension.
+#[cfg(not(feature = "small-code"))]
 pub(crate) struct Arm;
 
 /// Lanes of the value kernel's accumulators (three heads' worth stay in the FPU's registers).
+#[cfg(not(feature = "small-code"))]
 const V_LANES: usize = 4;
 
+#[cfg(not(feature = "small-code"))]
 impl Isa for Arm {
     /// The FPU's `VCVTB` where it has one (hard-float targets), else the portable decoder.
     #[inline(always)]
@@ -118,7 +128,6 @@ impl Isa for Arm {
 
     /// [`kernels::int8_add_scaled_rows`]'s bits, four lanes at a time: each element still gets
     /// its rows' terms in order, each `(p · s) · x` as there.
-    #[cfg(not(feature = "small-code"))]
     #[inline(always)]
     fn int8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>], g: usize) {
         const MAX: usize = 8;

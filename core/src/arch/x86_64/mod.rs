@@ -12,6 +12,8 @@
 // the workspace supports 1.85, where they are unsafe fns: keep the blocks, allow them unused.
 #![allow(unused_unsafe)]
 
+// The page loop's AVX2 build: `small-code` builds keep the portable one only.
+#[cfg(not(feature = "small-code"))]
 mod attend;
 mod detect;
 mod fp8;
@@ -20,6 +22,7 @@ mod lanes;
 #[cfg(test)]
 mod tests;
 
+#[cfg(not(feature = "small-code"))]
 pub(super) use attend::attend_page;
 use half::f16;
 

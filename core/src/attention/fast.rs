@@ -1,0 +1,433 @@
+//! The page kernel of attention's default builds: one page of keys for every query head of one
+//! query row (scores, one online-softmax rescale per head, weighted V rows), with each K and V
+//! row decoded once per run of query heads sharing it, eight-row K lane sums, eight-row Q8_0 V
+//! kernels and eight-lane `exp`. `small-code` builds take `attention::small` instead (same
+//! bits).
+
+use super::exp::exp_shifted;
+use super::kernels::{Row, add_scaled, dot_lanes};
+use super::page::{Heads, Keys, Layout, PageSlices};
+use super::query::{self, QueryCodes};
+use crate::arch::Isa;
+use crate::format::{ElementFormat, LANES};
+
+impl Layout {
+    /// The query heads of KV head `kh`: `[h0, end)`.
+    #[inline(always)]
+    fn run_of(&self, kh: usize) -> (usize, usize) {
+        (kh * self.group, (kh + 1) * self.group)
+    }
+}
+
+/// Query heads of one KV head that share each decoded K and V row (more heads, more code: one
+/// kernel instance per run length).
+const MAX_RUN: usize = 4;
+
+/// One page of keys for every query head of one query row: the scores, one online-softmax
+/// rescale per head, then the weighted V rows. Each K and V row is decoded once per run of query
+/// heads. Each head's arithmetic, in order, is what it would be alone.
+#[inline(always)]
+pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
+    l: &Layout,
+    keys: &Keys<'_, F>,
+    heads: Heads<'_>,
+) {
+    let Heads {
+        q,
+        qc,
+        out,
+        max,
+        sum,
+        scores,
+    } = heads;
+    let (hd, p) = (l.head_dim, l.page_tokens);
+    let n = (keys.j1 - keys.j0) as usize;
+    // Most pages are whole (no window, or inside it): `kept` is then not asked again, and page
+    // maxima vectorize.
+    let whole = (keys.j0..keys.j1).all(keys.kept);
+    let rows = || (0..n).filter(move |&r| whole || (keys.kept)(keys.j0 + r as u32));
+    // Scores, KV head by KV head (each score is its own dot product: any order gives the same
+    // bits).
+    for kh in 0..l.kv_heads {
+        let (mut h0, end) = l.run_of(kh);
+        while h0 < end {
+            let g = (end - h0).min(MAX_RUN);
+            match g {
+                2 => score_rows::<D, 2>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
+                3 => score_rows::<D, 3>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
+                4 => score_rows::<D, 4>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
+                _ => score_rows::<D, 1>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
+            }
+            h0 += g;
+        }
+    }
+    for (h, oh) in out.chunks_exact_mut(hd).enumerate() {
+        let page_max = if whole {
+            max_of(&scores[h * p..h * p + n])
+        } else {
+            rows().fold(f32::NEG_INFINITY, |m, r| m.max(scores[h * p + r]))
+        };
+        let new_max = max[h].max(page_max);
+        // An unchanged finite maximum rescales by exp(0) = 1: skipping it changes no bit.
+        if new_max != max[h] || !new_max.is_finite() {
+            let keep = libm::expf(max[h] - new_max);
+            sum[h] *= keep;
+            for o in oh {
+                *o *= keep;
+            }
+            max[h] = new_max;
+        }
+        // Scores become weights exp(score − max), all of the page's rows at once (rows the
+        // window drops too: they are never read).
+        exp_shifted(&mut scores[h * p..h * p + n], new_max);
+    }
+    // Each head's sum takes its weights in row order, in a register.
+    for (h, s) in sum.iter_mut().enumerate() {
+        let weights = &scores[h * p..h * p + n];
+        *s = if whole {
+            weights.iter().fold(*s, |s, w| s + w)
+        } else {
+            rows().fold(*s, |s, r| s + weights[r])
+        };
+    }
+    let mut st = Accum {
+        out,
+        weights: scores,
+    };
+    // Q8_0 rows up to eight at a time, other quantized rows two at a time (the last alone): each
+    // output element still gets the rows' terms in row order, with fewer loads and stores of
+    // the accumulators. f32/f16/bf16 rows stay single: paired, they measured slower, and their
+    // decode is cheap anyway. (Eight rows only for Q8_0, in its own small kernel: eight-row
+    // copies of the general kernel, unrolled, multiplied the build time of the page loop.)
+    let mut kept = rows();
+    if let ElementFormat::Int8 { group: 32 } = l.v_fmt {
+        let mut batch = [0usize; 8];
+        let mut b = 0;
+        loop {
+            let r = kept.next();
+            if let Some(r) = r {
+                batch[b] = r;
+                b += 1;
+            }
+            if b > 0 && (b == batch.len() || r.is_none()) {
+                accumulate_q8::<D>(l, keys.kv, &mut st, &batch[..b]);
+                b = 0;
+            }
+            if r.is_none() {
+                return;
+            }
+        }
+    }
+    let pairs = matches!(
+        l.v_fmt,
+        ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. } | ElementFormat::Int4 { .. }
+    );
+    while let Some(r0) = kept.next() {
+        match if pairs { kept.next() } else { None } {
+            Some(r1) => accumulate_rows::<D, 2>(l, keys.kv, &mut st, [r0, r1]),
+            None => accumulate_rows::<D, 1>(l, keys.kv, &mut st, [r0]),
+        }
+    }
+}
+
+/// The largest of `s` (not NaN; −∞ if none), as `s.iter().fold(−∞, f32::max)` but in eight
+/// lanes. A zero maximum may come out with the other sign than the fold's (`f32::max` leaves it
+/// open), which changes no result: it is only compared and subtracted from scores, and
+/// `x − 0` and `x + 0` differ only at `x = −0`, whose exp is 1 either way.
+#[inline(always)]
+fn max_of(s: &[f32]) -> f32 {
+    // Not NaN in, not NaN out: `m` only ever takes a larger, hence non-NaN, `x`.
+    let step = |m: f32, x: f32| if x > m { x } else { m };
+    let mut m = [f32::NEG_INFINITY; 8];
+    let mut blocks = s.chunks_exact(8);
+    for b in &mut blocks {
+        for l in 0..8 {
+            m[l] = step(m[l], b[l]);
+        }
+    }
+    for (l, &x) in blocks.remainder().iter().enumerate() {
+        m[l] = step(m[l], x);
+    }
+    step(
+        step(step(m[0], m[1]), step(m[2], m[3])),
+        step(step(m[4], m[5]), step(m[6], m[7])),
+    )
+}
+
+/// `scores[h][r] = scale · q[h] · krow(r)` for heads `h0..h0 + G` of KV head `kh` and tokens
+/// `rows` of the page: int8 rows from the quantized query (`q.1`), others from the f32 query
+/// (`q.0`; f32/f16/bf16/fp8 rows).
+#[inline(always)]
+fn score_rows<D: Isa, const G: usize>(
+    l: &Layout,
+    kv: &PageSlices<'_>,
+    kh: usize,
+    q: (&[f32], QueryCodes<'_>),
+    scores: &mut [f32],
+    h0: usize,
+    rows: impl Iterator<Item = usize>,
+) {
+    match query::int8_group(l.k_fmt) {
+        Some(32) => score_rows_int8::<D, G>(l, kv, kh, q.1, scores, h0, rows, 32),
+        Some(g) => score_rows_int8::<D, G>(l, kv, kh, q.1, scores, h0, rows, g),
+        None => score_rows_of::<D, G>(l, l.k_fmt, kv, kh, q.0, scores, h0, rows),
+    }
+}
+
+/// [`score_rows`] for int8 K rows of group `g`: eight rows at a time.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn score_rows_int8<D: Isa, const G: usize>(
+    l: &Layout,
+    kv: &PageSlices<'_>,
+    kh: usize,
+    qc: QueryCodes<'_>,
+    scores: &mut [f32],
+    h0: usize,
+    rows: impl Iterator<Item = usize>,
+    g: usize,
+) {
+    let (hd, p) = (l.head_dim, l.page_tokens);
+    let nb = hd / g;
+    let q = QueryCodes {
+        codes: &qc.codes[h0 * hd..(h0 + G) * hd],
+        scales: &qc.scales[h0 * nb..(h0 + G) * nb],
+    };
+    let mut batch = [Row {
+        vals: &[],
+        scales: &[],
+    }; LANES];
+    let mut at = [0usize; LANES];
+    let mut n = 0;
+    for r in rows {
+        batch[n] = l.row(kv, false, r, kh);
+        at[n] = r;
+        n += 1;
+        if n == LANES {
+            store_scores(D::int8_scores::<G>(q, &batch, g), &at, n, scores, h0, p);
+            n = 0;
+        }
+    }
+    if n > 0 {
+        store_scores(
+            D::int8_scores::<G>(q, &batch[..n], g),
+            &at,
+            n,
+            scores,
+            h0,
+            p,
+        );
+    }
+}
+
+/// `scores[(h0 + h)·p + at[j]] = s[h][j]` for `j < n`.
+#[inline(always)]
+fn store_scores<const G: usize>(
+    s: [[f32; LANES]; G],
+    at: &[usize; LANES],
+    n: usize,
+    scores: &mut [f32],
+    h0: usize,
+    p: usize,
+) {
+    for (h, s) in s.iter().enumerate() {
+        let row = &mut scores[(h0 + h) * p..][..p];
+        for (&r, &d) in at[..n].iter().zip(s) {
+            row[r] = d;
+        }
+    }
+}
+
+/// [`score_rows`] for K rows of `fmt`: each row's lanes, then eight rows' lane sums at once.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn score_rows_of<D: Isa, const G: usize>(
+    l: &Layout,
+    fmt: ElementFormat,
+    kv: &PageSlices<'_>,
+    kh: usize,
+    q: &[f32],
+    scores: &mut [f32],
+    h0: usize,
+    rows: impl Iterator<Item = usize>,
+) {
+    let (hd, p) = (l.head_dim, l.page_tokens);
+    let q = &q[h0 * hd..(h0 + G) * hd];
+    // Lanes of up to eight rows per head (slots past `n` hold stale lanes, never stored).
+    let mut lanes = [[[0f32; LANES]; LANES]; G];
+    let mut at = [0usize; LANES];
+    let mut n = 0;
+    for r in rows {
+        let d = dot_lanes::<D, G>(fmt, q, l.row(kv, false, r, kh));
+        for (lanes, d) in lanes.iter_mut().zip(d) {
+            lanes[n] = d;
+        }
+        at[n] = r;
+        n += 1;
+        if n == LANES {
+            flush_lanes::<D, G>(&lanes, &at, n, scores, h0, p, l.scale);
+            n = 0;
+        }
+    }
+    if n > 0 {
+        flush_lanes::<D, G>(&lanes, &at, n, scores, h0, p, l.scale);
+    }
+}
+
+/// `scores[(h0 + h)·p + at[j]] = scale · Σ lanes[h][j]` for `j < n` (eight rows' lane sums at
+/// once). A function, not a closure: closures do not take the AVX2 build's target features, and
+/// the intrinsics of `reduce8` would then be calls.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn flush_lanes<D: Isa, const G: usize>(
+    lanes: &[[[f32; LANES]; LANES]; G],
+    at: &[usize; LANES],
+    n: usize,
+    scores: &mut [f32],
+    h0: usize,
+    p: usize,
+    scale: f32,
+) {
+    for (h, lanes) in lanes.iter().enumerate() {
+        let d = D::reduce8(lanes);
+        let row = &mut scores[(h0 + h) * p..][..p];
+        for (&r, d) in at[..n].iter().zip(d) {
+            row[r] = d * scale;
+        }
+    }
+}
+
+/// The V pass for tokens `rs` (in order) of the page: every KV head, every run of its query
+/// heads.
+#[inline(always)]
+fn accumulate_rows<D: Isa, const R: usize>(
+    l: &Layout,
+    kv: &PageSlices<'_>,
+    st: &mut Accum<'_>,
+    rs: [usize; R],
+) {
+    for kh in 0..l.kv_heads {
+        let (mut h0, end) = l.run_of(kh);
+        let vrows = rs.map(|r| l.row(kv, true, r, kh));
+        while h0 < end {
+            let n = (end - h0).min(MAX_RUN);
+            match n {
+                2 => accumulate::<D, 2, R>(l, vrows, st, h0, rs),
+                3 => accumulate::<D, 3, R>(l, vrows, st, h0, rs),
+                4 => accumulate::<D, 4, R>(l, vrows, st, h0, rs),
+                _ => accumulate::<D, 1, R>(l, vrows, st, h0, rs),
+            }
+            h0 += n;
+        }
+    }
+}
+
+/// The V pass for up to eight Q8_0 tokens `rs` (in order) of the page: every KV head, every run
+/// of its query heads.
+#[inline(always)]
+fn accumulate_q8<D: Isa>(l: &Layout, kv: &PageSlices<'_>, st: &mut Accum<'_>, rs: &[usize]) {
+    let mut vrows = [Row {
+        vals: &[],
+        scales: &[],
+    }; 8];
+    for kh in 0..l.kv_heads {
+        let (mut h0, end) = l.run_of(kh);
+        for (v, &r) in vrows.iter_mut().zip(rs) {
+            *v = l.row(kv, true, r, kh);
+        }
+        let vrows = &vrows[..rs.len()];
+        while h0 < end {
+            let n = (end - h0).min(MAX_RUN);
+            match n {
+                2 => accumulate_q8_heads::<D, 2>(l, vrows, st, h0, rs),
+                3 => accumulate_q8_heads::<D, 3>(l, vrows, st, h0, rs),
+                4 => accumulate_q8_heads::<D, 4>(l, vrows, st, h0, rs),
+                _ => accumulate_q8_heads::<D, 1>(l, vrows, st, h0, rs),
+            }
+            h0 += n;
+        }
+    }
+}
+
+/// Heads `h0..h0 + G`: `out += w · vrow` for each Q8_0 token `rs[ρ]` in order, `w` its weight.
+#[inline(always)]
+fn accumulate_q8_heads<D: Isa, const G: usize>(
+    l: &Layout,
+    vrows: &[Row<'_>],
+    st: &mut Accum<'_>,
+    h0: usize,
+    rs: &[usize],
+) {
+    let (hd, p) = (l.head_dim, l.page_tokens);
+    let mut w = [[0f32; G]; 8];
+    for (w, &r) in w.iter_mut().zip(rs) {
+        for (i, w) in w.iter_mut().enumerate() {
+            *w = st.weights[(h0 + i) * p + r];
+        }
+    }
+    let acc = &mut st.out[h0 * hd..(h0 + G) * hd];
+    D::int8_add_rows::<G>(acc, &w[..rs.len()], vrows, 32);
+}
+
+/// What the V pass of [`attend_page`] updates: the outputs, from each head's page of weights.
+struct Accum<'h> {
+    out: &'h mut [f32],
+    weights: &'h [f32],
+}
+
+/// Heads `h0..h0 + G`: `out += w · vrow` for each token `rs[ρ]` in order, `w` its weight.
+#[inline(always)]
+fn accumulate<D: Isa, const G: usize, const R: usize>(
+    l: &Layout,
+    vrows: [Row<'_>; R],
+    st: &mut Accum<'_>,
+    h0: usize,
+    rs: [usize; R],
+) {
+    let (hd, p) = (l.head_dim, l.page_tokens);
+    let mut w = [[0f32; G]; R];
+    for (w, r) in w.iter_mut().zip(rs) {
+        for (i, w) in w.iter_mut().enumerate() {
+            *w = st.weights[(h0 + i) * p + r];
+        }
+    }
+    add_scaled::<D, G, R>(l.v_fmt, &mut st.out[h0 * hd..(h0 + G) * hd], w, vrows);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::max_of;
+
+    /// `max_of` equals the fold with `f32::max` (NaNs skipped, −∞ when nothing else).
+    #[test]
+    fn page_maximum_equals_the_fold() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let pool = [
+            f32::NAN,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            -3.5,
+            2.25,
+            0.0,
+            -1e-30,
+        ];
+        for len in 0..40 {
+            for _ in 0..50 {
+                let s: std::vec::Vec<f32> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        if x % 3 == 0 {
+                            pool[(x >> 8) as usize % pool.len()]
+                        } else {
+                            (x >> 40) as f32 / 1e5 - 80.0
+                        }
+                    })
+                    .collect();
+                let want = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                assert_eq!(max_of(&s), want, "{s:?}");
+            }
+        }
+    }
+}
