@@ -4,8 +4,9 @@
 //! quantizers ([`q8_f32`], [`q8_f16`], [`fp8_f32`], [`fp8_f16`], called by `format::int8` and
 //! `format::fp8`) and the attention page loop ([`attend_page`], called by `attention`). An entry
 //! forwards to `native`, the module of the ISA this build targets, chosen once below: `x86_64/`
-//! (AVX2 and F16C, detected at run time), `arm/` (Cortex-M with the DSP extension and no Helium:
-//! M4, M7, M33; chosen at build time by `build.rs`), otherwise `none.rs`, where every entry takes
+//! (AVX2 and F16C, detected at run time), `arm/` (Cortex-M: the DSP extension's int8 kernels on
+//! cores without Helium, the FPU's f16 conversion on hard-float targets; chosen at build time by
+//! `build.rs`), otherwise `none.rs`, where every entry takes
 //! the portable path (as does every build with the feature `portable`). The portable code is the reference (the ISA builds are tested against it
 //! bit for bit) and is what Miri runs.
 //!
@@ -25,11 +26,14 @@ pub(crate) use portable::reduce;
     all(target_arch = "x86_64", not(miri), not(feature = "portable")),
     path = "x86_64/mod.rs"
 )]
-#[cfg_attr(all(target_arch = "arm", edgekv_arm_dsp), path = "arm/mod.rs")]
+#[cfg_attr(
+    all(target_arch = "arm", any(edgekv_arm_dsp, edgekv_arm_f16cvt)),
+    path = "arm/mod.rs"
+)]
 #[cfg_attr(
     not(any(
         all(target_arch = "x86_64", not(miri), not(feature = "portable")),
-        all(target_arch = "arm", edgekv_arm_dsp)
+        all(target_arch = "arm", any(edgekv_arm_dsp, edgekv_arm_f16cvt))
     )),
     path = "none.rs"
 )]

@@ -5,6 +5,7 @@ use core::arch::asm;
 
 /// `acc + a.lo · b.lo + a.hi · b.hi` (16-bit signed halves): `SMLAD`. Callers keep the sums
 /// within `i32` (at most 256 products of an `i16` and an `i8`).
+#[cfg(edgekv_arm_dsp)]
 #[inline(always)]
 pub(super) fn smlad(a: u32, b: u32, acc: i32) -> i32 {
     let out: i32;
@@ -25,6 +26,7 @@ pub(super) fn smlad(a: u32, b: u32, acc: i32) -> i32 {
 
 /// The four sign-extended bytes of `w` as two 16-bit pairs: `(b0, b1)`, `(b2, b3)` (low half
 /// first), as the query codes lie in their words.
+#[cfg(edgekv_arm_dsp)]
 #[inline(always)]
 pub(super) fn pairs(w: u32) -> (u32, u32) {
     let (lo, hi): (u32, u32);

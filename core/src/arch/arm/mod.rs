@@ -1,9 +1,11 @@
-//! Cortex-M with the DSP extension and no Helium (M4, M7, M33; `build.rs` sets `edgekv_arm_dsp`):
-//! the attention page loop with [`Arm`] as its [`Isa`]: int8 scores with `SMLAD` (two 16 × 16
-//! products added per instruction, exact in an `i32`, each key word decoded once for every query
-//! head of its group), int8 value rows four lanes at a time (a block's accumulators stay in
-//! registers across the rows) and, on hard-float targets, f16 scales and values converted by the
-//! FPU's `VCVTB`. The quantizers take the portable paths.
+//! Cortex-M (`build.rs` sets the cfgs): the attention page loop with [`Arm`] as its [`Isa`].
+//! With the DSP extension and no Helium (M4, M7, M33: `edgekv_arm_dsp`), int8 scores with `SMLAD`
+//! (two 16 × 16 products added per instruction, exact in an `i32`, each key word decoded once
+//! for every query head of its group) and int8 value rows four lanes at a time (a block's
+//! accumulators stay in registers across the rows); cores with Helium (M55, M85) keep the
+//! portable int8 kernels, which LLVM vectorizes for them better. On hard-float targets
+//! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. The quantizers
+//! take the portable paths.
 //!
 //! The portable kernels' bits: the integer sums are exact in any order, and every float step is
 //! the portable kernels' own, in their order. `small-code` builds have only the portable page
@@ -16,14 +18,16 @@ use half::f16;
 
 #[cfg(not(feature = "small-code"))]
 use super::{Isa, Portable};
-#[cfg(not(feature = "small-code"))]
+#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 use crate::attention::kernels::{self, Row};
 #[cfg(not(feature = "small-code"))]
 use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
-#[cfg(not(feature = "small-code"))]
+#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 use crate::attention::query::QueryCodes;
 #[cfg(not(feature = "small-code"))]
-use crate::format::{LANES, u16_at};
+use crate::format::LANES;
+#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
+use crate::format::u16_at;
 
 /// Always `false` (nothing written): the portable int8 loop runs.
 #[inline]
@@ -57,12 +61,12 @@ pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, he
     portable_page::<Arm, F>(l, keys, heads)
 }
 
-/// [`Isa`] of Cortex-M cores with the DSP extension.
+/// [`Isa`] of Cortex-M cores.
 #[cfg(not(feature = "small-code"))]
 pub(crate) struct Arm;
 
 /// Lanes of the value kernel's accumulators (three heads' worth stay in the FPU's registers).
-#[cfg(not(feature = "small-code"))]
+#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 const V_LANES: usize = 4;
 
 #[cfg(not(feature = "small-code"))]
@@ -89,6 +93,7 @@ impl Isa for Arm {
     /// [`kernels::int8_scores`]'s bits: per group, each query head's integer dot product by
     /// `SMLAD`, each key word decoded once for all the heads (groups not a multiple of 4, or over
     /// 256 values, and query codes not word-aligned take the portable kernel).
+    #[cfg(edgekv_arm_dsp)]
     #[inline(always)]
     fn int8_scores<const G: usize>(
         q: QueryCodes<'_>,
@@ -128,6 +133,7 @@ impl Isa for Arm {
 
     /// [`kernels::int8_add_scaled_rows`]'s bits, four lanes at a time: each element still gets
     /// its rows' terms in order, each `(p · s) · x` as there.
+    #[cfg(edgekv_arm_dsp)]
     #[inline(always)]
     fn int8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>], g: usize) {
         const MAX: usize = 8;
