@@ -1,7 +1,7 @@
 //! Tells the kernels which Arm instructions the target has (Cargo's `cfg(target_feature)` does
 //! not report Arm's `dsp` or FP16 conversion on stable Rust): `edgekv_arm_dsp` for the DSP
 //! extension (ARMv7E-M, and ARMv8-M mainline built for a core that has it but not Helium),
-//! `edgekv_arm_f16cvt`
+//! `edgekv_arm_mve` for Helium (a Cortex-M55 or M85 target CPU, or `+mve`), `edgekv_arm_f16cvt`
 //! for an FPU with half-precision conversion (the hard-float Cortex-M targets). The feature
 //! `portable` turns both off.
 
@@ -10,6 +10,7 @@ use std::env;
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(edgekv_arm_dsp)");
     println!("cargo::rustc-check-cfg=cfg(edgekv_arm_f16cvt)");
+    println!("cargo::rustc-check-cfg=cfg(edgekv_arm_mve)");
     println!("cargo::rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
     if env::var_os("CARGO_FEATURE_PORTABLE").is_some() {
         return;
@@ -27,14 +28,17 @@ fn main() {
         .filter_map(|f| f.trim_start_matches("-C").strip_prefix("target-feature="))
         .flat_map(|f| f.split(','))
         .collect();
-    // Cores with Helium (M55, M85) are left to LLVM's vectorizer of the portable kernels, which
-    // beats the DSP kernels there (Cortex-M55, one decode step at 2,048 keys: 7.7 M instructions
-    // portable, 13.9 M with the DSP kernels).
+    // Cores with Helium (M55, M85) get the Helium scores, not the DSP kernels, which cost more
+    // there than LLVM's vectorization of the portable ones (Cortex-M55, one decode step at 2,048
+    // keys: 7.7 M instructions portable, 13.9 M with the DSP kernels).
     let mve = matches!(cpu, "cortex-m55" | "cortex-m85")
         || features.iter().any(|f| f.starts_with("+mve"));
     let dsp_cpu = matches!(cpu, "cortex-m33" | "cortex-m35p");
     let dsp = target.starts_with("thumbv7em-")
         || (target.starts_with("thumbv8m.main-") && (dsp_cpu || features.contains(&"+dsp")));
+    if mve && target.starts_with("thumbv8m.main-") && !features.contains(&"-mve") {
+        println!("cargo::rustc-cfg=edgekv_arm_mve");
+    }
     if dsp && !mve && !features.contains(&"-dsp") {
         println!("cargo::rustc-cfg=edgekv_arm_dsp");
     }

@@ -2,10 +2,11 @@
 //! With the DSP extension and no Helium (M4, M7, M33: `edgekv_arm_dsp`), int8 scores with `SMLAD`
 //! (two 16 × 16 products added per instruction, exact in an `i32`, each key word decoded once
 //! for every query head of its group) and int8 value rows four lanes at a time (a block's
-//! accumulators stay in registers across the rows); cores with Helium (M55, M85) keep the
-//! portable int8 kernels, which LLVM vectorizes for them better. On hard-float targets
-//! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. The quantizers
-//! take the portable paths.
+//! accumulators stay in registers across the rows). With Helium (M55, M85: `edgekv_arm_mve`),
+//! int8 scores by `VMLADAVA` eight codes at a time (`mve.rs`); their value rows stay portable,
+//! which LLVM vectorizes for Helium well (the DSP kernels there cost more than they save). On
+//! hard-float targets (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's
+//! `VCVTB`. The quantizers take the portable paths.
 //!
 //! The portable kernels' bits: the integer sums are exact in any order, and every float step is
 //! the portable kernels' own, in their order. `small-code` builds have only the portable page
@@ -13,20 +14,22 @@
 
 #[cfg(not(feature = "small-code"))]
 mod dsp;
+#[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
+mod mve;
 
 use half::f16;
 
 #[cfg(not(feature = "small-code"))]
 use super::{Isa, Portable};
-#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
+#[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::kernels::{self, Row};
 #[cfg(not(feature = "small-code"))]
 use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
-#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
+#[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::query::QueryCodes;
 #[cfg(not(feature = "small-code"))]
 use crate::format::LANES;
-#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
+#[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::format::u16_at;
 
 /// Always `false` (nothing written): the portable int8 loop runs.
@@ -125,6 +128,35 @@ impl Isa for Arm {
                 }
                 for (h, out) in out.iter_mut().enumerate() {
                     out[j] += (q.scales[h * nb + b] * ks) * isum[h] as f32;
+                }
+            }
+        }
+        out
+    }
+
+    /// [`kernels::int8_scores`]'s bits with Helium: each group's integer dot product of a query
+    /// head by `VMLADAVA` over eight codes at a time (groups not a multiple of 8, or over 256
+    /// values, take the portable kernel).
+    #[cfg(edgekv_arm_mve)]
+    #[inline(always)]
+    fn int8_scores<const G: usize>(
+        q: QueryCodes<'_>,
+        rows: &[Row<'_>],
+        g: usize,
+    ) -> [[f32; LANES]; G] {
+        let hd = q.codes.len() / G;
+        if g % 8 != 0 || g == 0 || g > 256 || hd % g != 0 {
+            return kernels::int8_scores::<Self, G>(q, rows, g);
+        }
+        let nb = hd / g;
+        let mut out = [[0f32; LANES]; G];
+        for (j, row) in rows.iter().enumerate().take(LANES) {
+            for b in 0..nb {
+                let ks = Self::one(u16_at(row.scales, b));
+                let kc = &row.vals[b * g..][..g];
+                for (h, out) in out.iter_mut().enumerate() {
+                    let isum = mve::dot(&q.codes[h * hd + b * g..][..g], kc);
+                    out[j] += (q.scales[h * nb + b] * ks) * isum as f32;
                 }
             }
         }

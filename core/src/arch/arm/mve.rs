@@ -1,0 +1,38 @@
+//! Helium (M-profile vector extension) integer kernels, in `asm!` (Rust has no MVE intrinsics).
+
+use core::arch::asm;
+
+/// `Σ q[i] · (k[i] as i8)`, exact in an `i32`: eight codes a step, `VLDRB.S16` / `VLDRH.S16`
+/// then `VMLADAVA.S16` (a multiply-accumulate across the vector into a core register). `q` and
+/// `k` have the same length, a nonzero multiple of 8 and at most 256 (so the sum fits).
+#[inline(always)]
+pub(super) fn dot(q: &[i16], k: &[u8]) -> i32 {
+    let steps = q.len().min(k.len()) / 8;
+    if steps == 0 {
+        return 0;
+    }
+    let acc: i32;
+    // SAFETY: the loop runs `steps` ≥ 1 times and reads 8 bytes of `k` and 8 halfwords of `q`
+    // each time, `steps · 8` ≤ both lengths; it writes only the registers declared here (q0,
+    // q1 are s0–s7; the accumulator is r0, as VMLADAVA needs an even register, and the widening
+    // loads need low base registers, r1 and r2) and the flags.
+    unsafe {
+        asm!(
+            "movs r0, #0",
+            "2:",
+            "vldrb.s16 q0, [r1], #8",
+            "vldrh.s16 q1, [r2], #16",
+            "vmladava.s16 r0, q0, q1",
+            "subs r3, r3, #1",
+            "bne 2b",
+            inout("r1") k.as_ptr() => _,
+            inout("r2") q.as_ptr() => _,
+            inout("r3") steps => _,
+            out("r0") acc,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+            options(readonly, nostack),
+        );
+    }
+    acc
+}
