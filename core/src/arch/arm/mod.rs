@@ -154,9 +154,16 @@ impl Isa for Arm {
             for b in 0..nb {
                 let ks = Self::one(u16_at(row.scales, b));
                 let kc = &row.vals[b * g..][..g];
+                let qh = |h: usize| &q.codes[h * hd + b * g..][..g];
+                // Three heads share each key step (SmolLM2's and many models' group).
+                let isum: [i32; G] = if G == 3 {
+                    let s = mve::dot3([qh(0), qh(1), qh(2)], kc);
+                    core::array::from_fn(|h| s[h])
+                } else {
+                    core::array::from_fn(|h| mve::dot(qh(h), kc))
+                };
                 for (h, out) in out.iter_mut().enumerate() {
-                    let isum = mve::dot(&q.codes[h * hd + b * g..][..g], kc);
-                    out[j] += (q.scales[h * nb + b] * ks) * isum as f32;
+                    out[j] += (q.scales[h * nb + b] * ks) * isum[h] as f32;
                 }
             }
         }
