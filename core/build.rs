@@ -3,7 +3,7 @@
 //! extension (ARMv7E-M, and ARMv8-M mainline built for a core that has it but not Helium),
 //! `edgekv_arm_mve` for Helium (a Cortex-M55 or M85 target CPU, or `+mve`), `edgekv_arm_f16cvt`
 //! for an FPU with half-precision conversion (the hard-float Cortex-M targets). The feature
-//! `portable` turns both off.
+//! `portable` turns them all off.
 
 use std::env;
 
