@@ -73,3 +73,57 @@ pub(super) fn f16_to_f32(h: u16) -> f32 {
     }
     f32::from_bits(out)
 }
+
+/// `Σ q_h[i] · (k[i] as i8)` for three query heads `q_h` (codes two to a word) over the same
+/// key codes (bytes, read four at a time; any alignment): each key word loaded, sign-extended and
+/// paired
+/// once (`SXTB16`, `PKHBT` / `PKHTB`), then two `SMLAD` per head. Exact in `i32` for up to 256
+/// codes. One loop in `asm!`: as Rust, its twelve live values spill on a Cortex-M4.
+#[cfg(edgekv_arm_dsp)]
+#[inline(always)]
+pub(super) fn dot3(q: [&[u32]; 3], k: &[u8]) -> [i32; 3] {
+    let words = q.iter().fold(k.len() / 4, |n, q| n.min(q.len() / 2));
+    if words == 0 {
+        return [0; 3];
+    }
+    let (mut a0, mut a1, mut a2) = (0i32, 0i32, 0i32);
+    // SAFETY: the loop runs `words` ≥ 1 times, reading four key bytes (`LDR`, which ARMv7-M and
+    // ARMv8-M allow unaligned) and two words of each query row per pass (`LDRD`: the `&[u32]`
+    // are aligned); `words` ≤ a quarter of `k.len()` and ≤ half of every `q` length. It writes
+    // only the registers declared here and the flags (no memory, no stack).
+    unsafe {
+        asm!(
+            "2:",
+            "ldr {k}, [{kp}], #4",
+            "sxtb16 {e}, {k}",
+            "sxtb16 {o}, {k}, ror #8",
+            "pkhbt {k}, {e}, {o}, lsl #16",
+            "pkhtb {e}, {o}, {e}, asr #16",
+            "ldrd {o}, {w}, [{q0}], #8",
+            "smlad {a0}, {k}, {o}, {a0}",
+            "smlad {a0}, {e}, {w}, {a0}",
+            "ldrd {o}, {w}, [{q1}], #8",
+            "smlad {a1}, {k}, {o}, {a1}",
+            "smlad {a1}, {e}, {w}, {a1}",
+            "ldrd {o}, {w}, [{q2}], #8",
+            "smlad {a2}, {k}, {o}, {a2}",
+            "smlad {a2}, {e}, {w}, {a2}",
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            kp = inout(reg) k.as_ptr() => _,
+            q0 = inout(reg) q[0].as_ptr() => _,
+            q1 = inout(reg) q[1].as_ptr() => _,
+            q2 = inout(reg) q[2].as_ptr() => _,
+            n = inout(reg) words => _,
+            a0 = inout(reg) a0,
+            a1 = inout(reg) a1,
+            a2 = inout(reg) a2,
+            k = out(reg) _,
+            e = out(reg) _,
+            o = out(reg) _,
+            w = out(reg) _,
+            options(readonly, nostack),
+        );
+    }
+    [a0, a1, a2]
+}

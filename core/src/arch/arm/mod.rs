@@ -119,11 +119,18 @@ impl Isa for Arm {
                 let qh: [&[[u32; 2]]; G] =
                     core::array::from_fn(|h| &quads[(h * hd + b * g) / 4..][..n]);
                 let mut isum = [0i32; G];
-                for (w, k) in kw.iter().enumerate() {
-                    let (lo, hi) = dsp::pairs(u32::from_le_bytes(*k));
-                    for (s, qh) in isum.iter_mut().zip(&qh) {
-                        let [q0, q1] = qh[w];
-                        *s = dsp::smlad(hi, q1, dsp::smlad(lo, q0, *s));
+                if G == 3 {
+                    // SmolLM2's (and many models') group: one loop for the three heads.
+                    let kb: &[u8] = kw.as_flattened();
+                    let s = dsp::dot3([0, 1, 2].map(|h| qh[h].as_flattened()), kb);
+                    isum = core::array::from_fn(|h| s[h]);
+                } else {
+                    for (w, k) in kw.iter().enumerate() {
+                        let (lo, hi) = dsp::pairs(u32::from_le_bytes(*k));
+                        for (s, qh) in isum.iter_mut().zip(&qh) {
+                            let [q0, q1] = qh[w];
+                            *s = dsp::smlad(hi, q1, dsp::smlad(lo, q0, *s));
+                        }
                     }
                 }
                 for (h, out) in out.iter_mut().enumerate() {
