@@ -127,3 +127,89 @@ pub(super) fn dot3(q: [&[u32]; 3], k: &[u8]) -> [i32; 3] {
     }
     [a0, a1, a2]
 }
+
+/// `acc[h·stride + l] += ps[ρ][h] · (rows[ρ][at + l] as i8)` for three heads `h`, four lanes
+/// `l` and the rows `ρ` in order: each product rounded, then added (`VMLA` does not fuse), as
+/// the portable kernel does. The twelve accumulators stay in `s16`–`s27` across the rows; each
+/// row costs a load of its four codes, their conversion and one `VLDM` of its three weights.
+///
+/// # Safety
+///
+/// `acc` is valid for reads and writes of floats `[0, 4)`, `[s, s + 4)` and `[2s, 2s + 4)`,
+/// `s = stride`; every `rows[ρ]` for reads of bytes `[at, at + 4)`; no other reference to those
+/// floats is used meanwhile.
+#[cfg(edgekv_arm_dsp)]
+#[cfg(edgekv_arm_f16cvt)]
+#[inline(always)]
+pub(super) unsafe fn add_rows3(
+    acc: *mut f32,
+    stride: usize,
+    ps: &[[f32; 3]],
+    rows: &[*const u8],
+    at: usize,
+) {
+    let n = ps.len().min(rows.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: the caller's contract for `acc` and `rows`; the loop runs `n` times, reading
+    // `ps[ρ]` and `rows[ρ]` for ρ < n (both that long). Only the declared registers and the
+    // flags are written.
+    unsafe {
+        asm!(
+            "add {t}, {acc}, {stride}, lsl #2",
+            "vldmia {acc}, {{s16-s19}}",
+            "vldmia {t}, {{s20-s23}}",
+            "add {t}, {t}, {stride}, lsl #2",
+            "vldmia {t}, {{s24-s27}}",
+            "2:",
+            "ldr {t}, [{rp}], #4",
+            "ldr {w}, [{t}, {at}]",
+            "vldmia {pp}!, {{s12-s14}}",
+            "sxtb {t}, {w}",
+            "sbfx {x}, {w}, #8, #8",
+            "vmov s0, s1, {t}, {x}",
+            "sbfx {t}, {w}, #16, #8",
+            "asr {x}, {w}, #24",
+            "vmov s2, s3, {t}, {x}",
+            "vcvt.f32.s32 s0, s0",
+            "vcvt.f32.s32 s1, s1",
+            "vcvt.f32.s32 s2, s2",
+            "vcvt.f32.s32 s3, s3",
+            "vmla.f32 s16, s12, s0",
+            "vmla.f32 s17, s12, s1",
+            "vmla.f32 s18, s12, s2",
+            "vmla.f32 s19, s12, s3",
+            "vmla.f32 s20, s13, s0",
+            "vmla.f32 s21, s13, s1",
+            "vmla.f32 s22, s13, s2",
+            "vmla.f32 s23, s13, s3",
+            "vmla.f32 s24, s14, s0",
+            "vmla.f32 s25, s14, s1",
+            "vmla.f32 s26, s14, s2",
+            "vmla.f32 s27, s14, s3",
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            "add {t}, {acc}, {stride}, lsl #2",
+            "vstmia {acc}, {{s16-s19}}",
+            "vstmia {t}, {{s20-s23}}",
+            "add {t}, {t}, {stride}, lsl #2",
+            "vstmia {t}, {{s24-s27}}",
+            acc = in(reg) acc,
+            stride = in(reg) stride,
+            at = in(reg) at,
+            rp = inout(reg) rows.as_ptr() => _,
+            pp = inout(reg) ps.as_ptr() => _,
+            n = inout(reg) n => _,
+            t = out(reg) _,
+            w = out(reg) _,
+            x = out(reg) _,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            out("s12") _, out("s13") _, out("s14") _,
+            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
+            out("s20") _, out("s21") _, out("s22") _, out("s23") _,
+            out("s24") _, out("s25") _, out("s26") _, out("s27") _,
+            options(nostack),
+        );
+    }
+}

@@ -205,6 +205,30 @@ impl Isa for Arm {
                 *vs = bytemuck::cast_slice(&row.vals[off..off + g]);
             }
             let vs = &vs[..m];
+            #[cfg(edgekv_arm_f16cvt)]
+            if G == 3 {
+                // Three heads: one loop in `asm!` per block of lanes, the accumulators in
+                // registers across the rows.
+                let mut rp = [core::ptr::null::<u8>(); MAX];
+                for (rp, vs) in rp.iter_mut().zip(vs) {
+                    *rp = vs.as_ptr().cast::<u8>();
+                }
+                let ps3: &[[f32; 3]] = bytemuck::cast_slice(ps.as_flattened());
+                let acc_ptr = acc.as_mut_ptr();
+                for at in (0..g).step_by(V_LANES) {
+                    // `at + 4 ≤ g`, `off + g ≤ d` and `acc.len() ≥ 3d`: the three blocks at
+                    // `off + at`, `d + off + at` and `2d + off + at` lie within `acc`.
+                    let base = acc_ptr.wrapping_add(off + at);
+                    // SAFETY: `base` is derived from the whole `acc` slice (borrowed mutably
+                    // by this function, no other reference to it in use), and its three blocks
+                    // lie within it (above); each `rp[ρ]` is row ρ's group of `g` codes, of
+                    // which `[at, at + 4)` are read.
+                    unsafe { dsp::add_rows3(base, d, ps3, &rp[..m], at) };
+                }
+                off += g;
+                k += 1;
+                continue;
+            }
             for (i, at) in (off..off + g).step_by(V_LANES).enumerate() {
                 let mut a = [[0f32; V_LANES]; G];
                 for (h, a) in a.iter_mut().enumerate() {
