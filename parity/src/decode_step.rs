@@ -57,17 +57,11 @@ pub fn decode_step(
     clock: &mut dyn FnMut() -> u64,
 ) -> Result<StepCount, Error> {
     let (cfg, plan) = (step_config(), STEP_PLAN);
-    let cut = |buf: &mut [MaybeUninit<u8>], align: usize, len: usize| {
-        let off = buf.as_ptr().align_offset(align);
-        off.checked_add(len)
-            .filter(|&end| end <= buf.len())
-            .map(|end| off..end)
-    };
     let too_small = Error::from(edgekv::ConfigError::ArenaTooSmall);
     let split = (plan.data_bytes + DATA_ALIGN).min(arena.len());
     let (data, meta) = arena.split_at_mut(split);
-    let data_range = cut(data, DATA_ALIGN, plan.data_bytes).ok_or(too_small)?;
-    let meta_range = cut(meta, META_ALIGN, plan.meta.total).ok_or(too_small)?;
+    let data_range = aligned_range(data, DATA_ALIGN, plan.data_bytes).ok_or(too_small)?;
+    let meta_range = aligned_range(meta, META_ALIGN, plan.meta.total).ok_or(too_small)?;
     if work.len() < STEP_WORK_F32 {
         return Err(Error::WorkTooSmall);
     }

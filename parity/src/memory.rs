@@ -85,3 +85,16 @@ pub struct Arenas<'a> {
     /// Queries, outputs, rows and scratch.
     pub work: &'a mut [f32],
 }
+
+/// The range of `len` bytes of `buf` that starts at its first `align`-aligned byte, if `buf` is
+/// long enough.
+pub(crate) fn aligned_range(
+    buf: &[MaybeUninit<u8>],
+    align: usize,
+    len: usize,
+) -> Option<Range<usize>> {
+    let off = buf.as_ptr().align_offset(align);
+    off.checked_add(len)
+        .filter(|&end| end <= buf.len())
+        .map(|end| off..end)
+}

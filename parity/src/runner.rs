@@ -304,16 +304,10 @@ pub(crate) fn run_with<F: FnMut(Event<'_>)>(
     sink: &mut F,
     script: impl FnOnce(&mut Runner<'_, F>) -> Result<(), Error>,
 ) -> Result<Digest, Error> {
-    let cut = |buf: &mut [MaybeUninit<u8>], align: usize, len: usize| {
-        let off = buf.as_ptr().align_offset(align);
-        off.checked_add(len)
-            .filter(|&end| end <= buf.len())
-            .map(|end| off..end)
-    };
     let too_small = Error::from(edgekv::ConfigError::ArenaTooSmall);
-    let data_range = cut(arenas.data, DATA_ALIGN, DATA_USED).ok_or(too_small)?;
+    let data_range = aligned_range(arenas.data, DATA_ALIGN, DATA_USED).ok_or(too_small)?;
     let plan = case.config().plan(DATA_USED, BITS)?;
-    let meta_range = cut(arenas.meta, META_ALIGN, plan.meta.total).ok_or(too_small)?;
+    let meta_range = aligned_range(arenas.meta, META_ALIGN, plan.meta.total).ok_or(too_small)?;
     if arenas.work.len() < WORK_F32 {
         return Err(Error::WorkTooSmall);
     }
