@@ -864,6 +864,17 @@ size_t ekv_attention_scratch_len(uint16_t q_heads,
                                  uint16_t page_tokens,
                                  uint16_t head_dim);
 
+// The `float`s of scratch beyond `ekv_attention_scratch_len` (or
+// `ekv_cache_attention_scratch_len`) with which `ekv_attention` computes up to `rows` query rows
+// (at most 8) in one pass over the pages they share: `rows x q_heads x (3 x head_dim +
+// page_tokens + 4)` for two rows or more, else 0. Prefill gets faster (each K and V row read
+// once for all of the block's rows), the results stay those of one row at a time; attention
+// takes the largest block its scratch holds.
+size_t ekv_attention_block_scratch_len(uint16_t q_heads,
+                                       uint16_t page_tokens,
+                                       uint16_t head_dim,
+                                       size_t rows);
+
 // The `float`s of scratch `ekv_attention` needs on this cache with `q_heads` query heads
 // (`q_heads x (page_tokens + 4 + 2 x head_dim)` with the cache's `page_tokens` and `head_dim`, and
 // `q_heads x head_dim` more when its keys are rotated), written to `out`.
@@ -880,7 +891,8 @@ ekv_status_t ekv_cache_attention_scratch_len(ekv_cache_t *cache, uint16_t q_head
 // Causal attention of `n` query rows at absolute positions `[start, start + n)` of `seq` over
 // its keys and values in `layer`. `q` and `out` are `[n][q_heads][head_dim]` floats (`q_elems`
 // each: `out_elems` must equal `q_elems`); `scratch` holds at least
-// `ekv_attention_scratch_len(q_heads, page_tokens, head_dim)` floats. Results do not depend on how a
+// `ekv_attention_scratch_len(q_heads, page_tokens, head_dim)` floats (more, by
+// `ekv_attention_block_scratch_len`, computes several rows together). Results do not depend on how a
 // prompt is chunked.
 //
 // # Safety

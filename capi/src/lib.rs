@@ -88,9 +88,9 @@ pub use map::{
 };
 pub use prefix::{ekv_commit_prompt, ekv_prefix_attach, ekv_prefix_lookup, ekv_reuse_prefix};
 pub use rows::{
-    ekv_attention, ekv_attention_params_init, ekv_attention_scratch_len,
-    ekv_cache_attention_scratch_len, ekv_read_f16, ekv_read_f32, ekv_write_f16, ekv_write_f32,
-    ekv_write_kv_f16, ekv_write_kv_f32,
+    ekv_attention, ekv_attention_block_scratch_len, ekv_attention_params_init,
+    ekv_attention_scratch_len, ekv_cache_attention_scratch_len, ekv_read_f16, ekv_read_f32,
+    ekv_write_f16, ekv_write_f32, ekv_write_kv_f16, ekv_write_kv_f32,
 };
 pub use seq::{
     ekv_seq_create, ekv_seq_fork, ekv_seq_free, ekv_seq_info, ekv_seq_page_table, ekv_seq_reserve,

@@ -1,7 +1,7 @@
 //! Writing and reading K/V rows, and attention over a sequence's pages. Buffer lengths are in
 //! elements (`float` or `uint16_t` f16 bits), `[n][kv_heads][head_dim]` token-major.
 
-use edgekv::attention::{AttentionParams, scratch_len, scratch_len_for};
+use edgekv::attention::{AttentionParams, block_scratch_len, scratch_len, scratch_len_for};
 use edgekv::{Element, SeqId};
 use half::f16;
 
@@ -300,6 +300,22 @@ pub extern "C" fn ekv_attention_scratch_len(
     scratch_len(q_heads, page_tokens, head_dim)
 }
 
+/// The `float`s of scratch beyond `ekv_attention_scratch_len` (or
+/// `ekv_cache_attention_scratch_len`) with which `ekv_attention` computes up to `rows` query rows
+/// (at most 8) in one pass over the pages they share: `rows x q_heads x (3 x head_dim +
+/// page_tokens + 4)` for two rows or more, else 0. Prefill gets faster (each K and V row read
+/// once for all of the block's rows), the results stay those of one row at a time; attention
+/// takes the largest block its scratch holds.
+#[unsafe(no_mangle)]
+pub extern "C" fn ekv_attention_block_scratch_len(
+    q_heads: u16,
+    page_tokens: u16,
+    head_dim: u16,
+    rows: usize,
+) -> usize {
+    block_scratch_len(q_heads, page_tokens, head_dim, rows)
+}
+
 /// The `float`s of scratch `ekv_attention` needs on this cache with `q_heads` query heads
 /// (`q_heads x (page_tokens + 4 + 2 x head_dim)` with the cache's `page_tokens` and `head_dim`, and
 /// `q_heads x head_dim` more when its keys are rotated), written to `out`.
@@ -350,7 +366,8 @@ fn rust_params(p: &EkvAttentionParams, head_dim: u16) -> Res<AttentionParams> {
 /// Causal attention of `n` query rows at absolute positions `[start, start + n)` of `seq` over
 /// its keys and values in `layer`. `q` and `out` are `[n][q_heads][head_dim]` floats (`q_elems`
 /// each: `out_elems` must equal `q_elems`); `scratch` holds at least
-/// `ekv_attention_scratch_len(q_heads, page_tokens, head_dim)` floats. Results do not depend on how a
+/// `ekv_attention_scratch_len(q_heads, page_tokens, head_dim)` floats (more, by
+/// `ekv_attention_block_scratch_len`, computes several rows together). Results do not depend on how a
 /// prompt is chunked.
 ///
 /// # Safety

@@ -227,6 +227,54 @@ fn q4_pages_store_ggml_blocks() {
     assert_eq!(rc, EKV_ERR_INVALID_FORMAT);
 }
 
+/// Scratch for a block of rows (`ekv_attention_block_scratch_len`) computes prefill with the
+/// bits of one row at a time (rows 10–15: pages 0 and 1 whole for all of them).
+#[test]
+fn block_scratch_gives_the_one_row_bits() {
+    let f = Fixture::new(&config());
+    let s = f.seq(16);
+    let (k, v) = (rows(16, -0.05), rows(16, 0.2));
+    let q: Vec<f32> = (0..6 * HEAD_DIM)
+        .map(|i| ((i * 7) % 11) as f32 * 0.1 - 0.5)
+        .collect();
+    let mut params = EkvAttentionParams::default();
+    let one = ekv_attention_scratch_len(1, 4, HEAD_DIM as u16);
+    assert_eq!(ekv_attention_block_scratch_len(1, 4, HEAD_DIM as u16, 1), 0);
+    let block = ekv_attention_block_scratch_len(1, 4, HEAD_DIM as u16, 6);
+    assert_eq!(block, 6 * (3 * HEAD_DIM + 4 + 4));
+    let mut outs = [vec![0f32; q.len()], vec![0f32; q.len()]];
+    // SAFETY: live cache, valid buffers.
+    unsafe {
+        assert_eq!(
+            ekv_write_kv_f32(f.h(), s, 0, 0, k.as_ptr(), v.as_ptr(), k.len()),
+            EKV_OK
+        );
+        assert_eq!(
+            ekv_attention_params_init(&mut params, 1, HEAD_DIM as u16),
+            EKV_OK
+        );
+        for (out, len) in outs.iter_mut().zip([one, one + block]) {
+            let mut scratch = vec![0f32; len];
+            let rc = ekv_attention(
+                f.h(),
+                s,
+                0,
+                10,
+                q.as_ptr(),
+                q.len(),
+                out.as_mut_ptr(),
+                out.len(),
+                &params,
+                scratch.as_mut_ptr(),
+                scratch.len(),
+            );
+            assert_eq!(rc, EKV_OK, "{}", msg(rc));
+        }
+    }
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&outs[0]), bits(&outs[1]));
+}
+
 #[test]
 fn attention_matches_a_direct_computation() {
     let f = Fixture::new(&config());

@@ -4,7 +4,9 @@
 mod common;
 
 use common::{Arenas, invariants};
-use edgekv::attention::{AttentionParams, scratch_len, scratch_len_for};
+use edgekv::attention::{
+    AttentionParams, BLOCK_ROWS, scratch_len, scratch_len_for, scratch_len_rows,
+};
 use edgekv::{
     CacheConfig, ConfigError, ElementFormat, Error, FreeList, Kv, KvCache, SeqId, SeqMode, Shape,
 };
@@ -370,6 +372,18 @@ fn long_rows_run_in_segments_with_the_same_bits_on_threads() {
             }
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&parts), bits(&got), "rows one by one");
+            // A block of rows across the second segment's first page (4,093–4,100: two and
+            // three segments).
+            let q8 = values(6, 8 * Q_ROW);
+            let mut parts = Vec::new();
+            for (i, qr) in q8.chunks(Q_ROW).enumerate() {
+                parts.extend(attend(&c, s, 1, 4093 + i as u32, qr, &p));
+            }
+            let mut out = vec![f32::NAN; q8.len()];
+            let mut scratch = vec![0f32; scratch_len_rows(c.config(), Q_HEADS, 8)];
+            c.attention(s, 1, 4093, &q8, &mut out, &p, &mut scratch)
+                .unwrap();
+            assert_eq!(bits(&out), bits(&parts), "{p:?} a block of eight rows");
             for t in [2, 3, 4, 9] {
                 let mut out = vec![f32::NAN; q.len()];
                 c.attention_threads(s, 1, start, &q, &mut out, &p, t)
@@ -396,6 +410,79 @@ fn long_rows_run_in_segments_with_the_same_bits_on_threads() {
                 c.attention_on(&mut team, s, 1, start, &q, &mut out, &p)
                     .unwrap();
                 assert_eq!(bits(&out), bits(&got), "{p:?} team {t}, three rows");
+            }
+        }
+    }
+}
+
+/// `attention` with scratch for blocks of `rows` query rows.
+fn attend_blocks(
+    c: &KvCache<'_>,
+    s: SeqId,
+    start: u32,
+    q: &[f32],
+    p: &AttentionParams,
+    rows: usize,
+) -> Vec<f32> {
+    let mut out = vec![f32::NAN; q.len()];
+    let mut scratch = vec![f32::NAN; scratch_len_rows(c.config(), p.q_heads, rows)];
+    c.attention(s, 1, start, q, &mut out, p, &mut scratch)
+        .unwrap();
+    out
+}
+
+/// Blocks of query rows computed together (the scratch of `scratch_len_rows`) give the bits of
+/// one row at a time: every format, rotated pages, windows, groups of 1–3 query heads per KV
+/// head, blocks of 2–8 rows starting anywhere in a page, last blocks of one row.
+#[test]
+fn blocks_of_rows_give_the_row_by_row_bits() {
+    use edgekv::Rotation;
+    let n = if cfg!(miri) { 14 } else { 61 };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let mut configs: Vec<CacheConfig> = FORMATS.iter().map(|&f| cfg(f, f)).collect();
+    configs.push(cfg(ElementFormat::Q8_0, ElementFormat::F16));
+    configs.push(
+        cfg(ElementFormat::Q4_0, ElementFormat::Q8_0)
+            .with_rotations(Rotation::SignedHadamard, Rotation::Hadamard),
+    );
+    configs.push(
+        cfg(ElementFormat::Q8_0, ElementFormat::Q8_0)
+            .with_rotations(Rotation::SignedHadamard, Rotation::None),
+    );
+    if cfg!(miri) {
+        configs.truncate(2);
+    }
+    assert_eq!(BLOCK_ROWS, 8);
+    for cfg in configs {
+        let mut a = Arenas::new::<FreeList>(&cfg, 24);
+        let mut c: KvCache = a.cache(cfg);
+        let s = filled(&mut c, n);
+        for q_heads in [2, 4, 6] {
+            let row = q_heads as usize * SHAPE.head_dim as usize;
+            for p in [
+                AttentionParams::new(SHAPE, q_heads),
+                AttentionParams::new(SHAPE, q_heads).with_window(2, 5),
+                AttentionParams::new(SHAPE, q_heads).with_window(0, 19),
+            ] {
+                let starts: &[u32] = if cfg!(miri) { &[0, 5] } else { &[0, 3, 21, 40] };
+                for &start in starts {
+                    let q = values(31 + start as u64, (n - start) as usize * row);
+                    let mut one = vec![0f32; q.len()];
+                    let mut scratch = vec![0f32; scratch_len_for(c.config(), q_heads)];
+                    for (i, (qr, or)) in q.chunks(row).zip(one.chunks_mut(row)).enumerate() {
+                        c.attention(s, 1, start + i as u32, qr, or, &p, &mut scratch)
+                            .unwrap();
+                    }
+                    let blocks: &[usize] = if cfg!(miri) { &[3] } else { &[2, 3, 5, 8, 9] };
+                    for &b in blocks {
+                        let got = attend_blocks(&c, s, start, &q, &p, b);
+                        assert_eq!(
+                            bits(&got),
+                            bits(&one),
+                            "{cfg:?} {p:?} start {start} rows {b}"
+                        );
+                    }
+                }
             }
         }
     }

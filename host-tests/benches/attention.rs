@@ -14,7 +14,8 @@
 //! `libm::expf` per score, as plain code would.
 //!
 //! `EDGEKV_AB=1` runs alternating rounds instead (`alternating`), `EDGEKV_THREADS=<n>` one call
-//! against `n` threads (`threads_mode`), and `EDGEKV_PEER_CTX=<ctx>` the peer mode of
+//! against `n` threads (`threads_mode`), `EDGEKV_BLOCKS=1` prefill one row at a time against
+//! blocks of rows (`blocks_mode`), and `EDGEKV_PEER_CTX=<ctx>` the peer mode of
 //! `host-tests/peer/ggml-attention.sh` (`peer`).
 //!
 //! Goal (issue 5): int8 pages ≥ 1.0× the dense f32 baseline's speed (compare with the AVX2 peer).
@@ -25,7 +26,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
-use edgekv::attention::{AttentionParams, scratch_len};
+use edgekv::attention::{AttentionParams, scratch_len, scratch_len_rows};
 use edgekv::{
     CacheConfig, ElementFormat, FreeList, HeapArenas, KvCache, PoolKind, SeqId, SeqMode, Shape,
 };
@@ -587,6 +588,62 @@ fn threads_mode(n: usize) {
     }
 }
 
+/// `EDGEKV_BLOCKS=1 cargo bench --bench attention`: prefill attention (all query rows of one
+/// call over the keys before them) one row at a time (the scratch of `scratch_len`) against
+/// blocks of 2, 4 and 8 rows (`scratch_len_rows`; the same bits), for Q8_0, f16 and Q4_0 pages,
+/// in alternating rounds; medians and speed-ups. Cases: 64 rows at the end of 512 and 2,048
+/// keys, and the model bench's warm prefill (rows 656–768, after 656 reused tokens).
+fn blocks_mode() {
+    const ROUNDS: usize = 11;
+    const BLOCKS: [usize; 4] = [1, 2, 4, 8];
+    let params = AttentionParams::new(SHAPE, Q_HEADS);
+    let fmts = [
+        ("q8_0", ElementFormat::Q8_0),
+        ("f16", ElementFormat::F16),
+        ("q4_0", ElementFormat::Q4_0),
+    ];
+    for (name, fmt) in fmts {
+        for (ctx, n_q) in [(512, 64), (2048, 64), (769, 113)] {
+            let (k, v) = (rows(1, ctx), rows(2, ctx));
+            with_cache(fmt, &k, &v, |c, s| {
+                let q: Vec<f32> = rows(4, n_q * GROUP).into_iter().map(|x| x * 0.5).collect();
+                let first = (ctx - n_q) as u32;
+                let mut outs: [Vec<f32>; 4] = Default::default();
+                outs.iter_mut().for_each(|o| *o = vec![0f32; q.len()]);
+                let mut scratches =
+                    BLOCKS.map(|b| vec![0f32; scratch_len_rows(c.config(), Q_HEADS, b)]);
+                let mut times: [Vec<f64>; 4] = Default::default();
+                for _ in 0..ROUNDS {
+                    for (i, t) in times.iter_mut().enumerate() {
+                        let start = std::time::Instant::now();
+                        c.attention(
+                            s,
+                            0,
+                            first,
+                            black_box(&q),
+                            &mut outs[i],
+                            &params,
+                            &mut scratches[i],
+                        )
+                        .expect("attention");
+                        t.push(start.elapsed().as_secs_f64() * 1e6);
+                    }
+                }
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                for o in &outs[1..] {
+                    assert_eq!(bits(o), bits(&outs[0]), "the same bits");
+                }
+                let m = times.each_mut().map(|t| median_best(t));
+                let mut line = format!("{name} ctx {ctx:4}, {n_q} rows: median (best) µs");
+                for (b, (med, best)) in BLOCKS.iter().zip(m) {
+                    line += &format!(" | rows {b} {med:.0} ({best:.0}) {:.2}x", m[0].0 / med);
+                }
+                println!("{line}");
+            });
+        }
+    }
+}
+
 criterion_group!(benches, bench_attention);
 
 fn main() {
@@ -596,6 +653,10 @@ fn main() {
     }
     if std::env::var_os("EDGEKV_THREADS").is_some() {
         threads_mode(env_num("EDGEKV_THREADS", 2));
+        return;
+    }
+    if std::env::var_os("EDGEKV_BLOCKS").is_some() {
+        blocks_mode();
         return;
     }
     if std::env::var_os("EDGEKV_PEER_CTX").is_some() {

@@ -17,8 +17,9 @@ use crate::quant::BLOCK;
 /// };
 /// static SCRATCH_F32S: usize = PLAN.scratch; // e.g. `static mut SCRATCH: [f32; PLAN.scratch]`
 /// assert_eq!(PLAN.logits_per_row, 49_152);
-/// // 16 rows of 6,240 f32s; attention scratch 1,908 (1,332, and a query row rotated for rotated K)
-/// assert_eq!(PLAN.scratch_bytes, 406_992);
+/// // 16 rows of 6,240 f32s; attention scratch 1,908 (1,332, and a query row rotated for rotated
+/// // K) and 15,264 for a block of 8 query rows
+/// assert_eq!(PLAN.scratch_bytes, 468_048);
 /// # let _ = SCRATCH_F32S;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,14 +94,33 @@ impl ScratchPlan {
     /// `q_dim`), Q, K and V, gate and up (`ffn` each), the quantized activation row (`widest /
     /// 4` f32s of codes plus two scales per 32-block); plus one attention scratch
     /// (`heads × (page_tokens + 4 + 3 · head_dim)`: `edgekv::attention::scratch_len` and a rotated
-    /// query row). Zero rows, a model wider than `u16` heads or sizes past
-    /// `usize` are errors.
+    /// query row) with room for a block of `min(rows, BLOCK_ROWS)` query rows computed together
+    /// (`edgekv::attention::block_scratch_len`: faster prefill, the same bits; see
+    /// [`with_attention_rows`](Self::with_attention_rows) for less memory). Zero rows, a model
+    /// wider than `u16` heads or sizes past `usize` are errors.
     ///
     /// # Errors
     ///
     /// [`Unsupported`](Error::Unsupported) for zero rows or page size, more than `u16` heads,
     /// widths that are not whole 32-blocks, or sizes that overflow `usize`.
     pub const fn new(config: &LlamaConfig, rows: usize, page_tokens: u16) -> Result<Self> {
+        Self::with_attention_rows(config, rows, page_tokens, rows)
+    }
+
+    /// [`new`](Self::new) with attention's block of query rows (see `edgekv::attention::
+    /// block_scratch_len`) at most `attention_rows` rows: 1 takes the least memory (each row
+    /// alone: `min(rows, BLOCK_ROWS) · heads · (3 · head_dim + page_tokens + 4)` f32s fewer), up
+    /// to `edgekv::attention::BLOCK_ROWS` the fastest prefill. The same results either way.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub const fn with_attention_rows(
+        config: &LlamaConfig,
+        rows: usize,
+        page_tokens: u16,
+        attention_rows: usize,
+    ) -> Result<Self> {
         if rows == 0 || config.heads > u16::MAX as usize || page_tokens == 0 {
             return Err(Error::Unsupported("zero rows, pages or too many heads"));
         }
@@ -114,7 +134,20 @@ impl ScratchPlan {
         per_row = tri!(add(per_row, tri!(mul(p.kv, 2))));
         per_row = tri!(add(per_row, tri!(mul(p.ffn, 2))));
         per_row = tri!(add(per_row, p.widest / 4 + 2 * (p.widest / BLOCK)));
-        let attn = attention_scratch(config.heads, config.head_dim, page_tokens);
+        let block = if attention_rows < rows {
+            attention_rows
+        } else {
+            rows
+        };
+        let attn = tri!(add(
+            attention_scratch(config.heads, config.head_dim, page_tokens),
+            edgekv::attention::block_scratch_len(
+                config.heads as u16,
+                page_tokens,
+                config.head_dim as u16,
+                block
+            )
+        ));
         let scratch = tri!(add(tri!(mul(per_row, rows)), attn));
         let scratch_bytes = tri!(mul(scratch, 4));
         Ok(ScratchPlan {
@@ -125,13 +158,14 @@ impl ScratchPlan {
         })
     }
 
-    /// How many rows per call a scratch buffer of `len` f32s allows (0 if not even one).
+    /// How many rows per call a scratch buffer of `len` f32s allows (0 if not even one), with
+    /// attention's least scratch (what attention is left beyond that goes to its block of rows).
     pub const fn rows_for(config: &LlamaConfig, len: usize, page_tokens: u16) -> usize {
-        let one = match ScratchPlan::new(config, 1, page_tokens) {
+        let one = match ScratchPlan::with_attention_rows(config, 1, page_tokens, 1) {
             Ok(p) => p,
             Err(_) => return 0,
         };
-        let two = match ScratchPlan::new(config, 2, page_tokens) {
+        let two = match ScratchPlan::with_attention_rows(config, 2, page_tokens, 1) {
             Ok(p) => p,
             Err(_) => return 0,
         };
@@ -171,14 +205,15 @@ fn take<'s>(buf: &mut &'s mut [f32], n: usize) -> Result<&'s mut [f32]> {
 }
 
 impl<'s> Parts<'s> {
-    /// Splits `scratch` for `n` rows (at most what it was planned for).
+    /// Splits `scratch` for `n` rows (at most what it was planned for); attention gets the rest
+    /// (at least its one-row scratch; more makes room for a block of rows).
     pub(crate) fn new(
         c: &LlamaConfig,
         n: usize,
         page_tokens: u16,
         scratch: &'s mut [f32],
     ) -> Result<Self> {
-        let plan = ScratchPlan::new(c, n, page_tokens)?;
+        let plan = ScratchPlan::with_attention_rows(c, n, page_tokens, 1)?;
         if scratch.len() < plan.scratch {
             return Err(
                 if ScratchPlan::rows_for(c, scratch.len(), page_tokens) == 0 {
@@ -204,10 +239,7 @@ impl<'s> Parts<'s> {
         let codes = take(&mut rest, n * p.widest / 4)?;
         let d = take(&mut rest, n * blocks)?;
         let s = take(&mut rest, n * blocks)?;
-        let attn_scratch = take(
-            &mut rest,
-            attention_scratch(c.heads, c.head_dim, page_tokens),
-        )?;
+        let attn_scratch = rest;
         Ok(Parts {
             x,
             h,

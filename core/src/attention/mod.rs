@@ -15,6 +15,8 @@
 //! exponential). The ISA builds of the page loop are chosen in `crate::arch`; the entry point,
 //! which resolves a sequence's pages, is [`KvCache::attention`](crate::KvCache::attention).
 
+#[cfg(not(feature = "small-code"))]
+mod block;
 #[cfg(any(test, not(feature = "small-code")))]
 pub(crate) mod exp;
 #[cfg(not(feature = "small-code"))]
@@ -26,4 +28,15 @@ pub(crate) mod query;
 #[cfg(feature = "small-code")]
 mod small;
 
-pub use params::{AttentionParams, Window, scratch_len, scratch_len_for};
+pub use params::{
+    AttentionParams, BLOCK_ROWS, Window, block_scratch_len, scratch_len, scratch_len_for,
+    scratch_len_rows,
+};
+
+/// Rows of a block (`attention::block`); one in `small-code` builds.
+const fn block_rows() -> usize {
+    #[cfg(not(feature = "small-code"))]
+    return block::MAX_ROWS;
+    #[cfg(feature = "small-code")]
+    return 1;
+}

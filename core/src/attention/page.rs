@@ -49,14 +49,24 @@ pub(crate) const fn merge_slots(q_heads: usize, head_dim: usize) -> usize {
 pub(crate) struct Scratch<'s> {
     max: &'s mut [f32],
     sum: &'s mut [f32],
-    scores: &'s mut [f32],
+    pub(super) scores: &'s mut [f32],
     /// A later segment's state, before it is merged.
-    seg_out: &'s mut [f32],
-    seg_max: &'s mut [f32],
-    seg_sum: &'s mut [f32],
-    q_rot: &'s mut [f32],
-    codes: &'s mut [i16],
-    qscales: &'s mut [f32],
+    pub(super) seg_out: &'s mut [f32],
+    pub(super) seg_max: &'s mut [f32],
+    pub(super) seg_sum: &'s mut [f32],
+    pub(super) q_rot: &'s mut [f32],
+    pub(super) codes: &'s mut [i16],
+    pub(super) qscales: &'s mut [f32],
+}
+
+/// f32 slots of [`Scratch`] for one query row (what `scratch_len_for` counts).
+pub(crate) fn scratch_slots(l: &Layout) -> usize {
+    let q_heads = l.kv_heads * l.group;
+    let row = q_heads * l.head_dim;
+    q_heads * (l.page_tokens + 2)
+        + merge_slots(q_heads, l.head_dim)
+        + if k_rotated(l) { row } else { 0 }
+        + query::slots(q_heads, l.head_dim)
 }
 
 impl<'s> Scratch<'s> {
@@ -109,17 +119,19 @@ impl Scratch<'_> {
 
 /// Whether K rows are rotated (`rotation` left out: never; such configurations do not plan).
 #[inline(always)]
-fn k_rotated(l: &Layout) -> bool {
+pub(super) fn k_rotated(l: &Layout) -> bool {
     cfg!(feature = "rotation") && l.k_rot.is_some()
 }
 
 /// Every query row `q` (`[n][q_heads][head_dim]`, absolute positions from `start`) over the keys
 /// `[0, t]` of its position `t` (or the window's subset), into `out` (same shape). `page(i)` gives
 /// the K and V bytes of the sequence's `i`-th page; the caller checked that every page a query
-/// needs is there (an error from `page` ends the call with `out` partly written). `scratch` holds
-/// each query head's running max and sum, one page of scores per head, a segment's state
-/// ([`SEGMENT_KEYS`]), the rotated query row (rotated K) and the quantized one (int8 K). With
-/// rotated V rows, each output row is rotated back at the end.
+/// needs is there (an error from `page` ends the call with `out` partly written). `scratch` (at
+/// least [`scratch_slots`] long) holds each query head's running max and sum, one page of scores
+/// per head, a segment's state ([`SEGMENT_KEYS`]), the rotated query row (rotated K) and the
+/// quantized one (int8 K); what is left past that holds a block of rows computed together
+/// (`attention::block`, default builds), if it is long enough for two. With rotated V rows, each
+/// output row is rotated back at the end.
 ///
 /// `page` is a trait object, not a generic: the page loop and every kernel under it are then
 /// compiled once, in this crate, instead of again in each crate that calls the (allocator-generic)
@@ -135,24 +147,65 @@ pub(crate) fn attend<'d>(
     page: &dyn Fn(usize) -> Result<PageSlices<'d>>,
 ) -> Result<()> {
     let row = l.kv_heads * l.group * l.head_dim;
+    let (scratch, _rest) = scratch.split_at_mut(scratch_slots(l));
     let mut s = Scratch::split(l, scratch);
+    #[cfg(not(feature = "small-code"))]
+    {
+        let n = q.len() / row;
+        let b = super::block::rows_for(l, _rest.len()).min(n);
+        if b > 1 {
+            let mut blk = super::block::Block::split(l, b, _rest);
+            let rows = q.chunks(b * row).zip(out.chunks_mut(b * row));
+            for (i, (q, out)) in rows.enumerate() {
+                let t0 = start + (i * b) as u32;
+                if q.len() == row {
+                    attend_row(l, window, t0, q, out, &mut s, page)?;
+                } else {
+                    super::block::attend_rows(l, window, t0, q, out, &mut s, &mut blk, page)?;
+                }
+            }
+            return Ok(());
+        }
+    }
     for (qi, (q_row, out_row)) in q
         .chunks_exact(row)
         .zip(out.chunks_exact_mut(row))
         .enumerate()
     {
-        let t = start + qi as u32;
-        for k in 0..segments(l, t) {
-            if k == 0 {
-                segment(l, window, t, q_row, 0, &mut s, page, None)?;
-                out_row.copy_from_slice(&s.seg_out[..row]);
-            } else {
-                segment(l, window, t, q_row, k, &mut s, page, Some(&mut *out_row))?;
-            }
-        }
-        finish_row(l, out_row, s.sum);
+        attend_row(l, window, start + qi as u32, q_row, out_row, &mut s, page)?;
     }
     Ok(())
+}
+
+/// The query row `q_row` at position `t` into `out_row`, segment by segment.
+fn attend_row<'d>(
+    l: &Layout,
+    window: Option<Window>,
+    t: u32,
+    q_row: &[f32],
+    out_row: &mut [f32],
+    s: &mut Scratch<'_>,
+    page: &dyn Fn(usize) -> Result<PageSlices<'d>>,
+) -> Result<()> {
+    let row = out_row.len();
+    for k in 0..segments(l, t) {
+        if k == 0 {
+            segment(l, window, t, q_row, 0, s, page, None)?;
+            out_row.copy_from_slice(&s.seg_out[..row]);
+        } else {
+            segment(l, window, t, q_row, k, s, page, Some(&mut *out_row))?;
+        }
+    }
+    finish_row(l, out_row, s.sum);
+    Ok(())
+}
+
+/// Which keys the query row at position `t` sees (of those up to `t`): all, or the window's.
+/// One function, so that every caller's `Keys` has the same type (one build of the page
+/// kernels).
+#[inline(always)]
+pub(super) fn kept_by(window: Option<Window>, t: u32) -> impl Fn(u32) -> bool + Copy {
+    move |j| window.is_none_or(|w| w.keeps(t, j))
 }
 
 /// Segment `k` of the query row `q_row` at position `t`: its keys' online softmax from a fresh
@@ -196,7 +249,7 @@ pub(crate) fn segment<'d>(
     for page_index in k * per..((k + 1) * per).min(last + 1) {
         let j0 = (page_index * p) as u32;
         let j1 = (j0 + p as u32).min(t + 1);
-        let kept = |j: u32| window.is_none_or(|w| w.keeps(t, j));
+        let kept = kept_by(window, t);
         if !(j0..j1).any(kept) {
             continue;
         }

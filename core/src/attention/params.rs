@@ -70,6 +70,37 @@ pub const fn scratch_len(q_heads: u16, page_tokens: u16, head_dim: u16) -> usize
         + super::query::slots(q_heads as usize, head_dim as usize)
 }
 
+/// Query rows [`KvCache::attention`](crate::KvCache::attention) computes together at most (see
+/// [`block_scratch_len`]; 1 in `small-code` builds).
+pub const BLOCK_ROWS: usize = super::block_rows();
+
+/// `f32`s of scratch that let [`KvCache::attention`](crate::KvCache::attention) compute up to
+/// `rows` query rows (at most [`BLOCK_ROWS`]) in one pass over the pages they share, on top of
+/// [`scratch_len`] / [`scratch_len_for`]: `rows · q_heads · (3 · head_dim + page_tokens + 4)` for
+/// two rows or more, else 0. Prefill gets faster (each K and V row read and decoded once for all
+/// of the block's rows; 1.2–1.5× on x86-64), the bits stay those of one row at a time. Attention
+/// takes the largest block its scratch holds.
+pub const fn block_scratch_len(
+    q_heads: u16,
+    page_tokens: u16,
+    head_dim: u16,
+    rows: usize,
+) -> usize {
+    let rows = if rows < BLOCK_ROWS { rows } else { BLOCK_ROWS };
+    if rows < 2 {
+        0
+    } else {
+        rows * q_heads as usize * (3 * head_dim as usize + page_tokens as usize + 4)
+    }
+}
+
+/// [`scratch_len_for`] plus [`block_scratch_len`]: the scratch with which attention in a cache
+/// configured as `config` computes up to `rows` query rows together.
+pub const fn scratch_len_rows(config: &CacheConfig, q_heads: u16, rows: usize) -> usize {
+    scratch_len_for(config, q_heads)
+        + block_scratch_len(q_heads, config.page_tokens, config.shape.head_dim, rows)
+}
+
 /// `f32`s of scratch [`KvCache::attention`](crate::KvCache::attention) needs in a cache
 /// configured as `config`: [`scratch_len`], plus room for each query row rotated
 /// (`q_heads · head_dim`) when keys are rotated.

@@ -7,6 +7,8 @@ use crate::attention::page::{Layout, PageSlices, attend};
 #[cfg(feature = "std")]
 use crate::attention::page::{Scratch, SegmentState, finish_row, merge, segment, segments};
 use crate::attention::{AttentionParams, scratch_len_for};
+#[cfg(feature = "std")]
+use crate::attention::{BLOCK_ROWS, block_scratch_len};
 use crate::error::{ConfigError, Error, Result};
 use crate::planner::PoolKind;
 use crate::sequence::SeqId;
@@ -19,12 +21,15 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// keys and values in `layer`: query position `t` attends to keys `[0, t]` (or the window's
     /// subset). `q` and `out` are `[n][q_heads][head_dim]` f32; `scratch` holds at least
     /// [`scratch_len_for`] f32s ([`scratch_len`](crate::attention::scratch_len) without rotated
-    /// keys). Softmax runs online, one rescale per
+    /// keys); with [`scratch_len_rows`](crate::attention::scratch_len_rows) f32s, up to
+    /// [`BLOCK_ROWS`](crate::attention::BLOCK_ROWS) consecutive rows are computed in one pass
+    /// over the pages they share (each K and V row read once for all of them), with the bits of
+    /// one row at a time. Softmax runs online, one rescale per
     /// page, in f32 with `libm::expf`'s exact bits (evaluated eight weights at a time); fp8 pages
     /// are dequantized inside the dot products, int8 keys score against the query rounded to
     /// 16-bit codes per key group (exact integer sums per group; see the crate README), int8
-    /// values are dequantized as they are accumulated. Every query row is computed alone, in a
-    /// fixed key order: chunking never changes results. On x86-64 CPUs with AVX2 and F16C the
+    /// values are dequantized as they are accumulated. Every query row's arithmetic is its own,
+    /// in a fixed key order: chunking and blocks never change results. On x86-64 CPUs with AVX2 and F16C the
     /// page loop runs a build for those instructions (chosen at run time; the same bits).
     ///
     /// # Errors
@@ -51,7 +56,6 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let (layout, table) = self.attention_layout(seq, layer, start, q, out, params, || {
             scratch.len() >= scratch_len_for(&self.config, params.q_heads)
         })?;
-        let scratch = &mut scratch[..scratch_len_for(&self.config, params.q_heads)];
         attend(&layout, params.window, start, q, out, scratch, &|i| {
             // Present and in range: `attention_layout` made sure before `out` was touched.
             let page = table.get(i).copied().unwrap_or(NO_PAGE);
@@ -61,7 +65,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
 
     /// [`attention`](Self::attention) on up to `threads` threads (`std`), each with its own
     /// scratch, bit for bit [`attention`](Self::attention)'s results at any thread count.
-    /// Several query rows (prefill) go to the threads round robin (every row is computed alone).
+    /// Several query rows (prefill) go to the threads round robin in blocks of up to
+    /// [`BLOCK_ROWS`](crate::attention::BLOCK_ROWS) (see [`attention`](Self::attention)).
     /// One row over more than 2,048 keys (decode at long context) is split by key segments:
     /// each thread computes whole segments, merged in segment order as one call merges them.
     /// One row within one segment runs on the calling thread (a split would cost more than it
@@ -166,18 +171,33 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             let mut s = std::vec![0f32; need];
             return attend(&layout, params.window, start, q, out, &mut s, &page);
         }
-        // Several rows (prefill): each row is computed alone, so rows go to threads round robin
-        // (later rows see more keys), each thread with its own scratch.
+        // Several rows (prefill): each row's bits do not depend on the rows computed with it,
+        // so blocks of rows go to threads round robin (later rows see more keys), each thread
+        // with its own scratch, room for a block included.
         let t = team.threads().clamp(1, n);
+        let b = n.div_ceil(t).min(BLOCK_ROWS);
+        let blocks = n.div_ceil(b);
+        let t = t.min(blocks);
+        let need = need
+            + block_scratch_len(
+                params.q_heads,
+                layout.page_tokens as u16,
+                layout.head_dim as u16,
+                b,
+            );
         let rows_of = |k: usize| -> Result<std::vec::Vec<f32>> {
             let mut s = std::vec![0f32; need];
-            let mut o = std::vec![0f32; n.div_ceil(t) * row];
-            for (j, i) in (k..n).step_by(t).enumerate() {
-                let (qi, oi) = (&q[i * row..][..row], &mut o[j * row..][..row]);
+            let mut o = std::vec![0f32; blocks.div_ceil(t) * b * row];
+            for (j, i) in (k..blocks).step_by(t).enumerate() {
+                let rows = b.min(n - i * b);
+                let (qi, oi) = (
+                    &q[i * b * row..][..rows * row],
+                    &mut o[j * b * row..][..rows * row],
+                );
                 attend(
                     &layout,
                     params.window,
-                    start + i as u32,
+                    start + (i * b) as u32,
                     qi,
                     oi,
                     &mut s,
@@ -190,8 +210,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         // all succeeded.
         let parts = team.run(t, rows_of)?;
         for (k, o) in parts.iter().enumerate() {
-            for (j, i) in (k..n).step_by(t).enumerate() {
-                out[i * row..][..row].copy_from_slice(&o[j * row..][..row]);
+            for (j, i) in (k..blocks).step_by(t).enumerate() {
+                let rows = b.min(n - i * b);
+                out[i * b * row..][..rows * row].copy_from_slice(&o[j * b * row..][..rows * row]);
             }
         }
         Ok(())
