@@ -103,7 +103,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             return Err(Error::OutOfPages);
         }
         for i in from..to {
-            match self.pool.alloc_evicting(|v| self.index.remove(v)) {
+            match self.alloc_page() {
                 Ok(page) => *self.seqs.entry_mut(slot, i) = page,
                 Err(e) => {
                     // Unreachable after the availability check; undo anyway.
@@ -163,7 +163,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         }
         if held > full {
             // Copy-on-write of the partial tail: the child gets its own page now.
-            match self.pool.alloc_evicting(|v| self.index.remove(v)) {
+            match self.alloc_page() {
                 Ok(copy) => {
                     let src = *self.seqs.entry_mut(parent, full);
                     self.copy_pages(src, copy, 1);

@@ -202,7 +202,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         for i in first..=last {
             if needs_copy(self, i) {
                 let old = self.seqs.table(slot)[i];
-                let new = self.pool.alloc_evicting(|v| self.index.remove(v))?; // cannot fail after the check above
+                let new = self.alloc_page()?; // cannot fail after the check above
                 self.copy_pages(old, new, 1);
                 *self.seqs.entry_mut(slot, i) = new;
                 let _ = self.pool.release(old);
