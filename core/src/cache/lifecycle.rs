@@ -72,7 +72,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             return Err(Error::OutOfPages);
         }
         let held = rec.held as usize;
-        if rec.contiguous() {
+        if Self::contiguous(&rec) {
             // Contiguous sequences never share pages: nothing to copy.
             if need > held {
                 self.grow_contiguous(slot, need)?;
@@ -130,7 +130,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let rec = *self.seqs.record(parent);
         let child = self.seqs.free_slot()?;
         let held = rec.held as usize;
-        if rec.contiguous() {
+        if Self::contiguous(&rec) {
             if held > 0 {
                 let src = *self.seqs.entry_mut(parent, 0);
                 let dst = self.pool.alloc_run(held)?;
@@ -210,7 +210,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             // The new last page was released by `slide`: appending could not continue there.
             return Err(Error::PositionOutOfRange);
         }
-        if !rec.contiguous() {
+        if !Self::contiguous(&rec) {
             let keep = self.pages_for(len);
             self.release_tail(slot, keep);
         }

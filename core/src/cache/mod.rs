@@ -322,6 +322,13 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         (tokens as usize).div_ceil(self.config.page_tokens as usize)
     }
 
+    /// Whether `rec` is a contiguous sequence. Never over an allocator without runs (such a cache
+    /// refuses to create one), so those builds drop the contiguous paths.
+    #[inline]
+    fn contiguous(rec: &SeqRecord) -> bool {
+        A::CONTIGUOUS && rec.contiguous()
+    }
+
     /// One page with refcount 1 from the pool; a cached page it evicts leaves the prefix index.
     #[cfg_attr(feature = "small-code", inline(never))]
     fn alloc_page(&mut self) -> Result<PageId> {

@@ -184,7 +184,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Copies every shared or registered page covering `[start, start + n)` so the sequence owns
     /// it alone. Checks availability first: all or nothing.
     pub(super) fn make_writable(&mut self, slot: usize, start: u32, n: usize) -> Result<()> {
-        if n == 0 || self.seqs.record(slot).contiguous() {
+        if n == 0 || Self::contiguous(self.seqs.record(slot)) {
             // Contiguous sequences never share pages.
             return Ok(());
         }
@@ -225,7 +225,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// another sequence or published for prefix reuse (`false` past the held pages, for released
     /// pages and for contiguous sequences).
     pub(super) fn needs_copy(&self, slot: usize, index: usize) -> bool {
-        if self.seqs.record(slot).contiguous() {
+        if Self::contiguous(self.seqs.record(slot)) {
             return false;
         }
         match self.seqs.table(slot).get(index) {
