@@ -24,11 +24,12 @@ pub(crate) fn xxh3_tokens(tokens: &[u32], seed: u64) -> u64 {
     let b: &[u8] = bytemuck::cast_slice(tokens);
     let len = b.len();
     let n = len as u64;
+    // The starting value of every path over 16 bytes.
+    let mut acc = n.wrapping_mul(P64_1);
     if len > 240 {
-        return long(b, seed);
+        return long(b, seed, acc);
     }
     if len > 16 {
-        let mut acc = n.wrapping_mul(P64_1);
         if len <= 128 {
             // Pairs of 16-byte lanes from both ends, secret in 32-byte steps.
             for i in 0..(len - 1) / 32 + 1 {
@@ -38,12 +39,13 @@ pub(crate) fn xxh3_tokens(tokens: &[u32], seed: u64) -> u64 {
             }
             return avalanche(acc);
         }
-        for i in 0..8 {
-            acc = acc.wrapping_add(mix16(b, 16 * i, 16 * i, seed));
-        }
-        acc = avalanche(acc);
-        for i in 8..len / 16 {
-            acc = acc.wrapping_add(mix16(b, 16 * i, 16 * (i - 8) + 3, seed));
+        // 129–240 bytes: eight lanes, an avalanche, then the other whole lanes (secret from 3).
+        for i in 0..len / 16 {
+            let s = if i < 8 { 16 * i } else { 16 * (i - 8) + 3 };
+            acc = acc.wrapping_add(mix16(b, 16 * i, s, seed));
+            if i == 7 {
+                acc = avalanche(acc);
+            }
         }
         return avalanche(acc.wrapping_add(mix16(b, len - 16, 119, seed)));
     }
@@ -76,39 +78,35 @@ pub(crate) fn xxh3_tokens(tokens: &[u32], seed: u64) -> u64 {
 }
 
 /// Inputs over 240 bytes: stripes of 64 bytes into eight accumulators under the seed's secret,
-/// scrambled after every 16 stripes, the last stripe aligned to the end.
-fn long(b: &[u8], seed: u64) -> u64 {
-    let mut secret = [0u8; 192];
-    for (i, (d, s)) in secret
-        .chunks_exact_mut(8)
-        .zip(SECRET.chunks_exact(8))
-        .enumerate()
-    {
-        let v = r64(s, 0);
+/// scrambled after every 16 stripes, the last stripe aligned to the end; merged into `h`.
+fn long(b: &[u8], seed: u64, mut h: u64) -> u64 {
+    // The seed's secret: the default one's words plus and minus the seed, alternately.
+    let sw: [u64; 24] = core::array::from_fn(|i| {
+        let v = r64(&SECRET, 8 * i);
         let v = if i % 2 == 0 {
             v.wrapping_add(seed)
         } else {
             v.wrapping_sub(seed)
         };
-        d.copy_from_slice(&v.to_le_bytes());
-    }
+        v.to_le()
+    });
+    let secret: &[u8] = bytemuck::cast_slice(&sw);
     let mut acc = INIT;
     let len = b.len();
     for k in 0..(len - 1) / 64 {
-        accumulate(&mut acc, b, 64 * k, &secret, 8 * (k % 16));
+        accumulate(&mut acc, b, 64 * k, secret, 8 * (k % 16));
         if k % 16 == 15 {
             for (i, a) in acc.iter_mut().enumerate() {
-                *a = (*a ^ (*a >> 47) ^ r64(&secret, 128 + 8 * i)).wrapping_mul(P32_1);
+                *a = (*a ^ (*a >> 47) ^ r64(secret, 128 + 8 * i)).wrapping_mul(P32_1);
             }
         }
     }
-    accumulate(&mut acc, b, len - 64, &secret, 121);
-    let mut h = (len as u64).wrapping_mul(P64_1);
+    accumulate(&mut acc, b, len - 64, secret, 121);
     for i in 0..4 {
         let s = 11 + 16 * i;
         h = h.wrapping_add(fold(
-            acc[2 * i] ^ r64(&secret, s),
-            acc[2 * i + 1] ^ r64(&secret, s + 8),
+            acc[2 * i] ^ r64(secret, s),
+            acc[2 * i + 1] ^ r64(secret, s + 8),
         ));
     }
     avalanche(h)
@@ -116,20 +114,30 @@ fn long(b: &[u8], seed: u64) -> u64 {
 
 /// One 64-byte stripe of `b` at `at` into the accumulators, secret from `s`.
 fn accumulate(acc: &mut [u64; 8], b: &[u8], at: usize, secret: &[u8], s: usize) {
+    let (v, k) = (words::<8>(b, at), words::<8>(secret, s));
     for i in 0..8 {
-        let v = r64(b, at + 8 * i);
-        let key = v ^ r64(secret, s + 8 * i);
-        acc[i ^ 1] = acc[i ^ 1].wrapping_add(v);
+        let key = v[i] ^ k[i];
+        acc[i ^ 1] = acc[i ^ 1].wrapping_add(v[i]);
         acc[i] = acc[i].wrapping_add((key & 0xFFFF_FFFF).wrapping_mul(key >> 32));
     }
 }
 
 /// 16 bytes of `b` at `at` against the default secret at `s` and the seed.
 fn mix16(b: &[u8], at: usize, s: usize, seed: u64) -> u64 {
-    fold(
-        r64(b, at) ^ r64(&SECRET, s).wrapping_add(seed),
-        r64(b, at + 8) ^ r64(&SECRET, s + 8).wrapping_sub(seed),
-    )
+    let ([x0, x1], [s0, s1]) = (words::<2>(b, at), words::<2>(&SECRET, s));
+    fold(x0 ^ s0.wrapping_add(seed), x1 ^ s1.wrapping_sub(seed))
+}
+
+/// The `N` little-endian `u64`s at `at` (zeros past the end: callers stay in range), with one
+/// bounds check.
+fn words<const N: usize>(b: &[u8], at: usize) -> [u64; N] {
+    let mut w = [0u64; N];
+    if let Some(c) = b.get(at..).and_then(|s| s.get(..8 * N)) {
+        for (w, c) in w.iter_mut().zip(c.chunks_exact(8)) {
+            *w = r64(c, 0);
+        }
+    }
+    w
 }
 
 /// The 128-bit product's halves xor-ed.
