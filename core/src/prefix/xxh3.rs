@@ -147,6 +147,7 @@ fn fold(a: u64, b: u64) -> u64 {
     p as u64 ^ (p >> 64) as u64
 }
 
+/// XXH3's final mix.
 #[inline(never)]
 fn avalanche(mut h: u64) -> u64 {
     h ^= h >> 37;
