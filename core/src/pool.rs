@@ -246,7 +246,9 @@ impl<'a, A: PageAllocator<'a>> PagePool<'a, A> {
     /// # Errors
     ///
     /// [`InvalidPage`](Error::InvalidPage) for a free or out-of-range page.
-    #[inline]
+    // Out of line in `small-code` builds (four callers in the cache).
+    #[cfg_attr(not(feature = "small-code"), inline)]
+    #[cfg_attr(feature = "small-code", inline(never))]
     pub fn release(&mut self, page: PageId) -> Result<()> {
         let rc = self
             .refcounts

@@ -72,7 +72,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             return Err(Error::OutOfPages);
         }
         let held = rec.held as usize;
-        if rec.contiguous() {
+        if Self::contiguous(&rec) {
             // Contiguous sequences never share pages: nothing to copy.
             if need > held {
                 self.grow_contiguous(slot, need)?;
@@ -103,7 +103,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             return Err(Error::OutOfPages);
         }
         for i in from..to {
-            match self.pool.alloc_evicting(|v| self.index.remove(v)) {
+            match self.alloc_page() {
                 Ok(page) => *self.seqs.entry_mut(slot, i) = page,
                 Err(e) => {
                     // Unreachable after the availability check; undo anyway.
@@ -130,7 +130,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let rec = *self.seqs.record(parent);
         let child = self.seqs.free_slot()?;
         let held = rec.held as usize;
-        if rec.contiguous() {
+        if Self::contiguous(&rec) {
             if held > 0 {
                 let src = *self.seqs.entry_mut(parent, 0);
                 let dst = self.pool.alloc_run(held)?;
@@ -163,7 +163,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         }
         if held > full {
             // Copy-on-write of the partial tail: the child gets its own page now.
-            match self.pool.alloc_evicting(|v| self.index.remove(v)) {
+            match self.alloc_page() {
                 Ok(copy) => {
                     let src = *self.seqs.entry_mut(parent, full);
                     self.copy_pages(src, copy, 1);
@@ -210,7 +210,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             // The new last page was released by `slide`: appending could not continue there.
             return Err(Error::PositionOutOfRange);
         }
-        if !rec.contiguous() {
+        if !Self::contiguous(&rec) {
             let keep = self.pages_for(len);
             self.release_tail(slot, keep);
         }

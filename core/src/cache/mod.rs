@@ -322,6 +322,19 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         (tokens as usize).div_ceil(self.config.page_tokens as usize)
     }
 
+    /// Whether `rec` is a contiguous sequence. Never over an allocator without runs (such a cache
+    /// refuses to create one), so those builds drop the contiguous paths.
+    #[inline]
+    fn contiguous(rec: &SeqRecord) -> bool {
+        A::CONTIGUOUS && rec.contiguous()
+    }
+
+    /// One page with refcount 1 from the pool; a cached page it evicts leaves the prefix index.
+    #[cfg_attr(feature = "small-code", inline(never))]
+    fn alloc_page(&mut self) -> Result<PageId> {
+        self.pool.alloc_evicting(|v| self.index.remove(v))
+    }
+
     /// Copies `count` consecutive pages starting at `src` onto those starting at `dst`, in every
     /// pool of every layer (values and scales).
     fn copy_pages(&mut self, src: PageId, dst: PageId, count: usize) {

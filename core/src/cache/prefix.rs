@@ -46,7 +46,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             return Err(Error::PromptMismatch);
         }
         let mut published = 0;
-        if !rec.contiguous() && self.index.enabled() {
+        if !Self::contiguous(&rec) && self.index.enabled() {
             let pages = (len / self.config.chunk() * self.config.chunk()) as usize
                 / self.config.page_tokens as usize;
             // Check everything first, then change: all or nothing.
@@ -170,7 +170,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     pub fn attach(&mut self, seq: SeqId, hit: &PrefixHit, prompt: &[u32]) -> Result<u32> {
         let slot = self.seqs.slot(seq)?;
         let rec = *self.seqs.record(slot);
-        if rec.contiguous() {
+        if Self::contiguous(&rec) {
             return Err(Error::NotPaged);
         }
         if rec.len != 0 || rec.held != 0 {

@@ -184,7 +184,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Copies every shared or registered page covering `[start, start + n)` so the sequence owns
     /// it alone. Checks availability first: all or nothing.
     pub(super) fn make_writable(&mut self, slot: usize, start: u32, n: usize) -> Result<()> {
-        if n == 0 || self.seqs.record(slot).contiguous() {
+        if n == 0 || Self::contiguous(self.seqs.record(slot)) {
             // Contiguous sequences never share pages.
             return Ok(());
         }
@@ -202,7 +202,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         for i in first..=last {
             if needs_copy(self, i) {
                 let old = self.seqs.table(slot)[i];
-                let new = self.pool.alloc_evicting(|v| self.index.remove(v))?; // cannot fail after the check above
+                let new = self.alloc_page()?; // cannot fail after the check above
                 self.copy_pages(old, new, 1);
                 *self.seqs.entry_mut(slot, i) = new;
                 let _ = self.pool.release(old);
@@ -225,7 +225,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// another sequence or published for prefix reuse (`false` past the held pages, for released
     /// pages and for contiguous sequences).
     pub(super) fn needs_copy(&self, slot: usize, index: usize) -> bool {
-        if self.seqs.record(slot).contiguous() {
+        if Self::contiguous(self.seqs.record(slot)) {
             return false;
         }
         match self.seqs.table(slot).get(index) {

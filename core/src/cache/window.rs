@@ -23,7 +23,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     pub fn slide(&mut self, seq: SeqId, window: &Window, from: u32) -> Result<u16> {
         let slot = self.seqs.slot(seq)?;
         let rec = *self.seqs.record(slot);
-        if rec.contiguous() {
+        if Self::contiguous(&rec) {
             return Err(Error::NotPaged);
         }
         if window.window == 0 {

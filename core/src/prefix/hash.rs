@@ -1,6 +1,7 @@
 //! The chained page hash and namespaces.
 
 use xxhash_rust::const_xxh3::xxh3_64_with_seed as const_xxh3;
+#[cfg(any(test, not(feature = "small-code")))]
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// A page hash: `h_i = hasher(h_{i-1}, tokens of page i)`, with `h_{-1}` the cache's namespace.
@@ -11,8 +12,12 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 pub type PageHasher = fn(prev: u64, tokens: &[u32]) -> u64;
 
 /// The default page hash: XXH3-64 of the page's token ids (little-endian `u32`s on every supported
-/// target), seeded with the previous page's hash.
+/// target), seeded with the previous page's hash. (`small-code` builds compute the same bits in
+/// rolled loops.)
 pub fn page_hash(prev: u64, tokens: &[u32]) -> u64 {
+    #[cfg(feature = "small-code")]
+    return super::xxh3::xxh3_tokens(tokens, prev);
+    #[cfg(not(feature = "small-code"))]
     xxh3_64_with_seed(bytemuck::cast_slice(tokens), prev)
 }
 

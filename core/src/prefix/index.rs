@@ -94,10 +94,10 @@ impl<'a> PrefixIndex<'a> {
     /// What `page` was registered with, if it is registered.
     pub fn entry(&self, page: PageId) -> Option<Entry> {
         let p = page as usize;
-        (self.reg(page) != 0).then(|| Entry {
-            hash: self.hashes[p],
-            parent: self.parents[p],
-        })
+        match (self.reg(page), self.hashes.get(p), self.parents.get(p)) {
+            (1.., Some(&hash), Some(&parent)) => Some(Entry { hash, parent }),
+            _ => None,
+        }
     }
 
     /// The token ids `page` was registered with (meaningful only when registered).
@@ -119,12 +119,16 @@ impl<'a> PrefixIndex<'a> {
         let mask = self.buckets.len() - 1;
         let mut i = self.home(hash);
         for _ in 0..self.buckets.len() {
-            let page = self.buckets[i];
+            // Buckets are masked in range and hold pages in range: `get` only spares the panics.
+            let page = *self.buckets.get(i)?;
             if page == NO_PAGE {
                 return None;
             }
             let p = page as usize;
-            if self.hashes[p] == hash && self.parents[p] == parent && self.tokens(page) == tokens {
+            if self.hashes.get(p) == Some(&hash)
+                && self.parents.get(p) == Some(&parent)
+                && self.tokens(page) == tokens
+            {
                 return Some(page);
             }
             i = (i + 1) & mask;
@@ -156,20 +160,25 @@ impl<'a> PrefixIndex<'a> {
 
     /// Unregisters `page` (no-op if it is not registered).
     pub fn remove(&mut self, page: PageId) {
-        if self.reg(page) == 0 {
+        let p = page as usize;
+        // Registered pages, buckets (masked) and the pages they hold are in range: `get` only
+        // spares the panics.
+        let (1.., Some(&hash)) = (self.reg(page), self.hashes.get(p)) else {
             return;
-        }
+        };
         let mask = self.buckets.len() - 1;
-        let mut i = self.home(self.hashes[page as usize]);
+        let mut i = self.home(hash);
         let mut found = false;
         for _ in 0..self.buckets.len() {
-            if self.buckets[i] == page {
+            if self.buckets.get(i) == Some(&page) {
                 found = true;
                 break;
             }
             i = (i + 1) & mask;
         }
-        self.regs[page as usize] = 0;
+        if let Some(r) = self.regs.get_mut(p) {
+            *r = 0;
+        }
         if !found {
             return;
         }
@@ -179,18 +188,25 @@ impl<'a> PrefixIndex<'a> {
         let mut j = i;
         loop {
             j = (j + 1) & mask;
-            let q = self.buckets[j];
+            let q = self.buckets.get(j).copied().unwrap_or(NO_PAGE);
             if q == NO_PAGE {
                 break;
             }
-            let home = self.home(self.hashes[q as usize]);
+            let Some(&h) = self.hashes.get(q as usize) else {
+                break;
+            };
+            let home = self.home(h);
             // Distance from home to j versus from home to the hole.
             if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
-                self.buckets[hole] = q;
+                if let Some(b) = self.buckets.get_mut(hole) {
+                    *b = q;
+                }
                 hole = j;
             }
         }
-        self.buckets[hole] = NO_PAGE;
+        if let Some(b) = self.buckets.get_mut(hole) {
+            *b = NO_PAGE;
+        }
         self.entries -= 1;
     }
 

@@ -13,6 +13,8 @@ mod chunks;
 mod hash;
 pub(crate) mod index;
 mod matcher;
+#[cfg(any(test, feature = "small-code"))]
+mod xxh3;
 
 pub use chunks::{PrefillChunks, plan_prefill, reuse_boundary};
 pub use hash::{PageHasher, namespace, page_hash};

@@ -16,6 +16,8 @@ pub(crate) struct SeqSet<'a> {
     epoch: u32,
 }
 
+// `small-code` builds keep the accessors below out of line: inlined, every call site carries its
+// own bounds checks and panic path.
 impl<'a> SeqSet<'a> {
     /// Slots over zeroed `records` (all free) and `tables` (`records.len() × table_len`).
     pub(crate) fn new(
@@ -40,7 +42,8 @@ impl<'a> SeqSet<'a> {
     }
 
     /// Resolves a handle to its live slot.
-    #[inline]
+    #[cfg_attr(not(feature = "small-code"), inline)]
+    #[cfg_attr(feature = "small-code", inline(never))]
     pub(crate) fn slot(&self, seq: SeqId) -> Result<usize> {
         let slot = seq.slot as usize;
         match self.records.get(slot) {
@@ -52,13 +55,15 @@ impl<'a> SeqSet<'a> {
     }
 
     /// The record of `slot` (`< max_seqs`).
-    #[inline]
+    #[cfg_attr(not(feature = "small-code"), inline)]
+    #[cfg_attr(feature = "small-code", inline(never))]
     pub(crate) fn record(&self, slot: usize) -> &SeqRecord {
         &self.records[slot]
     }
 
     /// The record of `slot`, to update.
-    #[inline]
+    #[cfg_attr(not(feature = "small-code"), inline)]
+    #[cfg_attr(feature = "small-code", inline(never))]
     pub(crate) fn record_mut(&mut self, slot: usize) -> &mut SeqRecord {
         &mut self.records[slot]
     }
@@ -69,14 +74,16 @@ impl<'a> SeqSet<'a> {
     }
 
     /// The held entries of `slot`'s page table.
-    #[inline]
+    #[cfg_attr(not(feature = "small-code"), inline)]
+    #[cfg_attr(feature = "small-code", inline(never))]
     pub(crate) fn table(&self, slot: usize) -> &[PageId] {
         let base = slot * self.table_len;
         &self.tables[base..base + self.records[slot].held as usize]
     }
 
     /// Entry `index` (`< table_len`, held or not) of `slot`'s page table.
-    #[inline]
+    #[cfg_attr(not(feature = "small-code"), inline)]
+    #[cfg_attr(feature = "small-code", inline(never))]
     pub(crate) fn entry_mut(&mut self, slot: usize, index: usize) -> &mut PageId {
         &mut self.tables[slot * self.table_len + index]
     }

@@ -64,6 +64,7 @@ fn round_mag(a: f32) -> u32 {
 /// Codes from magnitudes and signs, sixteen at a time (one 16-lane tree for LLVM's SLP
 /// vectorizer): `|code| = round(mag(x) · pre · idp)` ([`round_mag`]), then the sign applied to
 /// the bytes. `pre` is 1, or a power of two that makes `mag(x) · pre` exact.
+/// (`small-code` builds: one rolled loop, the same codes.)
 #[inline(always)]
 fn codes16_sm<L: Load>(x: &[L::R], codes: &mut [i8], idp: f32, pre: f32) {
     let code = |r| {
@@ -71,6 +72,12 @@ fn codes16_sm<L: Load>(x: &[L::R], codes: &mut [i8], idp: f32, pre: f32) {
         let s = L::neg_mask(r);
         ((m ^ s).wrapping_sub(s)) as i8
     };
+    if cfg!(feature = "small-code") {
+        for (c, &r) in codes.iter_mut().zip(x) {
+            *c = code(r);
+        }
+        return;
+    }
     let mut xs = x.chunks_exact(16);
     let mut cs = codes.chunks_exact_mut(16);
     for (xc, cc) in (&mut xs).zip(&mut cs) {
@@ -85,10 +92,14 @@ fn codes16_sm<L: Load>(x: &[L::R], codes: &mut [i8], idp: f32, pre: f32) {
 
 /// Groups per block: their `max|x|`, scales and inverse scales are computed together (vectorized
 /// across groups), then the codes group by group.
+// `small-code` builds use it only through the x86 kernels.
+#[cfg_attr(feature = "small-code", allow(dead_code))]
 pub(crate) const NB: usize = 16;
 
 /// The scale math of a block of [`NB`] groups, from their `max|x|` keys (unused lanes hold
 /// [`Load::K0`]).
+// `small-code` builds use it only through the x86 kernels.
+#[cfg_attr(feature = "small-code", allow(dead_code))]
 pub(crate) struct BlockScales {
     /// `max|x|` per group (f32, exact).
     pub amax: [f32; NB],
@@ -101,6 +112,8 @@ pub(crate) struct BlockScales {
 }
 
 /// [`BlockScales`] of the keys, in fixed-size lanes so that the math vectorizes across groups.
+// `small-code` builds use it only through the x86 kernels.
+#[cfg_attr(feature = "small-code", allow(dead_code))]
 #[inline(always)]
 pub(crate) fn block_scales<L: Load>(keys: &[L::K; NB]) -> BlockScales {
     let mut b = BlockScales {
@@ -110,24 +123,32 @@ pub(crate) fn block_scales<L: Load>(keys: &[L::K; NB]) -> BlockScales {
         bits: [0u16; NB],
     };
     for (i, &k) in keys.iter().enumerate() {
-        let a = L::key_f32(k);
-        let d = a / 127.0;
-        b.amax[i] = a;
-        b.ids[i] = f32::from_bits(select(d == 0.0, 0, (1.0 / d).to_bits()));
-        // d normal (or 0) and finite: the vectorized codes apply.
-        b.fast[i] = (d == 0.0) | ((d >= f32::MIN_POSITIVE) & (a <= f32::MAX));
-        // A NaN scale is the canonical NaN (no payload from the input).
-        b.bits[i] = f16_bits_rne(f32::from_bits(select(
-            a.is_nan(),
-            f32::NAN.to_bits(),
-            d.to_bits(),
-        )));
+        (b.amax[i], b.ids[i], b.fast[i], b.bits[i]) = group_scale::<L>(k);
     }
     b
 }
 
+/// One group's scale math from its `max|x|` key: `max|x|`, `1 / d` (0 when `d == 0`), whether
+/// [`quantize_codes_fast`] applies, and the stored scale's f16 bits.
+#[inline(always)]
+fn group_scale<L: Load>(k: L::K) -> (f32, f32, bool, u16) {
+    let a = L::key_f32(k);
+    let d = a / 127.0;
+    let id = f32::from_bits(select(d == 0.0, 0, (1.0 / d).to_bits()));
+    // d normal (or 0) and finite: the vectorized codes apply.
+    let fast = (d == 0.0) | ((d >= f32::MIN_POSITIVE) & (a <= f32::MAX));
+    // A NaN scale is the canonical NaN (no payload from the input).
+    let bits = f16_bits_rne(f32::from_bits(select(
+        a.is_nan(),
+        f32::NAN.to_bits(),
+        d.to_bits(),
+    )));
+    (a, id, fast, bits)
+}
+
 /// The group loop, in blocks of [`NB`] groups. (Not specialized on constant group sizes: fully
 /// unrolled groups leave the `max|x|` reductions to the SLP vectorizer, which does worse.)
+#[cfg(not(feature = "small-code"))]
 pub(crate) fn quantize_groups<L: Load>(x: &[L::R], g: usize, codes: &mut [i8], scales: &mut [f16]) {
     for ((xb, cb), sb) in x
         .chunks(NB * g)
@@ -153,6 +174,21 @@ pub(crate) fn quantize_groups<L: Load>(x: &[L::R], g: usize, codes: &mut [i8], s
             } else {
                 quantize_codes_slow::<L>(xg, a, id, cg);
             }
+        }
+    }
+}
+
+/// The group loop of `small-code` builds: group by group, each with [`group_scale`] and the
+/// codes of the block loop above (the same bits, less code).
+#[cfg(feature = "small-code")]
+pub(crate) fn quantize_groups<L: Load>(x: &[L::R], g: usize, codes: &mut [i8], scales: &mut [f16]) {
+    for ((xg, cg), s) in x.chunks_exact(g).zip(codes.chunks_exact_mut(g)).zip(scales) {
+        let (a, id, fast, bits) = group_scale::<L>(L::amax_key(xg));
+        *s = f16::from_bits(bits);
+        if fast {
+            quantize_codes_fast::<L>(xg, id, cg);
+        } else {
+            quantize_codes_slow::<L>(xg, a, id, cg);
         }
     }
 }
