@@ -11,8 +11,8 @@
 //! block's last keys, a window's edge) are computed row by row on that row's state.
 
 use super::page::{
-    Heads, Keys, Layout, PageSlices, Scratch, finish_row, k_rotated, kept_by, merge, segment_pages,
-    segments,
+    Heads, Keys, Layout, PageSlices, Scratch, finish_row, k_rotated, kept_by, merge, prepare_query,
+    segment_pages, segments,
 };
 use super::query::{self, QueryCodes};
 use super::{Window, block_scratch_len};
@@ -84,7 +84,9 @@ fn runs(l: &Layout, rows: usize, b: usize) -> impl Iterator<Item = (usize, usize
 }
 
 /// Copies row `b`'s heads (`per` values each) between its own order (`row`) and the block's
-/// (`block`): into `row` if `to_row`, else back into `block`.
+/// (`block`): into `row` if `to_row`, else back into `block`. Out of line: a handful of short
+/// copies, called per row and page edge, not per key.
+#[inline(never)]
 fn exchange<T: Copy>(
     l: &Layout,
     rows: usize,
@@ -109,6 +111,7 @@ fn exchange<T: Copy>(
 /// `out`, with the bits of `attend`'s row by row computation (see the module's text). `s` serves
 /// as one row's state for the pages computed row by row and for the merges.
 #[allow(clippy::too_many_arguments)]
+#[inline(never)]
 pub(crate) fn attend_rows<'d>(
     l: &Layout,
     window: Option<Window>,
@@ -146,16 +149,14 @@ pub(crate) fn attend_rows<'d>(
             bq[v * hd..][..n].copy_from_slice(&q[b * row + h * hd..][..n]);
         }
     }
-    if k_rotated(l) {
-        for h in bq.chunks_exact_mut(hd) {
-            l.k_rot.forward(h);
-        }
-    }
     let int8 = query::int8_group(l.k_fmt);
     let nb = int8.map_or(0, |g| hd / g);
-    if let Some(g) = int8 {
-        // Groups never span heads (`g` divides `head_dim`): each head's codes are its own.
-        query::quantize(bq, g, l.scale, &mut codes[..heads * hd], scales);
+    // Groups never span heads (`g` divides `head_dim`): each head's codes are its own.
+    let codes_all = &mut codes[..heads * hd];
+    if k_rotated(l) {
+        prepare_query(l, Some(&mut *bq), &[], codes_all, scales);
+    } else {
+        prepare_query(l, None, bq, codes_all, scales);
     }
     let t_last = t0 + rows as u32 - 1;
     let per = segment_pages(p);

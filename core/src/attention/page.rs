@@ -222,19 +222,15 @@ pub(crate) fn segment<'d>(
     page: &dyn Fn(usize) -> Result<PageSlices<'d>>,
     merge_into: Option<&mut [f32]>,
 ) -> Result<()> {
-    let (hd, p) = (l.head_dim, l.page_tokens);
+    let p = l.page_tokens;
     let q_rows = if k_rotated(l) {
         s.q_rot.copy_from_slice(q_row);
-        for h in s.q_rot.chunks_exact_mut(hd) {
-            l.k_rot.forward(h);
-        }
+        prepare_query(l, Some(&mut *s.q_rot), &[], s.codes, s.qscales);
         &*s.q_rot
     } else {
+        prepare_query(l, None, q_row, s.codes, s.qscales);
         q_row
     };
-    if let Some(g) = query::int8_group(l.k_fmt) {
-        query::quantize(q_rows, g, l.scale, s.codes, s.qscales);
-    }
     let first = merge_into.is_none();
     let (max, sum) = if first {
         (&mut *s.max, &mut *s.sum)
@@ -279,6 +275,31 @@ pub(crate) fn segment<'d>(
     Ok(())
 }
 
+/// Query rows `q` (whole heads) as the page kernels take them: `rotate`, the same rows, rotated
+/// in place for rotated keys (then `q` is ignored), then quantized into `codes` and `scales` for
+/// int8 keys. Out of line: one copy for the row and block paths.
+#[inline(never)]
+pub(super) fn prepare_query(
+    l: &Layout,
+    rotate: Option<&mut [f32]>,
+    q: &[f32],
+    codes: &mut [i16],
+    scales: &mut [f32],
+) {
+    let q = match rotate {
+        Some(r) => {
+            for h in r.chunks_exact_mut(l.head_dim) {
+                l.k_rot.forward(h);
+            }
+            &*r
+        }
+        None => q,
+    };
+    if let Some(g) = query::int8_group(l.k_fmt) {
+        query::quantize(q, g, l.scale, codes, scales);
+    }
+}
+
 /// Merges a later segment's state (`out2`, `max2`, `sum2`) into the state so far, head by head:
 /// both rescaled to the larger maximum, `out = out · e^(m − M) + out2 · e^(m2 − M)`, the sums
 /// alike. A segment that kept no key (maximum −∞) changes nothing.
@@ -309,7 +330,8 @@ pub(crate) fn merge(
 }
 
 /// The end of a query row: each computed head's output divided by its sum, rotated back for
-/// rotated V rows.
+/// rotated V rows. Out of line: one copy for the row and block paths.
+#[inline(never)]
 pub(crate) fn finish_row(l: &Layout, out_row: &mut [f32], sum: &[f32]) {
     let hd = l.head_dim;
     let v_rot = cfg!(feature = "rotation") && l.v_rot.is_some();
