@@ -55,6 +55,24 @@ pub(crate) fn exp_shifted(xs: &mut [f32], shift: f32) {
     }
 }
 
+/// `xs[i] = exp(xs[i] − shifts[i / row])` for rows of `row` values (a multiple of eight), each
+/// bit-identical to `libm::expf(xs[i] - shifts[i / row])`: every head's page of weights in one
+/// loop, the constants set up once rather than once per head (3–4 % of a Q8_0 decode step on
+/// x86-64; summing the weights in the same loop measured slower).
+#[inline(always)]
+pub(crate) fn exp_shifted_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
+    for (xs, &shift) in xs.chunks_exact_mut(row).zip(shifts) {
+        for b in xs.chunks_exact_mut(LANES) {
+            let b: &mut [f32; LANES] = b.try_into().expect("a block");
+            let mut x = [0f32; LANES];
+            for l in 0..LANES {
+                x[l] = b[l] - shift;
+            }
+            *b = exp8(x);
+        }
+    }
+}
+
 /// Eight `libm::expf`s.
 #[inline(always)]
 fn exp8(x: [f32; LANES]) -> [f32; LANES] {
@@ -144,6 +162,23 @@ mod tests {
             "exp({x:e}) = {:e}, libm {want:e}",
             v[0]
         );
+    }
+
+    /// Rows with their own shifts give each row's `exp_shifted` bits.
+    #[test]
+    fn rows_equal_one_row_at_a_time() {
+        let xs: std::vec::Vec<f32> = (0..9 * 16)
+            .map(|i| ((i * 37) % 101) as f32 * 0.71 - 40.0)
+            .collect();
+        let shifts = [0.0, 3.5, -2.0, f32::NEG_INFINITY, 30.0, 1e-3, -0.0, 88.5, 12.25];
+        let mut rows = xs.clone();
+        exp_shifted_rows(&mut rows, 16, &shifts);
+        for (h, (row, x)) in rows.chunks(16).zip(xs.chunks(16)).enumerate() {
+            let mut one = x.to_vec();
+            exp_shifted(&mut one, shifts[h]);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<std::vec::Vec<_>>();
+            assert_eq!(bits(row), bits(&one), "row {h}");
+        }
     }
 
     /// The conversion-free truncation equals `as i32` over the range the reduction uses (every

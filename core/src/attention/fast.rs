@@ -4,7 +4,7 @@
 //! kernels and eight-lane `exp`. `small-code` builds take `attention::small` instead (same
 //! bits).
 
-use super::exp::exp_shifted;
+use super::exp::{exp_shifted, exp_shifted_rows};
 use super::kernels::{Row, add_scaled, dot_lanes};
 use super::page::{Heads, Keys, Layout, PageSlices};
 use super::query::{self, QueryCodes};
@@ -61,6 +61,7 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
             h0 += g;
         }
     }
+    let all_at_once = whole && n == p && p % 8 == 0;
     for (h, oh) in out.chunks_exact_mut(hd).enumerate() {
         let page_max = if whole {
             max_of(&scores[h * p..h * p + n])
@@ -77,9 +78,15 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
             }
             max[h] = new_max;
         }
-        // Scores become weights exp(score − max), all of the page's rows at once (rows the
-        // window drops too: they are never read).
-        exp_shifted(&mut scores[h * p..h * p + n], new_max);
+        if !all_at_once {
+            // Scores become weights exp(score − max), all of the page's rows at once (rows the
+            // window drops too: they are never read).
+            exp_shifted(&mut scores[h * p..h * p + n], new_max);
+        }
+    }
+    if all_at_once {
+        // A whole page: every head's weights in one loop.
+        exp_shifted_rows(&mut scores[..max.len() * p], p, max);
     }
     // Each head's sum takes its weights in row order, in a register.
     for (h, s) in sum.iter_mut().enumerate() {
