@@ -56,6 +56,12 @@ use crate::format::LANES;
 /// [`Portable::reduce8`], int8 scores those of the portable integer dot products. [`Portable`]
 /// runs on every target.
 pub(crate) trait Isa {
+    /// Whether the page kernel splits a block of query rows' heads (see `attention::block`) into
+    /// each row's own run of heads (a group of at most four), rather than into runs of four
+    /// across rows: for kernels that are best at the model's own group (the Arm `asm!` loops
+    /// for three heads). The same bits either way.
+    #[cfg(not(feature = "small-code"))]
+    const RUNS_BY_ROW: bool = false;
     /// One f16 value.
     fn one(h: u16) -> f32;
     /// Eight little-endian f16 values.

@@ -170,7 +170,17 @@ mod tests {
         let xs: std::vec::Vec<f32> = (0..9 * 16)
             .map(|i| ((i * 37) % 101) as f32 * 0.71 - 40.0)
             .collect();
-        let shifts = [0.0, 3.5, -2.0, f32::NEG_INFINITY, 30.0, 1e-3, -0.0, 88.5, 12.25];
+        let shifts = [
+            0.0,
+            3.5,
+            -2.0,
+            f32::NEG_INFINITY,
+            30.0,
+            1e-3,
+            -0.0,
+            88.5,
+            12.25,
+        ];
         let mut rows = xs.clone();
         exp_shifted_rows(&mut rows, 16, &shifts);
         for (h, (row, x)) in rows.chunks(16).zip(xs.chunks(16)).enumerate() {

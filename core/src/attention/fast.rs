@@ -17,6 +17,17 @@ impl Layout {
     fn run_of(&self, kh: usize) -> (usize, usize) {
         (kh * self.group, (kh + 1) * self.group)
     }
+
+    /// The longest run of query heads sharing each decoded row: [`MAX_RUN`], or one row's group
+    /// where `D` asks for it (see [`Isa::RUNS_BY_ROW`]).
+    #[inline(always)]
+    fn max_run<D: Isa>(&self) -> usize {
+        if D::RUNS_BY_ROW && self.row_group <= MAX_RUN {
+            self.row_group
+        } else {
+            MAX_RUN
+        }
+    }
 }
 
 /// Query heads of one KV head that share each decoded K and V row (more heads, more code: one
@@ -51,7 +62,7 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
     for kh in 0..l.kv_heads {
         let (mut h0, end) = l.run_of(kh);
         while h0 < end {
-            let g = (end - h0).min(MAX_RUN);
+            let g = (end - h0).min(l.max_run::<D>());
             match g {
                 2 => score_rows::<D, 2>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
                 3 => score_rows::<D, 3>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
@@ -317,7 +328,7 @@ fn accumulate_rows<D: Isa, const R: usize>(
         let (mut h0, end) = l.run_of(kh);
         let vrows = rs.map(|r| l.row(kv, true, r, kh));
         while h0 < end {
-            let n = (end - h0).min(MAX_RUN);
+            let n = (end - h0).min(l.max_run::<D>());
             match n {
                 2 => accumulate::<D, 2, R>(l, vrows, st, h0, rs),
                 3 => accumulate::<D, 3, R>(l, vrows, st, h0, rs),
@@ -344,7 +355,7 @@ fn accumulate_q8<D: Isa>(l: &Layout, kv: &PageSlices<'_>, st: &mut Accum<'_>, rs
         }
         let vrows = &vrows[..rs.len()];
         while h0 < end {
-            let n = (end - h0).min(MAX_RUN);
+            let n = (end - h0).min(l.max_run::<D>());
             match n {
                 2 => accumulate_q8_heads::<D, 2>(l, vrows, st, h0, rs),
                 3 => accumulate_q8_heads::<D, 3>(l, vrows, st, h0, rs),

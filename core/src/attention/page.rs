@@ -365,6 +365,8 @@ pub(crate) struct Layout {
     pub(crate) kv_heads: usize,
     /// Query heads per KV head.
     pub(crate) group: usize,
+    /// Query heads per KV head of one query row (`group`, but in a block of rows' layout).
+    pub(crate) row_group: usize,
     pub(crate) head_dim: usize,
     pub(crate) page_tokens: usize,
     pub(crate) scale: f32,

@@ -331,6 +331,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             v_shead: v_srow / kv_heads,
             kv_heads,
             group: q_heads / kv_heads,
+            row_group: q_heads / kv_heads,
             head_dim: hd,
             page_tokens: self.config.page_tokens as usize,
             scale: params.scale,

@@ -74,6 +74,9 @@ const V_LANES: usize = 4;
 
 #[cfg(not(feature = "small-code"))]
 impl Isa for Arm {
+    /// The DSP and Helium score loops are `asm!` for a group of three heads.
+    const RUNS_BY_ROW: bool = true;
+
     /// The FPU's `VCVTB` where it has one (hard-float targets), else the portable decoder.
     #[inline(always)]
     fn one(h: u16) -> f32 {
