@@ -9,8 +9,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Goal for the core (int8 + prefix + attention) on Cortex-M4: `.text` bytes.
-pub const CORE_TEXT_GOAL: u64 = 24 * 1024;
+/// Goal for the core (int8 + prefix + attention, `small-code`, opt-level "s") on Cortex-M4:
+/// `.text` bytes (issue 19 item 6; the first goal, 24 KiB, was for any build).
+pub const CORE_TEXT_GOAL: u64 = 12 * 1024;
 
 /// One firmware build the report covers.
 struct Build {
@@ -25,7 +26,7 @@ struct Build {
     /// Extra environment (profile overrides) and the target directory they build into.
     env: &'static [(&'static str, &'static str)],
     target_dir: Option<&'static str>,
-    /// Counts towards the Cortex-M4 core goal (thumbv7em: without `-C target-cpu`, M4F and M7
+    /// The Cortex-M4 core goal's configuration (thumbv7em: without `-C target-cpu`, M4F and M7
     /// builds are the same code).
     m4_goal: bool,
 }
@@ -48,7 +49,7 @@ const BUILDS: [Build; 6] = [
         args: &[],
         env: &[],
         target_dir: None,
-        m4_goal: true,
+        m4_goal: false,
     },
     Build {
         name: "stm32h7",
@@ -57,7 +58,7 @@ const BUILDS: [Build; 6] = [
         args: &[],
         env: &[],
         target_dir: None,
-        m4_goal: true,
+        m4_goal: false,
     },
     // The same firmware optimized for size: what the core costs when a board asks for small code.
     Build {
@@ -67,7 +68,7 @@ const BUILDS: [Build; 6] = [
         args: &[],
         env: &[("CARGO_PROFILE_RELEASE_OPT_LEVEL", "s")],
         target_dir: Some("target/size-opt-s"),
-        m4_goal: true,
+        m4_goal: false,
     },
     // The goal's configuration: int8 pages only (+ prefix + attention), small attention code,
     // optimized for size.

@@ -366,6 +366,7 @@ pub(crate) struct Layout {
     /// Query heads per KV head.
     pub(crate) group: usize,
     /// Query heads per KV head of one query row (`group`, but in a block of rows' layout).
+    #[cfg_attr(feature = "small-code", allow(dead_code))]
     pub(crate) row_group: usize,
     pub(crate) head_dim: usize,
     pub(crate) page_tokens: usize,
