@@ -83,27 +83,23 @@ fn runs(l: &Layout, rows: usize, b: usize) -> impl Iterator<Item = (usize, usize
     (0..l.kv_heads).map(move |kh| (kh * g, (kh * rows + b) * g))
 }
 
-/// Copies row `b`'s heads (`per` values each) between its own order (`row`) and the block's
-/// (`block`): into `row` if `to_row`, else back into `block`. Out of line: a handful of short
-/// copies, called per row and page edge, not per key.
+/// Copies row `b`'s heads (`per` values each) between the block's order and the row's own:
+/// from the block's `from` into the row's `to` if `into_row`, else from the row's `from` into the
+/// block's `to`. Out of line: a handful of short copies, called per row and page edge, not per key.
 #[inline(never)]
-fn exchange<T: Copy>(
+fn copy_runs<T: Copy>(
     l: &Layout,
     rows: usize,
     b: usize,
     per: usize,
-    block: &mut [T],
-    row: &mut [T],
-    to_row: bool,
+    from: &[T],
+    to: &mut [T],
+    into_row: bool,
 ) {
     let n = l.group * per;
     for (h, v) in runs(l, rows, b) {
-        let (r, k) = (&mut row[h * per..][..n], &mut block[v * per..][..n]);
-        if to_row {
-            r.copy_from_slice(k);
-        } else {
-            k.copy_from_slice(r);
-        }
+        let (f, t) = if into_row { (v, h) } else { (h, v) };
+        to[t * per..][..n].copy_from_slice(&from[f * per..][..n]);
     }
 }
 
@@ -144,10 +140,7 @@ pub(crate) fn attend_rows<'d>(
     } = blk;
     let bq = &mut bq[..heads * hd];
     for b in 0..rows {
-        for (h, v) in runs(l, rows, b) {
-            let n = l.group * hd;
-            bq[v * hd..][..n].copy_from_slice(&q[b * row + h * hd..][..n]);
-        }
+        copy_runs(l, rows, b, hd, &q[b * row..][..row], bq, false);
     }
     let int8 = query::int8_group(l.k_fmt);
     let nb = int8.map_or(0, |g| hd / g);
@@ -207,14 +200,14 @@ pub(crate) fn attend_rows<'d>(
                 };
                 // The row's own query (rotated, or the caller's) and quantized query.
                 let q_row = if k_rotated(l) {
-                    exchange(l, rows, b, hd, bq, s.q_rot, true);
+                    copy_runs(l, rows, b, hd, bq, s.q_rot, true);
                     &*s.q_rot
                 } else {
                     &q[b * row..][..row]
                 };
                 if int8.is_some() {
-                    exchange(l, rows, b, hd, codes, s.codes, true);
-                    exchange(l, rows, b, nb, scales, s.qscales, true);
+                    copy_runs(l, rows, b, hd, codes, s.codes, true);
+                    copy_runs(l, rows, b, nb, scales, s.qscales, true);
                 }
                 state(
                     l,
@@ -296,7 +289,16 @@ fn state(
     row: (&mut [f32], &mut [f32], &mut [f32]),
     to_row: bool,
 ) {
-    exchange(l, rows, b, l.head_dim, block.0, row.0, to_row);
-    exchange(l, rows, b, 1, block.1, row.1, to_row);
-    exchange(l, rows, b, 1, block.2, row.2, to_row);
+    let pairs = [
+        (block.0, row.0, l.head_dim),
+        (block.1, row.1, 1),
+        (block.2, row.2, 1),
+    ];
+    for (block, row, per) in pairs {
+        if to_row {
+            copy_runs(l, rows, b, per, block, row, true);
+        } else {
+            copy_runs(l, rows, b, per, row, block, false);
+        }
+    }
 }
