@@ -41,6 +41,37 @@ pub(crate) use portable::reduce;
 #[allow(unsafe_code)]
 mod native;
 
+/// The quantizer entries of an ISA module without quantizer kernels (`none.rs`, `arm/`):
+/// nothing written, the portable loops run.
+#[cfg(not(all(target_arch = "x86_64", not(miri), not(feature = "portable"))))]
+mod portable_quantizers {
+    use half::f16;
+
+    /// Always `false`: the portable int8 loop runs.
+    #[inline]
+    pub(crate) fn q8_f32(_: &[f32], _: usize, _: &mut [i8], _: &mut [f16]) -> bool {
+        false
+    }
+
+    /// Always `false`: the portable int8 loop runs.
+    #[inline]
+    pub(crate) fn q8_f16(_: &[f16], _: usize, _: &mut [i8], _: &mut [f16]) -> bool {
+        false
+    }
+
+    /// Always `false`: the portable FP8 loop runs.
+    #[inline]
+    pub(crate) fn fp8_f32(_: &[f32], _: usize, _: &mut [u8], _: &mut [u8]) -> bool {
+        false
+    }
+
+    /// Always `false`: the portable FP8 loop runs.
+    #[inline]
+    pub(crate) fn fp8_f16(_: &[f16], _: usize, _: &mut [u8], _: &mut [u8]) -> bool {
+        false
+    }
+}
+
 use half::f16;
 
 #[cfg(not(feature = "small-code"))]
@@ -62,6 +93,11 @@ pub(crate) trait Isa {
     /// for three heads). The same bits either way.
     #[cfg(not(feature = "small-code"))]
     const RUNS_BY_ROW: bool = false;
+    /// Whether the page kernel takes each weight's `exp` from `libm::expf` itself rather than
+    /// eight lanes at a time (`attention::exp`, the same bits): for cores without vector
+    /// floats, where the lanes' selects cost more than `libm`'s branches.
+    #[cfg(not(feature = "small-code"))]
+    const SCALAR_EXP: bool = false;
     /// One f16 value.
     fn one(h: u16) -> f32;
     /// Eight little-endian f16 values.

@@ -1,36 +1,13 @@
 //! No ISA-specific kernels in this build (another target, or Miri, which does not model the
 //! intrinsics): every kernel family takes the portable reference.
 
-use half::f16;
-
 #[cfg(not(feature = "small-code"))]
 use super::Portable;
 #[cfg(not(feature = "small-code"))]
 use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
 
-/// Always `false` (nothing written): the portable int8 loop runs.
-#[inline]
-pub(super) fn q8_f32(_: &[f32], _: usize, _: &mut [i8], _: &mut [f16]) -> bool {
-    false
-}
-
-/// Always `false` (nothing written): the portable int8 loop runs.
-#[inline]
-pub(super) fn q8_f16(_: &[f16], _: usize, _: &mut [i8], _: &mut [f16]) -> bool {
-    false
-}
-
-/// Always `false` (nothing written): the portable FP8 loop runs.
-#[inline]
-pub(super) fn fp8_f32(_: &[f32], _: usize, _: &mut [u8], _: &mut [u8]) -> bool {
-    false
-}
-
-/// Always `false` (nothing written): the portable FP8 loop runs.
-#[inline]
-pub(super) fn fp8_f16(_: &[f16], _: usize, _: &mut [u8], _: &mut [u8]) -> bool {
-    false
-}
+// No ISA quantizers: the portable loops run.
+pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
 
 /// The portable build of the attention page loop. Out of line: inlined into the query-row loop,
 /// LLVM unswitches that loop on the window and copies the whole page loop (+85 KB on Cortex-M0,

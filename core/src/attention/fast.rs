@@ -72,7 +72,7 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
             h0 += g;
         }
     }
-    let all_at_once = whole && n == p && p % 8 == 0;
+    let all_at_once = whole && n == p && p % 8 == 0 && !D::SCALAR_EXP;
     for (h, oh) in out.chunks_exact_mut(hd).enumerate() {
         let page_max = if whole {
             max_of(&scores[h * p..h * p + n])
@@ -89,7 +89,12 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
             }
             max[h] = new_max;
         }
-        if !all_at_once {
+        if D::SCALAR_EXP {
+            // Scalar cores: `libm`'s branches cost less than eight lanes of selects.
+            for s in &mut scores[h * p..h * p + n] {
+                *s = libm::expf(*s - new_max);
+            }
+        } else if !all_at_once {
             // Scores become weights exp(score − max), all of the page's rows at once (rows the
             // window drops too: they are never read).
             exp_shifted(&mut scores[h * p..h * p + n], new_max);
