@@ -169,6 +169,11 @@ pub fn fuzz(secs: u32, how: FuzzBuild) -> Result<(), String> {
         args.extend(fuzz_build_args(of, how));
         spawn_fuzz(&dir, &args)
     };
+    // Both builds create directories under `fuzz/target`: on a fresh clone each cargo making
+    // `target` (and `target/capi`) itself raced with the other, and one lost its temporary
+    // directory ("No such file or directory … fuzz/target/capi…"). Made here first.
+    let capi_dir = dir.join("target/capi");
+    std::fs::create_dir_all(&capi_dir).map_err(|e| format!("{}: {e}", capi_dir.display()))?;
     let builds = vec![
         ("capi_calls", build(&["capi_calls"], "capi_calls")?),
         ("the other targets", build(&[], "cache_ops")?),
