@@ -97,12 +97,15 @@ impl Isa for Arm {
         let nb = hd / g;
         let n = g / 4;
         let mut out = [[0f32; LANES]; G];
-        for (j, row) in rows.iter().enumerate().take(LANES) {
-            for b in 0..nb {
+        // Group by group (each score still takes its groups in order), the query's slices and
+        // scales taken once per group for all the rows.
+        for b in 0..nb {
+            let qh: [&[[u32; 2]]; G] =
+                core::array::from_fn(|h| &quads[(h * hd + b * g) / 4..][..n]);
+            let qs: [f32; G] = core::array::from_fn(|h| q.scales[h * nb + b]);
+            for (j, row) in rows.iter().enumerate().take(LANES) {
                 let ks = Self::one(u16_at(row.scales, b));
                 let kw: &[[u8; 4]] = bytemuck::cast_slice(&row.vals[b * g..][..g]);
-                let qh: [&[[u32; 2]]; G] =
-                    core::array::from_fn(|h| &quads[(h * hd + b * g) / 4..][..n]);
                 let mut isum = [0i32; G];
                 if G == 3 {
                     // SmolLM2's (and many models') group: one loop for the three heads.
@@ -118,8 +121,8 @@ impl Isa for Arm {
                         }
                     }
                 }
-                for (h, out) in out.iter_mut().enumerate() {
-                    out[j] += (q.scales[h * nb + b] * ks) * isum[h] as f32;
+                for ((out, qs), isum) in out.iter_mut().zip(qs).zip(isum) {
+                    out[j] += (qs * ks) * isum as f32;
                 }
             }
         }
@@ -142,20 +145,23 @@ impl Isa for Arm {
         }
         let nb = hd / g;
         let mut out = [[0f32; LANES]; G];
-        for (j, row) in rows.iter().enumerate().take(LANES) {
-            for b in 0..nb {
+        // Group by group (each score still takes its groups in order), the query's slices and
+        // scales taken once per group for all the rows.
+        for b in 0..nb {
+            let qh: [&[i16]; G] = core::array::from_fn(|h| &q.codes[h * hd + b * g..][..g]);
+            let qs: [f32; G] = core::array::from_fn(|h| q.scales[h * nb + b]);
+            for (j, row) in rows.iter().enumerate().take(LANES) {
                 let ks = Self::one(u16_at(row.scales, b));
                 let kc = &row.vals[b * g..][..g];
-                let qh = |h: usize| &q.codes[h * hd + b * g..][..g];
                 // Three heads share each key step (SmolLM2's and many models' group).
                 let isum: [i32; G] = if G == 3 {
-                    let s = mve::dot3([qh(0), qh(1), qh(2)], kc);
+                    let s = mve::dot3([qh[0], qh[1], qh[2]], kc);
                     core::array::from_fn(|h| s[h])
                 } else {
-                    core::array::from_fn(|h| mve::dot(qh(h), kc))
+                    core::array::from_fn(|h| mve::dot(qh[h], kc))
                 };
-                for (h, out) in out.iter_mut().enumerate() {
-                    out[j] += (q.scales[h * nb + b] * ks) * isum[h] as f32;
+                for ((out, qs), isum) in out.iter_mut().zip(qs).zip(isum) {
+                    out[j] += (qs * ks) * isum as f32;
                 }
             }
         }
