@@ -168,6 +168,47 @@ impl Isa for Arm {
         out
     }
 
+    /// [`kernels::int8_add_scaled_rows`]'s bits with Helium for three heads (SmolLM2's group):
+    /// eight lanes per `asm!` loop over the rows (`mve::add_rows3`), each `(p · s) · x` rounded,
+    /// then added, as there. Other head counts, and groups not a multiple of 8, take the portable
+    /// kernel (which LLVM vectorizes for Helium).
+    #[cfg(all(edgekv_arm_mve, edgekv_arm_f16cvt))]
+    #[inline(always)]
+    fn int8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>], g: usize) {
+        const MAX: usize = 8;
+        let d = acc.len() / G;
+        if G != 3 || g % 8 != 0 || g == 0 {
+            return kernels::int8_add_scaled_rows::<Self, G>(acc, p, rows, g);
+        }
+        let m = p.len().min(rows.len()).min(MAX);
+        let (mut off, mut k) = (0, 0);
+        while off + g <= d {
+            let mut ps = [[0f32; 3]; MAX];
+            let mut rp = [core::ptr::null::<u8>(); MAX];
+            for (((ps, rp), p), row) in ps.iter_mut().zip(&mut rp).zip(p).zip(rows).take(m) {
+                let s = Self::one(u16_at(row.scales, k));
+                for (x, p) in ps.iter_mut().zip(p) {
+                    *x = p * s;
+                }
+                *rp = row.vals[off..off + g].as_ptr();
+            }
+            let acc_ptr = acc.as_mut_ptr();
+            for at in (0..g).step_by(8) {
+                // `at + 8 ≤ g`, `off + g ≤ d` and `acc.len() = 3d`: the three blocks at
+                // `off + at`, `d + off + at` and `2d + off + at` lie within `acc`.
+                let base = acc_ptr.wrapping_add(off + at);
+                let heads = [base, base.wrapping_add(d), base.wrapping_add(2 * d)];
+                // SAFETY: `heads` derive from the whole `acc` slice (borrowed mutably by this
+                // function, no other reference to it in use), f32-aligned, and their blocks lie
+                // within it (above); each `rp[ρ]` is row ρ's group of `g` codes, of which
+                // `[at, at + 8)` are read.
+                unsafe { mve::add_rows3(heads, &ps[..m], &rp[..m], at) };
+            }
+            off += g;
+            k += 1;
+        }
+    }
+
     /// [`kernels::int8_add_scaled_rows`]'s bits, four lanes at a time: each element still gets
     /// its rows' terms in order, each `(p · s) · x` as there.
     #[cfg(edgekv_arm_dsp)]

@@ -78,3 +78,81 @@ pub(super) fn dot3(q: [&[i16]; 3], k: &[u8]) -> [i32; 3] {
     }
     [a0, a1, a2]
 }
+
+/// `acc[h][l] += ps[ρ][h] · (rows[ρ][at + l] as i8)` for three heads `h`, eight lanes `l` and
+/// the rows `ρ` in order: each product rounded, then added (`VMUL`, then `VADD`: unfused, as the
+/// portable kernel). The six accumulator vectors stay in q2–q7 across the rows; each row costs
+/// its pointer, two widening loads and conversions (`VLDRB.S32`, `VCVT`), one `LDM` of its three
+/// weights, six `VMUL` by a core register and six `VADD`.
+///
+/// # Safety
+///
+/// Each `acc[h]` is valid for reads and writes of eight floats and 4-byte aligned; every
+/// `rows[ρ]` for reads of bytes `[at, at + 8)`; no other reference to those floats is used
+/// meanwhile.
+#[inline(always)]
+pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 3]], rows: &[*const u8], at: usize) {
+    let n = ps.len().min(rows.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: the caller's contract for `acc` and `rows`; the loop runs `n` times, reading
+    // `ps[ρ]` and `rows[ρ]` for ρ < n (both that long). Only the declared registers and the
+    // flags are written (the row's address in r0, a low register as the widening load needs;
+    // its weights in r2–r4, ascending as `LDM` needs).
+    unsafe {
+        asm!(
+            "vldrw.u32 q2, [{a0}]",
+            "vldrw.u32 q3, [{a0}, #16]",
+            "vldrw.u32 q4, [{a1}]",
+            "vldrw.u32 q5, [{a1}, #16]",
+            "vldrw.u32 q6, [{a2}]",
+            "vldrw.u32 q7, [{a2}, #16]",
+            "2:",
+            "ldr r0, [{rp}], #4",
+            "add r0, r0, {at}",
+            "ldm {pp}!, {{r2, r3, r4}}",
+            "vldrb.s32 q0, [r0]",
+            "vcvt.f32.s32 q0, q0",
+            "vmul.f32 q1, q0, r2",
+            "vadd.f32 q2, q2, q1",
+            "vmul.f32 q1, q0, r3",
+            "vadd.f32 q4, q4, q1",
+            "vmul.f32 q1, q0, r4",
+            "vadd.f32 q6, q6, q1",
+            "vldrb.s32 q0, [r0, #4]",
+            "vcvt.f32.s32 q0, q0",
+            "vmul.f32 q1, q0, r2",
+            "vadd.f32 q3, q3, q1",
+            "vmul.f32 q1, q0, r3",
+            "vadd.f32 q5, q5, q1",
+            "vmul.f32 q1, q0, r4",
+            "vadd.f32 q7, q7, q1",
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            "vstrw.32 q2, [{a0}]",
+            "vstrw.32 q3, [{a0}, #16]",
+            "vstrw.32 q4, [{a1}]",
+            "vstrw.32 q5, [{a1}, #16]",
+            "vstrw.32 q6, [{a2}]",
+            "vstrw.32 q7, [{a2}, #16]",
+            a0 = in(reg) acc[0],
+            a1 = in(reg) acc[1],
+            a2 = in(reg) acc[2],
+            at = in(reg) at,
+            rp = inout(reg) rows.as_ptr() => _,
+            pp = inout(reg) ps.as_ptr() => _,
+            n = inout(reg) n => _,
+            out("r0") _, out("r2") _, out("r3") _, out("r4") _,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
+            out("s12") _, out("s13") _, out("s14") _, out("s15") _,
+            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
+            out("s20") _, out("s21") _, out("s22") _, out("s23") _,
+            out("s24") _, out("s25") _, out("s26") _, out("s27") _,
+            out("s28") _, out("s29") _, out("s30") _, out("s31") _,
+            options(nostack),
+        );
+    }
+}
