@@ -3,8 +3,8 @@
 //! (two 16 × 16 products added per instruction, exact in an `i32`, each key word decoded once
 //! for every query head of its group) and int8 value rows four lanes at a time (a block's
 //! accumulators stay in registers across the rows). With Helium (M55, M85: `edgekv_arm_mve`),
-//! int8 scores by `VMLADAVA` eight codes at a time (`mve.rs`); their value rows stay portable,
-//! which LLVM vectorizes for Helium well (the DSP kernels there cost more than they save). On
+//! int8 scores by `VMLADAVA` eight codes at a time and int8 value rows of three heads eight lanes
+//! at a time (`mve.rs`; the DSP kernels there cost more than they save). On
 //! hard-float targets (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's
 //! `VCVTB`. Without Helium, each attention weight's `exp` is `libm::expf` itself (its branches
 //! cost a scalar FPU less than the eight-lane form's selects: 5 % of an M4 decode step; with
