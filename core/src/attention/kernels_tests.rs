@@ -6,6 +6,15 @@ use crate::arch::Portable;
 use crate::format::{decode_rows, encode_rows};
 use std::vec::Vec;
 
+/// One row of `d` values encoded in `fmt`: its value bytes and scale words (`u16`, so that the
+/// scales' bytes are 2-byte aligned as the kernels read them).
+fn encoded(fmt: ElementFormat, d: usize, x: &[f32]) -> (Vec<u8>, Vec<u16>) {
+    let mut v = vec![0u8; fmt.row_bytes(1, d).unwrap()];
+    let mut w = vec![0u16; fmt.scale_row_bytes(1, d).unwrap() / 2];
+    encode_rows(fmt, d, x, &mut v, bytemuck::cast_slice_mut(&mut w)).unwrap();
+    (v, w)
+}
+
 /// Eight rows of `d` values `next() · amp` encoded in `fmt`: value bytes and scale words.
 fn eight_rows(
     fmt: ElementFormat,
@@ -16,10 +25,7 @@ fn eight_rows(
     (0..8)
         .map(|_| {
             let row: Vec<f32> = (0..d).map(|_| next() * amp).collect();
-            let mut v = vec![0u8; fmt.row_bytes(1, d).unwrap()];
-            let mut w = vec![0u16; fmt.scale_row_bytes(1, d).unwrap() / 2];
-            encode_rows(fmt, d, &row, &mut v, bytemuck::cast_slice_mut(&mut w)).unwrap();
-            (v, w)
+            encoded(fmt, d, &row)
         })
         .unzip()
 }
@@ -54,24 +60,12 @@ fn fused_kernels_match_dequantized_rows() {
         ElementFormat::Q4_1,
     ];
     for fmt in fmts {
-        let mut vals = vec![0u8; fmt.row_bytes(1, d).unwrap()];
-        let mut scales = vec![0u8; fmt.scale_row_bytes(1, d).unwrap()];
-        // Scales as u16 words need 2-byte alignment: copy through a u16 buffer.
-        let mut scale_words = vec![0u16; scales.len() / 2];
-        encode_rows(
-            fmt,
-            d,
-            &x,
-            &mut vals,
-            bytemuck::cast_slice_mut(&mut scale_words),
-        )
-        .unwrap();
-        scales.copy_from_slice(bytemuck::cast_slice(&scale_words));
+        let (vals, scale_words) = encoded(fmt, d, &x);
         let mut deq = vec![0f32; d];
         decode_rows(fmt, d, &vals, bytemuck::cast_slice(&scale_words), &mut deq).unwrap();
         let row = Row {
             vals: &vals,
-            scales: &scales,
+            scales: bytemuck::cast_slice(&scale_words),
         };
         // Int8 keys score from the quantized query (tested below), not through `dot`.
         if !matches!(fmt, ElementFormat::Int8 { .. }) {
@@ -252,16 +246,7 @@ fn heads_together_equal_heads_alone() {
             .map(|i| ((i * 13 % 19) as f32 - 9.0) * 0.07)
             .collect();
         for &fmt in fmts {
-            let mut vals = vec![0u8; fmt.row_bytes(1, d).unwrap()];
-            let mut scale_words = vec![0u16; fmt.scale_row_bytes(1, d).unwrap() / 2];
-            encode_rows(
-                fmt,
-                d,
-                &x,
-                &mut vals,
-                bytemuck::cast_slice_mut(&mut scale_words),
-            )
-            .unwrap();
+            let (vals, scale_words) = encoded(fmt, d, &x);
             let row = Row {
                 vals: &vals,
                 scales: bytemuck::cast_slice(&scale_words),
