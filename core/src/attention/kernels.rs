@@ -400,6 +400,25 @@ fn int_dot_part(q: &[i16], k: &[u8]) -> i32 {
         .sum()
 }
 
+/// `ps[ρ][h] = p[ρ][h] · s_ρ` for each int8 V row `ρ` (as many as all three hold), `s_ρ` the
+/// row's scale of group `k`, one rounding each: the factors every int8 value kernel multiplies the
+/// row's codes by.
+#[cfg(any(test, not(feature = "small-code")))]
+#[inline(always)]
+pub(crate) fn scale_weights<D: Isa, const G: usize>(
+    ps: &mut [[f32; G]],
+    p: &[[f32; G]],
+    rows: &[Row<'_>],
+    k: usize,
+) {
+    for ((ps, p), row) in ps.iter_mut().zip(p).zip(rows) {
+        let s = D::one(u16_at(row.scales, k));
+        for (x, p) in ps.iter_mut().zip(p) {
+            *x = p * s;
+        }
+    }
+}
+
 /// [`add_scaled`] for `int8` rows of group `g`, up to eight of them (`p.len()` and `rows.len()`,
 /// equal, counted at run time: one rolled loop over the rows keeps this kernel small in code
 /// while each block's accumulators stay in registers across all of them). The same bits as
@@ -420,12 +439,7 @@ pub(crate) fn int8_add_scaled_rows<D: Isa, const G: usize>(
     let (mut off, mut k) = (0, 0);
     while off + g <= d {
         let mut ps = [[0f32; G]; MAX];
-        for ((ps, p), row) in ps.iter_mut().zip(p).zip(rows) {
-            let s = D::one(u16_at(row.scales, k));
-            for (x, p) in ps.iter_mut().zip(p) {
-                *x = p * s;
-            }
-        }
+        scale_weights::<D, G>(&mut ps, p, rows, k);
         let ps = &ps[..m];
         for b in 0..blocks {
             let at = off + b * LANES;

@@ -142,12 +142,7 @@ unsafe fn q8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[R
     let (p, rows) = (&p[..m], &rows[..m]);
     for k in 0..d / 32 {
         let mut ps = [[0f32; G]; 8];
-        for ((ps, p), row) in ps.iter_mut().zip(p).zip(rows) {
-            let s = Avx2F16c::one(u16_at(row.scales, k));
-            for (x, p) in ps.iter_mut().zip(p) {
-                *x = p * s;
-            }
-        }
+        kernels::scale_weights::<Avx2F16c, G>(&mut ps, p, rows, k);
         for half in 0..2 {
             let at = k * 32 + half * 16;
             // SAFETY: AVX2 and F16C are present (the caller's obligation). Every load and store
