@@ -78,6 +78,8 @@ use half::f16;
 use crate::attention::kernels::{self, Row};
 use crate::attention::page::{Heads, Keys, Layout};
 #[cfg(not(feature = "small-code"))]
+use crate::attention::page::PageRows;
+#[cfg(not(feature = "small-code"))]
 use crate::attention::query::QueryCodes;
 use crate::format::LANES;
 
@@ -98,6 +100,12 @@ pub(crate) trait Isa {
     /// floats, where the lanes' selects cost more than `libm`'s branches.
     #[cfg(not(feature = "small-code"))]
     const SCALAR_EXP: bool = false;
+    /// Whether the page kernel hands a whole page's int8 rows to [`Isa::int8_page_scores`] and
+    /// [`Isa::int8_page_values`] (one call per KV head and run of query heads) rather than eight
+    /// rows at a time to [`Isa::int8_scores`] and [`Isa::int8_add_rows`]. The same bits either
+    /// way.
+    #[cfg(not(feature = "small-code"))]
+    const PAGE_ROWS: bool = false;
     /// One f16 value.
     fn one(h: u16) -> f32;
     /// Eight little-endian f16 values.
@@ -128,6 +136,41 @@ pub(crate) trait Isa {
         Self: Sized,
     {
         kernels::int8_add_scaled_rows::<Self, G>(acc, p, rows, g)
+    }
+    /// `scores[h·p + r]` for every row `r` of `rows` (int8 K rows of group `g`, a whole page)
+    /// and `G` query heads: [`kernels::int8_scores`]'s bits. `false`, nothing written, where this
+    /// ISA has no page kernel for them (only asked where [`Isa::PAGE_ROWS`]).
+    #[cfg(not(feature = "small-code"))]
+    #[inline(always)]
+    fn int8_page_scores<const G: usize>(
+        _q: QueryCodes<'_>,
+        _rows: &PageRows<'_>,
+        _g: usize,
+        _scores: &mut [f32],
+        _p: usize,
+    ) -> bool
+    where
+        Self: Sized,
+    {
+        false
+    }
+    /// `acc[h·d + i] += w[h·p + r] · rows[r][i]` for every row `r` of `rows` (int8 V rows of
+    /// group `g`, a whole page) in order and `G` heads: [`kernels::int8_add_scaled_rows`]'s
+    /// bits. `false`, nothing written, where this ISA has no page kernel for them (only asked
+    /// where [`Isa::PAGE_ROWS`]).
+    #[cfg(not(feature = "small-code"))]
+    #[inline(always)]
+    fn int8_page_values<const G: usize>(
+        _acc: &mut [f32],
+        _w: &[f32],
+        _p: usize,
+        _rows: &PageRows<'_>,
+        _g: usize,
+    ) -> bool
+    where
+        Self: Sized,
+    {
+        false
     }
 }
 

@@ -6,7 +6,7 @@
 
 use super::exp::{exp_shifted, exp_shifted_rows};
 use super::kernels::{Row, add_scaled, dot_lanes};
-use super::page::{Heads, Keys, Layout, PageSlices};
+use super::page::{Heads, Keys, Layout, PageRows, PageSlices};
 use super::query::{self, QueryCodes};
 use crate::arch::Isa;
 use crate::format::{ElementFormat, LANES};
@@ -59,15 +59,20 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
     let rows = || (0..n).filter(move |&r| whole || (keys.kept)(keys.j0 + r as u32));
     // Scores, KV head by KV head (each score is its own dot product: any order gives the same
     // bits).
+    // A whole page of int8 rows goes to the ISA's page kernels where it has them.
+    let page_rows = D::PAGE_ROWS && whole && n > 0;
+    let page_k = page_rows && query::int8_group(l.k_fmt).is_some();
     for kh in 0..l.kv_heads {
         let (mut h0, end) = l.run_of(kh);
+        let pr = page_k.then(|| l.page_rows(keys.kv, false, kh, n));
+        let pr = pr.as_ref();
         while h0 < end {
             let g = (end - h0).min(l.max_run::<D>());
             match g {
-                2 => score_rows::<D, 2>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
-                3 => score_rows::<D, 3>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
-                4 => score_rows::<D, 4>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
-                _ => score_rows::<D, 1>(l, keys.kv, kh, (q, qc), scores, h0, rows()),
+                2 => score_rows::<D, 2>(l, keys.kv, kh, (q, qc), scores, h0, rows(), pr),
+                3 => score_rows::<D, 3>(l, keys.kv, kh, (q, qc), scores, h0, rows(), pr),
+                4 => score_rows::<D, 4>(l, keys.kv, kh, (q, qc), scores, h0, rows(), pr),
+                _ => score_rows::<D, 1>(l, keys.kv, kh, (q, qc), scores, h0, rows(), pr),
             }
             h0 += g;
         }
@@ -122,6 +127,23 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
     // the accumulators. f32/f16/bf16 rows stay single: paired, they measured slower, and their
     // decode is cheap anyway. (Eight rows only for Q8_0, in its own small kernel: eight-row
     // copies of the general kernel, unrolled, multiplied the build time of the page loop.)
+    if let (ElementFormat::Int8 { group }, true) = (l.v_fmt, page_rows) {
+        for kh in 0..l.kv_heads {
+            let (mut h0, end) = l.run_of(kh);
+            let pr = l.page_rows(keys.kv, true, kh, n);
+            while h0 < end {
+                let g = (end - h0).min(l.max_run::<D>());
+                match g {
+                    2 => page_values::<D, 2>(l, &pr, &mut st, h0, group as usize),
+                    3 => page_values::<D, 3>(l, &pr, &mut st, h0, group as usize),
+                    4 => page_values::<D, 4>(l, &pr, &mut st, h0, group as usize),
+                    _ => page_values::<D, 1>(l, &pr, &mut st, h0, group as usize),
+                }
+                h0 += g;
+            }
+        }
+        return;
+    }
     let mut kept = rows();
     if let ElementFormat::Int8 { group: 32 } = l.v_fmt {
         let mut batch = [0usize; 8];
@@ -178,9 +200,10 @@ fn max_of(s: &[f32]) -> f32 {
 }
 
 /// `scores[h][r] = scale · q[h] · krow(r)` for heads `h0..h0 + G` of KV head `kh` and tokens
-/// `rows` of the page: int8 rows from the quantized query (`q.1`), others from the f32 query
-/// (`q.0`; f32/f16/bf16/fp8 rows).
+/// `rows` of the page: int8 rows from the quantized query (`q.1`; a whole page `page` to the
+/// ISA's page kernel first), others from the f32 query (`q.0`; f32/f16/bf16/fp8 rows).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn score_rows<D: Isa, const G: usize>(
     l: &Layout,
     kv: &PageSlices<'_>,
@@ -189,7 +212,19 @@ fn score_rows<D: Isa, const G: usize>(
     scores: &mut [f32],
     h0: usize,
     rows: impl Iterator<Item = usize>,
+    page: Option<&PageRows<'_>>,
 ) {
+    if let (Some(g), Some(pr)) = (query::int8_group(l.k_fmt), page) {
+        let (hd, p) = (l.head_dim, l.page_tokens);
+        let nb = hd / g;
+        let qc = QueryCodes {
+            codes: &q.1.codes[h0 * hd..(h0 + G) * hd],
+            scales: &q.1.scales[h0 * nb..(h0 + G) * nb],
+        };
+        if D::int8_page_scores::<G>(qc, pr, g, &mut scores[h0 * p..(h0 + G) * p], p) {
+            return;
+        }
+    }
     match query::int8_group(l.k_fmt) {
         Some(32) => score_rows_int8::<D, G>(l, kv, kh, q.1, scores, h0, rows, 32),
         Some(g) => score_rows_int8::<D, G>(l, kv, kh, q.1, scores, h0, rows, g),
@@ -390,6 +425,31 @@ fn accumulate_q8_heads<D: Isa, const G: usize>(
     }
     let acc = &mut st.out[h0 * hd..(h0 + G) * hd];
     D::int8_add_rows::<G>(acc, &w[..rs.len()], vrows, 32);
+}
+
+/// Heads `h0..h0 + G`: `out += w · vrow` for every int8 row of group `g` of a whole page `pr`,
+/// in order: the ISA's page kernel, or eight rows at a time.
+#[inline(always)]
+fn page_values<D: Isa, const G: usize>(
+    l: &Layout,
+    pr: &PageRows<'_>,
+    st: &mut Accum<'_>,
+    h0: usize,
+    g: usize,
+) {
+    let (hd, p) = (l.head_dim, l.page_tokens);
+    let acc = &mut st.out[h0 * hd..(h0 + G) * hd];
+    let w = &st.weights[h0 * p..(h0 + G) * p];
+    if D::int8_page_values::<G>(acc, w, p, pr, g) {
+        return;
+    }
+    for r0 in (0..pr.n).step_by(8) {
+        let m = (pr.n - r0).min(8);
+        let vrows: [Row<'_>; 8] = core::array::from_fn(|j| pr.row((r0 + j).min(pr.n - 1), hd));
+        let ws: [[f32; G]; 8] =
+            core::array::from_fn(|j| core::array::from_fn(|h| w[h * p + (r0 + j).min(pr.n - 1)]));
+        D::int8_add_rows::<G>(acc, &ws[..m], &vrows[..m], g);
+    }
 }
 
 /// What the V pass of [`attend_page`] updates: the outputs, from each head's page of weights.

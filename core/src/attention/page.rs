@@ -401,6 +401,58 @@ impl Layout {
             scales: &scales[(r * srow + kh * shead).min(scales.len())..],
         }
     }
+
+    /// KV head `kh` of tokens `0..n` (`n ≥ 1`) of a K (`v == false`) or V page, as strided
+    /// bytes.
+    #[cfg(not(feature = "small-code"))]
+    #[inline(always)]
+    pub(super) fn page_rows<'p>(
+        &self,
+        kv: &PageSlices<'p>,
+        v: bool,
+        kh: usize,
+        n: usize,
+    ) -> PageRows<'p> {
+        let (vals, scales, stride, sstride, head, shead) = if v {
+            let (a, b) = (kv.v, kv.vs);
+            (a, b, self.v_row, self.v_srow, self.v_head, self.v_shead)
+        } else {
+            let (a, b) = (kv.k, kv.ks);
+            (a, b, self.k_row, self.k_srow, self.k_head, self.k_shead)
+        };
+        let last = n - 1;
+        PageRows {
+            vals: &vals[kh * head..][..last * stride + head],
+            scales: &scales[kh * shead..][..last * sstride + shead],
+            stride,
+            sstride,
+            n,
+        }
+    }
+}
+
+/// One KV head's rows `0..n` of a page (row `r`'s value bytes at `vals[r·stride..]`, its scale
+/// bytes at `scales[r·sstride..]`): what the ISAs' whole-page kernels take.
+#[cfg(not(feature = "small-code"))]
+#[derive(Clone, Copy)]
+pub(crate) struct PageRows<'p> {
+    pub(crate) vals: &'p [u8],
+    pub(crate) scales: &'p [u8],
+    pub(crate) stride: usize,
+    pub(crate) sstride: usize,
+    pub(crate) n: usize,
+}
+
+#[cfg(not(feature = "small-code"))]
+impl<'p> PageRows<'p> {
+    /// Row `r < n`, `d` value bytes and its scale bytes.
+    #[inline(always)]
+    pub(crate) fn row(&self, r: usize, d: usize) -> Row<'p> {
+        Row {
+            vals: &self.vals[r * self.stride..][..d],
+            scales: &self.scales[r * self.sstride..],
+        }
+    }
 }
 
 /// The keys of one page one query row sees: positions `[j0, j1)` filtered by `kept`.

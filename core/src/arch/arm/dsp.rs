@@ -128,43 +128,37 @@ pub(super) fn dot3(q: [&[u32]; 3], k: &[u8]) -> [i32; 3] {
     [a0, a1, a2]
 }
 
-/// `acc[h·stride + l] += ps[ρ][h] · (rows[ρ][at + l] as i8)` for three heads `h`, four lanes
-/// `l` and the rows `ρ` in order: each product rounded, then added (`VMLA` does not fuse), as
-/// the portable kernel does. The twelve accumulators stay in `s16`–`s27` across the rows; each
-/// row costs a load of its four codes, their conversion and one `VLDM` of its three weights.
+/// `acc[h·d + l] += ps[ρ][h] · (row_ρ[l] as i8)` for three heads `h`, four lanes `l` and the
+/// rows `row_ρ = row + ρ·stride` in order: each product rounded, then added (`VMLA` does not
+/// fuse), as the portable kernel does. The twelve accumulators stay in `s16`–`s27` across the
+/// rows; each row costs a load of its four codes, their conversion and one `VLDM` of its three
+/// weights.
 ///
 /// # Safety
 ///
-/// `acc` is valid for reads and writes of floats `[0, 4)`, `[s, s + 4)` and `[2s, 2s + 4)`,
-/// `s = stride`; every `rows[ρ]` for reads of bytes `[at, at + 4)`; no other reference to those
+/// `acc` is valid for reads and writes of floats `[0, 4)`, `[d, d + 4)` and `[2d, 2d + 4)`;
+/// every `row_ρ` (ρ < `ps.len()`) for reads of bytes `[0, 4)`; no other reference to those
 /// floats is used meanwhile.
 #[cfg(edgekv_arm_dsp)]
 #[cfg(edgekv_arm_f16cvt)]
 #[inline(always)]
-pub(super) unsafe fn add_rows3(
-    acc: *mut f32,
-    stride: usize,
-    ps: &[[f32; 3]],
-    rows: &[*const u8],
-    at: usize,
-) {
-    let n = ps.len().min(rows.len());
+pub(super) unsafe fn add_rows3(acc: *mut f32, d: usize, ps: &[[f32; 3]], row: *const u8, stride: usize) {
+    let n = ps.len();
     if n == 0 {
         return;
     }
-    // SAFETY: the caller's contract for `acc` and `rows`; the loop runs `n` times, reading
-    // `ps[ρ]` and `rows[ρ]` for ρ < n (both that long). Only the declared registers and the
-    // flags are written.
+    // SAFETY: the caller's contract for `acc` and the rows; the loop runs `n` times, reading
+    // `ps[ρ]` and row ρ for ρ < n. Only the declared registers and the flags are written.
     unsafe {
         asm!(
-            "add {t}, {acc}, {stride}, lsl #2",
+            "add {t}, {acc}, {d}, lsl #2",
             "vldmia {acc}, {{s16-s19}}",
             "vldmia {t}, {{s20-s23}}",
-            "add {t}, {t}, {stride}, lsl #2",
+            "add {t}, {t}, {d}, lsl #2",
             "vldmia {t}, {{s24-s27}}",
             "2:",
-            "ldr {t}, [{rp}], #4",
-            "ldr {w}, [{t}, {at}]",
+            "ldr {w}, [{rp}]",
+            "add {rp}, {rp}, {stride}",
             "vldmia {pp}!, {{s12-s14}}",
             "sxtb {t}, {w}",
             "sbfx {x}, {w}, #8, #8",
@@ -190,15 +184,15 @@ pub(super) unsafe fn add_rows3(
             "vmla.f32 s27, s14, s3",
             "subs {n}, {n}, #1",
             "bne 2b",
-            "add {t}, {acc}, {stride}, lsl #2",
+            "add {t}, {acc}, {d}, lsl #2",
             "vstmia {acc}, {{s16-s19}}",
             "vstmia {t}, {{s20-s23}}",
-            "add {t}, {t}, {stride}, lsl #2",
+            "add {t}, {t}, {d}, lsl #2",
             "vstmia {t}, {{s24-s27}}",
             acc = in(reg) acc,
+            d = in(reg) d,
             stride = in(reg) stride,
-            at = in(reg) at,
-            rp = inout(reg) rows.as_ptr() => _,
+            rp = inout(reg) row => _,
             pp = inout(reg) ps.as_ptr() => _,
             n = inout(reg) n => _,
             t = out(reg) _,

@@ -18,6 +18,8 @@
 mod dsp;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 mod mve;
+#[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
+mod page;
 
 #[cfg(not(feature = "small-code"))]
 use super::{Isa, Portable};
@@ -25,6 +27,8 @@ use super::{Isa, Portable};
 use crate::attention::kernels::{self, Row};
 #[cfg(not(feature = "small-code"))]
 use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
+#[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
+use crate::attention::page::PageRows;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::query::QueryCodes;
 #[cfg(not(feature = "small-code"))]
@@ -58,6 +62,8 @@ impl Isa for Arm {
     /// Without Helium, floats are scalar: `libm::expf` per weight (5 % fewer instructions per
     /// M4 decode step); with it, eight lanes (7 % fewer than `libm` on the M55).
     const SCALAR_EXP: bool = cfg!(not(edgekv_arm_mve));
+    /// Whole pages of int8 rows to `page.rs` (DSP or Helium).
+    const PAGE_ROWS: bool = cfg!(any(edgekv_arm_dsp, edgekv_arm_mve));
 
     /// The FPU's `VCVTB` where it has one (hard-float targets), else the portable decoder.
     #[inline(always)]
@@ -168,49 +174,6 @@ impl Isa for Arm {
         out
     }
 
-    /// [`kernels::int8_add_scaled_rows`]'s bits with Helium for three heads (SmolLM2's group):
-    /// eight lanes per `asm!` loop over the rows (`mve::add_rows3`), each `(p · s) · x` rounded,
-    /// then added, as there. Other head counts, and groups not a multiple of 8, take the portable
-    /// kernel (which LLVM vectorizes for Helium).
-    #[cfg(all(edgekv_arm_mve, edgekv_arm_f16cvt))]
-    #[inline(always)]
-    fn int8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>], g: usize) {
-        const MAX: usize = 8;
-        let d = acc.len() / G;
-        if G != 3 || g % 8 != 0 || g == 0 {
-            return kernels::int8_add_scaled_rows::<Self, G>(acc, p, rows, g);
-        }
-        let m = p.len().min(rows.len()).min(MAX);
-        let (mut off, mut k) = (0, 0);
-        while off + g <= d {
-            // `kernels::scale_weights`'s products, in the same loop as the rows' pointers (as
-            // two loops, 14k more instructions per M55 decode step).
-            let mut ps = [[0f32; 3]; MAX];
-            let mut rp = [core::ptr::null::<u8>(); MAX];
-            for (((ps, rp), p), row) in ps.iter_mut().zip(&mut rp).zip(p).zip(rows).take(m) {
-                let s = Self::one(u16_at(row.scales, k));
-                for (x, p) in ps.iter_mut().zip(p) {
-                    *x = p * s;
-                }
-                *rp = row.vals[off..off + g].as_ptr();
-            }
-            let acc_ptr = acc.as_mut_ptr();
-            for at in (0..g).step_by(8) {
-                // `at + 8 ≤ g`, `off + g ≤ d` and `acc.len() = 3d`: the three blocks at
-                // `off + at`, `d + off + at` and `2d + off + at` lie within `acc`.
-                let base = acc_ptr.wrapping_add(off + at);
-                let heads = [base, base.wrapping_add(d), base.wrapping_add(2 * d)];
-                // SAFETY: `heads` derive from the whole `acc` slice (borrowed mutably by this
-                // function, no other reference to it in use), f32-aligned, and their blocks lie
-                // within it (above); each `rp[ρ]` is row ρ's group of `g` codes, of which
-                // `[at, at + 8)` are read.
-                unsafe { mve::add_rows3(heads, &ps[..m], &rp[..m], at) };
-            }
-            off += g;
-            k += 1;
-        }
-    }
-
     /// [`kernels::int8_add_scaled_rows`]'s bits, four lanes at a time: each element still gets
     /// its rows' terms in order, each `(p · s) · x` as there.
     #[cfg(edgekv_arm_dsp)]
@@ -234,30 +197,6 @@ impl Isa for Arm {
                 *vs = bytemuck::cast_slice(&row.vals[off..off + g]);
             }
             let vs = &vs[..m];
-            #[cfg(edgekv_arm_f16cvt)]
-            if G == 3 {
-                // Three heads: one loop in `asm!` per block of lanes, the accumulators in
-                // registers across the rows.
-                let mut rp = [core::ptr::null::<u8>(); MAX];
-                for (rp, vs) in rp.iter_mut().zip(vs) {
-                    *rp = vs.as_ptr().cast::<u8>();
-                }
-                let ps3: &[[f32; 3]] = bytemuck::cast_slice(ps.as_flattened());
-                let acc_ptr = acc.as_mut_ptr();
-                for at in (0..g).step_by(V_LANES) {
-                    // `at + 4 ≤ g`, `off + g ≤ d` and `acc.len() ≥ 3d`: the three blocks at
-                    // `off + at`, `d + off + at` and `2d + off + at` lie within `acc`.
-                    let base = acc_ptr.wrapping_add(off + at);
-                    // SAFETY: `base` is derived from the whole `acc` slice (borrowed mutably
-                    // by this function, no other reference to it in use), and its three blocks
-                    // lie within it (above); each `rp[ρ]` is row ρ's group of `g` codes, of
-                    // which `[at, at + 4)` are read.
-                    unsafe { dsp::add_rows3(base, d, ps3, &rp[..m], at) };
-                }
-                off += g;
-                k += 1;
-                continue;
-            }
             for (i, at) in (off..off + g).step_by(V_LANES).enumerate() {
                 let mut a = [[0f32; V_LANES]; G];
                 for (h, a) in a.iter_mut().enumerate() {
@@ -278,5 +217,31 @@ impl Isa for Arm {
             off += g;
             k += 1;
         }
+    }
+
+    /// Three heads: `page::scores3`; other runs are not taken.
+    #[cfg(any(edgekv_arm_dsp, edgekv_arm_mve))]
+    #[inline(always)]
+    fn int8_page_scores<const G: usize>(
+        q: QueryCodes<'_>,
+        rows: &PageRows<'_>,
+        g: usize,
+        scores: &mut [f32],
+        p: usize,
+    ) -> bool {
+        G == 3 && page::scores3(q, rows, g, scores, p)
+    }
+
+    /// Three heads on hard-float targets: `page::values3`; other runs are not taken.
+    #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), edgekv_arm_f16cvt))]
+    #[inline(always)]
+    fn int8_page_values<const G: usize>(
+        acc: &mut [f32],
+        w: &[f32],
+        p: usize,
+        rows: &PageRows<'_>,
+        g: usize,
+    ) -> bool {
+        G == 3 && page::values3(acc, w, p, rows, g)
     }
 }

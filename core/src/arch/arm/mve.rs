@@ -79,27 +79,120 @@ pub(super) fn dot3(q: [&[i16]; 3], k: &[u8]) -> [i32; 3] {
     [a0, a1, a2]
 }
 
-/// `acc[h][l] += ps[ρ][h] · (rows[ρ][at + l] as i8)` for three heads `h`, eight lanes `l` and
-/// the rows `ρ` in order: each product rounded, then added (`VMUL`, then `VADD`: unfused, as the
-/// portable kernel). The six accumulator vectors stay in q2–q7 across the rows; each row costs
-/// its pointer, two widening loads and conversions (`VLDRB.S32`, `VCVT`), one `LDM` of its three
-/// weights, six `VMUL` by a core register and six `VADD`.
+/// [`dot3`] for every group of `g` codes of `n` key rows `stride` bytes apart from `k`'s start,
+/// each `groups · g` codes long, against the same three query rows (as long): `out[r·groups + b]`
+/// is row `r`'s group `b`, all in one `asm!` loop nest, sixteen codes a step. `g` is a nonzero
+/// multiple of 16, at most 256; nothing is written unless every length fits.
+#[inline(always)]
+pub(super) fn dot3_page(
+    q: [&[i16]; 3],
+    k: &[u8],
+    stride: usize,
+    n: usize,
+    g: usize,
+    groups: usize,
+    out: &mut [[i32; 3]],
+) {
+    let row = groups * g;
+    let fits = n > 0
+        && groups > 0
+        && stride >= row
+        && q.iter().all(|q| q.len() >= row)
+        && k.len() >= (n - 1) * stride + row
+        && out.len() >= n * groups;
+    if !fits || g == 0 || g % 16 != 0 || g > 256 {
+        return;
+    }
+    // The query rows' starts, steps per group, the step from a row's end to the next row, groups.
+    let params: [usize; 6] = [
+        q[0].as_ptr() as usize,
+        q[1].as_ptr() as usize,
+        q[2].as_ptr() as usize,
+        g / 16,
+        stride - row,
+        groups,
+    ];
+    // SAFETY: the row loop runs `n` ≥ 1 times, the group loop `groups` ≥ 1 times per row and the
+    // step loop `g / 16` ≥ 1 times per group, reading 16 key bytes and 16 halfwords of each query
+    // row per step: `groups · g` codes of each query row (from its start, every row) and of each
+    // key row `r · stride` from `k`'s start, within `k` (checked above); each group stores three
+    // words to `out`, `n · groups` long. `params` is only read. Only the declared registers and
+    // the flags are written (accumulators in the even r8, r10, r12 as `VMLADAVA` needs; the
+    // loads' bases in the low r1–r4).
+    unsafe {
+        asm!(
+            "4:",
+            "ldm {pb}, {{r2, r3, r4}}",
+            "ldr r5, [{pb}, #20]",
+            "3:",
+            "ldr r0, [{pb}, #12]",
+            "mov.w r8, #0",
+            "mov.w r10, #0",
+            "mov.w r12, #0",
+            "2:",
+            "vldrb.s16 q0, [r1], #8",
+            "vldrh.s16 q1, [r2], #16",
+            "vmladava.s16 r8, q0, q1",
+            "vldrh.s16 q1, [r3], #16",
+            "vmladava.s16 r10, q0, q1",
+            "vldrh.s16 q1, [r4], #16",
+            "vmladava.s16 r12, q0, q1",
+            "vldrb.s16 q0, [r1], #8",
+            "vldrh.s16 q1, [r2], #16",
+            "vmladava.s16 r8, q0, q1",
+            "vldrh.s16 q1, [r3], #16",
+            "vmladava.s16 r10, q0, q1",
+            "vldrh.s16 q1, [r4], #16",
+            "vmladava.s16 r12, q0, q1",
+            "subs r0, r0, #1",
+            "bne 2b",
+            "stm {out}!, {{r8, r10, r12}}",
+            "subs r5, r5, #1",
+            "bne 3b",
+            "ldr r0, [{pb}, #16]",
+            "add r1, r1, r0",
+            "subs lr, lr, #1",
+            "bne 4b",
+            pb = in(reg) params.as_ptr(),
+            out = inout(reg) out.as_mut_ptr() => _,
+            inout("lr") n => _,
+            inout("r1") k.as_ptr() => _,
+            out("r0") _,
+            out("r2") _,
+            out("r3") _,
+            out("r4") _,
+            out("r5") _,
+            out("r8") _,
+            out("r10") _,
+            out("r12") _,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+            options(nostack),
+        );
+    }
+}
+
+/// `acc[h][l] += ps[ρ][h] · (row_ρ[l] as i8)` for three heads `h`, eight lanes `l` and the
+/// rows `row_ρ = row + ρ·stride` in order: each product rounded, then added (`VMUL`, then
+/// `VADD`: unfused, as the portable kernel). The six accumulator vectors stay in q2–q7 across
+/// the rows; each row costs one pointer step, two widening loads and conversions (`VLDRB.S32`,
+/// `VCVT`), one `LDM` of its three weights, six `VMUL` by a core register and six `VADD`.
 ///
 /// # Safety
 ///
 /// Each `acc[h]` is valid for reads and writes of eight floats and 4-byte aligned; every
-/// `rows[ρ]` for reads of bytes `[at, at + 8)`; no other reference to those floats is used
-/// meanwhile.
+/// `row_ρ` (ρ < `ps.len()`) for reads of bytes `[0, 8)`; no other reference to those floats is
+/// used meanwhile.
 #[inline(always)]
-pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 3]], rows: &[*const u8], at: usize) {
-    let n = ps.len().min(rows.len());
+pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 3]], row: *const u8, stride: usize) {
+    let n = ps.len();
     if n == 0 {
         return;
     }
-    // SAFETY: the caller's contract for `acc` and `rows`; the loop runs `n` times, reading
-    // `ps[ρ]` and `rows[ρ]` for ρ < n (both that long). Only the declared registers and the
-    // flags are written (the row's address in r0, a low register as the widening load needs;
-    // its weights in r2–r4, ascending as `LDM` needs).
+    // SAFETY: the caller's contract for `acc` and the rows; the loop runs `n` times, reading
+    // `ps[ρ]` and row ρ for ρ < n. Only the declared registers and the flags are written (the
+    // row's address in r0, a low register as the widening load needs; its weights in r2–r4,
+    // ascending as `LDM` needs).
     unsafe {
         asm!(
             "vldrw.u32 q2, [{a0}]",
@@ -109,8 +202,6 @@ pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 3]], rows: &[*con
             "vldrw.u32 q6, [{a2}]",
             "vldrw.u32 q7, [{a2}, #16]",
             "2:",
-            "ldr r0, [{rp}], #4",
-            "add r0, r0, {at}",
             "ldm {pp}!, {{r2, r3, r4}}",
             "vldrb.s32 q0, [r0]",
             "vcvt.f32.s32 q0, q0",
@@ -128,6 +219,7 @@ pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 3]], rows: &[*con
             "vadd.f32 q5, q5, q1",
             "vmul.f32 q1, q0, r4",
             "vadd.f32 q7, q7, q1",
+            "add r0, r0, {stride}",
             "subs {n}, {n}, #1",
             "bne 2b",
             "vstrw.32 q2, [{a0}]",
@@ -139,11 +231,11 @@ pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 3]], rows: &[*con
             a0 = in(reg) acc[0],
             a1 = in(reg) acc[1],
             a2 = in(reg) acc[2],
-            at = in(reg) at,
-            rp = inout(reg) rows.as_ptr() => _,
+            stride = in(reg) stride,
             pp = inout(reg) ps.as_ptr() => _,
             n = inout(reg) n => _,
-            out("r0") _, out("r2") _, out("r3") _, out("r4") _,
+            inout("r0") row => _,
+            out("r2") _, out("r3") _, out("r4") _,
             out("s0") _, out("s1") _, out("s2") _, out("s3") _,
             out("s4") _, out("s5") _, out("s6") _, out("s7") _,
             out("s8") _, out("s9") _, out("s10") _, out("s11") _,

@@ -1,0 +1,179 @@
+//! Whole pages of int8 rows for three query heads per KV head (SmolLM2's group, and many
+//! models'): the Cortex-M page kernels behind [`Isa::PAGE_ROWS`]. A page's rows lie a fixed
+//! stride apart, so each row is one pointer step, the query's slices and scales are taken once
+//! per page, and the value accumulators stay in registers across all of the page's rows (up to
+//! [`CHUNK`] at a time) instead of eight. Each score and each output element takes its terms in
+//! the portable kernels' order: the same bits.
+
+use super::Arm;
+#[cfg(edgekv_arm_dsp)]
+use super::dsp;
+#[cfg(edgekv_arm_mve)]
+use super::mve;
+use crate::arch::Isa;
+use crate::attention::page::PageRows;
+use crate::attention::query::QueryCodes;
+use crate::format::u16_at;
+
+/// Groups per head row the score kernel takes (SmolLM2: two of 32).
+const MAX_GROUPS: usize = 4;
+
+/// Rows whose weights the value kernel scales at a time (a page of SmolLM2's cache: 16).
+const CHUNK: usize = 16;
+
+/// Lanes of one step of the value kernel: Helium's eight, or the DSP build's four (whose
+/// twelve accumulators fill half the FPU's registers).
+#[cfg(edgekv_arm_mve)]
+const V_LANES: usize = 8;
+#[cfg(not(edgekv_arm_mve))]
+const V_LANES: usize = 4;
+
+/// The integer dot products of one key group with three query heads' codes (`g` of each).
+#[inline(always)]
+fn dot3(q: [&[i16]; 3], k: &[u8]) -> [i32; 3] {
+    #[cfg(edgekv_arm_mve)]
+    return mve::dot3(q, k);
+    #[cfg(not(edgekv_arm_mve))]
+    return dsp::dot3(q.map(|q| bytemuck::cast_slice(q)), k);
+}
+
+/// [`dot3`] of every group of `g` codes of `n` rows `stride` bytes apart (`out[r·groups + b]`,
+/// `groups = out.len() / n`).
+#[inline(always)]
+fn dot3_page(q: [&[i16]; 3], k: &[u8], stride: usize, n: usize, g: usize, out: &mut [[i32; 3]]) {
+    let groups = out.len() / n;
+    #[cfg(edgekv_arm_mve)]
+    mve::dot3_page(q, k, stride, n, g, groups, out);
+    #[cfg(not(edgekv_arm_mve))]
+    for (r, out) in out.chunks_exact_mut(groups).enumerate() {
+        for (b, out) in out.iter_mut().enumerate() {
+            *out = dot3(q.map(|q| &q[b * g..][..g]), &k[r * stride + b * g..][..g]);
+        }
+    }
+}
+
+/// Whether [`dot3`] takes groups of `g` codes (exact in `i32` up to 256) and this query (the
+/// DSP loop reads its codes two words at a time).
+#[inline(always)]
+fn dot3_takes(g: usize, q: &[i16]) -> bool {
+    let step = if cfg!(edgekv_arm_mve) { 16 } else { 4 };
+    g != 0 && g % step == 0 && g <= 256 && q.as_ptr().align_offset(4) == 0
+}
+
+/// [`Isa::int8_page_scores`] for three heads: row by row, each row's groups in order, each
+/// group's three integer sums in one loop.
+#[inline(always)]
+pub(super) fn scores3(
+    q: QueryCodes<'_>,
+    rows: &PageRows<'_>,
+    g: usize,
+    scores: &mut [f32],
+    p: usize,
+) -> bool {
+    let hd = q.codes.len() / 3;
+    if !dot3_takes(g, q.codes) || hd % g != 0 || hd / g > MAX_GROUPS || rows.n > p {
+        return false;
+    }
+    let nb = hd / g;
+    let mut qs = [[0f32; 3]; MAX_GROUPS];
+    for (b, qs) in qs.iter_mut().enumerate().take(nb) {
+        *qs = core::array::from_fn(|h| q.scales[h * nb + b]);
+    }
+    let qh: [&[i16]; 3] = core::array::from_fn(|h| &q.codes[h * hd..][..hd]);
+    let (s0, rest) = scores.split_at_mut(p);
+    let (s1, s2) = rest.split_at_mut(p);
+    let n = rows.n;
+    let mut isums = [[0i32; 3]; MAX_GROUPS * CHUNK];
+    for r0 in (0..n).step_by(CHUNK) {
+        let m = (n - r0).min(CHUNK);
+        let isums = &mut isums[..m * nb];
+        dot3_page(qh, &rows.vals[r0 * rows.stride..], rows.stride, m, g, isums);
+        let scales = rows.scales[r0 * rows.sstride..].chunks(rows.sstride);
+        for (j, (isums, sc)) in isums.chunks_exact(nb).zip(scales).enumerate() {
+            let mut s = [0f32; 3];
+            for (b, (qs, isum)) in qs.iter().zip(isums).enumerate() {
+                let ks = Arm::one(u16_at(sc, b));
+                for h in 0..3 {
+                    s[h] += (qs[h] * ks) * isum[h] as f32;
+                }
+            }
+            let r = r0 + j;
+            (s0[r], s1[r], s2[r]) = (s[0], s[1], s[2]);
+        }
+    }
+    true
+}
+
+/// [`Isa::int8_page_values`] for three heads: per group of `g` values, each row's three
+/// weights times its scale, then one `asm!` loop over the rows per block of lanes.
+#[cfg(edgekv_arm_f16cvt)]
+#[inline(always)]
+pub(super) fn values3(
+    acc: &mut [f32],
+    w: &[f32],
+    p: usize,
+    rows: &PageRows<'_>,
+    g: usize,
+) -> bool {
+    let d = acc.len() / 3;
+    let n = rows.n;
+    // Every row's `d` value bytes lie within `rows.vals` (so do the pointers below).
+    let fits = n > 0 && rows.vals.len() >= (n - 1) * rows.stride + d;
+    if g == 0 || g % V_LANES != 0 || d % g != 0 || !fits || n > p || w.len() < 3 * p {
+        return false;
+    }
+    let acc_ptr = acc.as_mut_ptr();
+    for r0 in (0..n).step_by(CHUNK) {
+        let m = (n - r0).min(CHUNK);
+        for (k, off) in (0..d).step_by(g).enumerate() {
+            // `kernels::scale_weights`'s products.
+            let mut ps = [[0f32; 3]; CHUNK];
+            let (w0, w1, w2) = (&w[r0..][..m], &w[p + r0..][..m], &w[2 * p + r0..][..m]);
+            let scales = rows.scales[r0 * rows.sstride + 2 * k..].chunks(rows.sstride);
+            for ((((ps, sc), w0), w1), w2) in ps.iter_mut().zip(scales).zip(w0).zip(w1).zip(w2) {
+                let s = Arm::one(u16_at(sc, 0));
+                *ps = [w0 * s, w1 * s, w2 * s];
+            }
+            let first = rows.vals[r0 * rows.stride + off..].as_ptr();
+            for at in (0..g).step_by(V_LANES) {
+                // `off + at + V_LANES ≤ d` and `acc.len() = 3d`: the three blocks at
+                // `off + at`, `d + off + at` and `2d + off + at` lie within `acc`.
+                let base = acc_ptr.wrapping_add(off + at);
+                let row = first.wrapping_add(at);
+                // SAFETY: `base` derives from the whole `acc` slice (borrowed mutably by this
+                // function, no other reference to it in use), f32-aligned, and its three blocks
+                // lie within it (above); rows `r0..r0 + m` (≤ n) lie `rows.stride` apart from
+                // `row`, and each one's bytes `[off + at, off + at + V_LANES)` lie within its
+                // `d` bytes, within `rows.vals` (`fits`).
+                unsafe { add_rows3(base, d, &ps[..m], row, rows.stride) };
+            }
+        }
+    }
+    true
+}
+
+/// The ISA's value loop over `ps.len()` rows `stride` bytes apart from `row`: the accumulator
+/// blocks at `acc`, `acc + d` and `acc + 2d` (`V_LANES` floats each).
+///
+/// # Safety
+///
+/// As the ISA's `add_rows3`.
+#[cfg(edgekv_arm_f16cvt)]
+#[inline(always)]
+unsafe fn add_rows3(acc: *mut f32, d: usize, ps: &[[f32; 3]], row: *const u8, stride: usize) {
+    #[cfg(edgekv_arm_mve)]
+    // SAFETY: the caller's contract; the three heads' blocks are `d` floats apart.
+    unsafe {
+        mve::add_rows3(
+            [acc, acc.wrapping_add(d), acc.wrapping_add(2 * d)],
+            ps,
+            row,
+            stride,
+        )
+    };
+    #[cfg(not(edgekv_arm_mve))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        dsp::add_rows3(acc, d, ps, row, stride)
+    };
+}
