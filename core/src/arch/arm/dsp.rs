@@ -128,11 +128,137 @@ pub(super) fn dot3(q: [&[u32]; 3], k: &[u8]) -> [i32; 3] {
     [a0, a1, a2]
 }
 
+/// [`dot3`] for every group of `g` codes of `n` key rows `stride` bytes apart from `k`'s start,
+/// each `groups · g` codes long, against the same three query rows (codes two to a word, as
+/// long): `out[r·groups + b]` is row `r`'s group `b`, all in one `asm!` loop nest, eight codes a
+/// step. `g` is a nonzero multiple of 8, at most 256; nothing is written unless every length
+/// fits.
+#[cfg(edgekv_arm_dsp)]
+#[inline(always)]
+pub(super) fn dot3_page(
+    q: [&[u32]; 3],
+    k: &[u8],
+    stride: usize,
+    n: usize,
+    g: usize,
+    groups: usize,
+    out: &mut [[i32; 3]],
+) {
+    let row = groups * g;
+    let fits = n > 0
+        && groups > 0
+        && stride >= row
+        && q.iter().all(|q| 2 * q.len() >= row)
+        && k.len() >= (n - 1) * stride + row
+        && out.len() >= n * groups;
+    if !fits || g == 0 || g % 8 != 0 || g > 256 {
+        return;
+    }
+    // The query rows' starts, steps per group, the step from a row's end to the next row, groups,
+    // rows.
+    let params: [usize; 7] = [
+        q[0].as_ptr() as usize,
+        q[1].as_ptr() as usize,
+        q[2].as_ptr() as usize,
+        g / 8,
+        stride - row,
+        groups,
+        n,
+    ];
+    // SAFETY: the row loop runs `n` ≥ 1 times, the group loop `groups` ≥ 1 times per row and the
+    // step loop `g / 8` ≥ 1 times per group, reading 8 key bytes (`LDR`, which ARMv7-M allows
+    // unaligned) and four words of each query row per step (`LDRD`: the `&[u32]` are aligned):
+    // `groups · g` codes of each query row (from its start, every row) and of each key row
+    // `r · stride` from `k`'s start, within `k` (checked above); each group stores three words
+    // to `out`, `n · groups` long. `params` is only read. The loops keep their pointer to
+    // `params`, the output pointer and their two counters in 16 bytes of stack below `sp`
+    // (restored before the end), as the innermost loop takes every other register; only the
+    // declared registers and the flags are written.
+    unsafe {
+        asm!(
+            "sub sp, sp, #16",
+            "str r9, [sp]",
+            "str lr, [sp, #4]",
+            "ldr r0, [r9, #24]",
+            "str r0, [sp, #12]",
+            "4:",
+            "ldr r12, [sp]",
+            "ldm r12, {{r2, r3, r4}}",
+            "ldr r0, [r12, #20]",
+            "str r0, [sp, #8]",
+            "3:",
+            "ldr r12, [sp]",
+            "ldr r0, [r12, #12]",
+            "movs r5, #0",
+            "mov.w r8, #0",
+            "mov.w r10, #0",
+            "2:",
+            "ldr r11, [r1], #4",
+            "sxtb16 r12, r11",
+            "sxtb16 lr, r11, ror #8",
+            "pkhbt r11, r12, lr, lsl #16",
+            "pkhtb r12, lr, r12, asr #16",
+            "ldrd lr, r9, [r2], #8",
+            "smlad r5, r11, lr, r5",
+            "smlad r5, r12, r9, r5",
+            "ldrd lr, r9, [r3], #8",
+            "smlad r8, r11, lr, r8",
+            "smlad r8, r12, r9, r8",
+            "ldrd lr, r9, [r4], #8",
+            "smlad r10, r11, lr, r10",
+            "smlad r10, r12, r9, r10",
+            "ldr r11, [r1], #4",
+            "sxtb16 r12, r11",
+            "sxtb16 lr, r11, ror #8",
+            "pkhbt r11, r12, lr, lsl #16",
+            "pkhtb r12, lr, r12, asr #16",
+            "ldrd lr, r9, [r2], #8",
+            "smlad r5, r11, lr, r5",
+            "smlad r5, r12, r9, r5",
+            "ldrd lr, r9, [r3], #8",
+            "smlad r8, r11, lr, r8",
+            "smlad r8, r12, r9, r8",
+            "ldrd lr, r9, [r4], #8",
+            "smlad r10, r11, lr, r10",
+            "smlad r10, r12, r9, r10",
+            "subs r0, r0, #1",
+            "bne 2b",
+            "ldr r0, [sp, #4]",
+            "stmia r0!, {{r5, r8, r10}}",
+            "str r0, [sp, #4]",
+            "ldr r0, [sp, #8]",
+            "subs r0, r0, #1",
+            "str r0, [sp, #8]",
+            "bne 3b",
+            "ldr r12, [sp]",
+            "ldr r0, [r12, #16]",
+            "add r1, r1, r0",
+            "ldr r0, [sp, #12]",
+            "subs r0, r0, #1",
+            "str r0, [sp, #12]",
+            "bne 4b",
+            "add sp, sp, #16",
+            inout("r9") params.as_ptr() => _,
+            inout("lr") out.as_mut_ptr() => _,
+            inout("r1") k.as_ptr() => _,
+            out("r0") _,
+            out("r2") _,
+            out("r3") _,
+            out("r4") _,
+            out("r5") _,
+            out("r8") _,
+            out("r10") _,
+            out("r11") _,
+            out("r12") _,
+        );
+    }
+}
+
 /// `acc[h·d + l] += ps[ρ][h] · (row_ρ[l] as i8)` for three heads `h`, four lanes `l` and the
 /// rows `row_ρ = row + ρ·stride` in order: each product rounded, then added (`VMLA` does not
 /// fuse), as the portable kernel does. The twelve accumulators stay in `s16`–`s27` across the
-/// rows; each row costs a load of its four codes, their conversion and one `VLDM` of its three
-/// weights.
+/// rows; each row costs a load of its four codes, their conversion and its three weights (`VLDM`
+/// of two rows' six; rows in pairs, an odd last one alone).
 ///
 /// # Safety
 ///
@@ -147,8 +273,9 @@ pub(super) unsafe fn add_rows3(acc: *mut f32, d: usize, ps: &[[f32; 3]], row: *c
     if n == 0 {
         return;
     }
-    // SAFETY: the caller's contract for `acc` and the rows; the loop runs `n` times, reading
-    // `ps[ρ]` and row ρ for ρ < n. Only the declared registers and the flags are written.
+    // SAFETY: the caller's contract for `acc` and the rows; the loops run `n / 2` times over two
+    // rows and `n % 2` times over one, reading `ps[ρ]` and row ρ for ρ < n. Only the declared
+    // registers and the flags are written.
     unsafe {
         asm!(
             "add {t}, {acc}, {d}, lsl #2",
@@ -156,10 +283,13 @@ pub(super) unsafe fn add_rows3(acc: *mut f32, d: usize, ps: &[[f32; 3]], row: *c
             "vldmia {t}, {{s20-s23}}",
             "add {t}, {t}, {d}, lsl #2",
             "vldmia {t}, {{s24-s27}}",
+            "cmp {n2}, #0",
+            "beq 3f",
             "2:",
             "ldr {w}, [{rp}]",
-            "add {rp}, {rp}, {stride}",
-            "vldmia {pp}!, {{s12-s14}}",
+            "ldr {w2}, [{rp}, {stride}]",
+            "add {rp}, {rp}, {stride}, lsl #1",
+            "vldmia {pp}!, {{s8-s13}}",
             "sxtb {t}, {w}",
             "sbfx {x}, {w}, #8, #8",
             "vmov s0, s1, {t}, {x}",
@@ -170,20 +300,70 @@ pub(super) unsafe fn add_rows3(acc: *mut f32, d: usize, ps: &[[f32; 3]], row: *c
             "vcvt.f32.s32 s1, s1",
             "vcvt.f32.s32 s2, s2",
             "vcvt.f32.s32 s3, s3",
-            "vmla.f32 s16, s12, s0",
-            "vmla.f32 s17, s12, s1",
-            "vmla.f32 s18, s12, s2",
-            "vmla.f32 s19, s12, s3",
-            "vmla.f32 s20, s13, s0",
-            "vmla.f32 s21, s13, s1",
-            "vmla.f32 s22, s13, s2",
-            "vmla.f32 s23, s13, s3",
-            "vmla.f32 s24, s14, s0",
-            "vmla.f32 s25, s14, s1",
-            "vmla.f32 s26, s14, s2",
-            "vmla.f32 s27, s14, s3",
-            "subs {n}, {n}, #1",
+            "vmla.f32 s16, s8, s0",
+            "vmla.f32 s17, s8, s1",
+            "vmla.f32 s18, s8, s2",
+            "vmla.f32 s19, s8, s3",
+            "vmla.f32 s20, s9, s0",
+            "vmla.f32 s21, s9, s1",
+            "vmla.f32 s22, s9, s2",
+            "vmla.f32 s23, s9, s3",
+            "vmla.f32 s24, s10, s0",
+            "vmla.f32 s25, s10, s1",
+            "vmla.f32 s26, s10, s2",
+            "vmla.f32 s27, s10, s3",
+            "sxtb {t}, {w2}",
+            "sbfx {x}, {w2}, #8, #8",
+            "vmov s4, s5, {t}, {x}",
+            "sbfx {t}, {w2}, #16, #8",
+            "asr {x}, {w2}, #24",
+            "vmov s6, s7, {t}, {x}",
+            "vcvt.f32.s32 s4, s4",
+            "vcvt.f32.s32 s5, s5",
+            "vcvt.f32.s32 s6, s6",
+            "vcvt.f32.s32 s7, s7",
+            "vmla.f32 s16, s11, s4",
+            "vmla.f32 s17, s11, s5",
+            "vmla.f32 s18, s11, s6",
+            "vmla.f32 s19, s11, s7",
+            "vmla.f32 s20, s12, s4",
+            "vmla.f32 s21, s12, s5",
+            "vmla.f32 s22, s12, s6",
+            "vmla.f32 s23, s12, s7",
+            "vmla.f32 s24, s13, s4",
+            "vmla.f32 s25, s13, s5",
+            "vmla.f32 s26, s13, s6",
+            "vmla.f32 s27, s13, s7",
+            "subs {n2}, {n2}, #1",
             "bne 2b",
+            "3:",
+            "cmp {odd}, #0",
+            "beq 4f",
+            "ldr {w}, [{rp}]",
+            "vldmia {pp}, {{s8-s10}}",
+            "sxtb {t}, {w}",
+            "sbfx {x}, {w}, #8, #8",
+            "vmov s0, s1, {t}, {x}",
+            "sbfx {t}, {w}, #16, #8",
+            "asr {x}, {w}, #24",
+            "vmov s2, s3, {t}, {x}",
+            "vcvt.f32.s32 s0, s0",
+            "vcvt.f32.s32 s1, s1",
+            "vcvt.f32.s32 s2, s2",
+            "vcvt.f32.s32 s3, s3",
+            "vmla.f32 s16, s8, s0",
+            "vmla.f32 s17, s8, s1",
+            "vmla.f32 s18, s8, s2",
+            "vmla.f32 s19, s8, s3",
+            "vmla.f32 s20, s9, s0",
+            "vmla.f32 s21, s9, s1",
+            "vmla.f32 s22, s9, s2",
+            "vmla.f32 s23, s9, s3",
+            "vmla.f32 s24, s10, s0",
+            "vmla.f32 s25, s10, s1",
+            "vmla.f32 s26, s10, s2",
+            "vmla.f32 s27, s10, s3",
+            "4:",
             "add {t}, {acc}, {d}, lsl #2",
             "vstmia {acc}, {{s16-s19}}",
             "vstmia {t}, {{s20-s23}}",
@@ -194,12 +374,16 @@ pub(super) unsafe fn add_rows3(acc: *mut f32, d: usize, ps: &[[f32; 3]], row: *c
             stride = in(reg) stride,
             rp = inout(reg) row => _,
             pp = inout(reg) ps.as_ptr() => _,
-            n = inout(reg) n => _,
+            n2 = inout(reg) n / 2 => _,
+            odd = in(reg) n % 2,
             t = out(reg) _,
             w = out(reg) _,
+            w2 = out(reg) _,
             x = out(reg) _,
             out("s0") _, out("s1") _, out("s2") _, out("s3") _,
-            out("s12") _, out("s13") _, out("s14") _,
+            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
+            out("s12") _, out("s13") _,
             out("s16") _, out("s17") _, out("s18") _, out("s19") _,
             out("s20") _, out("s21") _, out("s22") _, out("s23") _,
             out("s24") _, out("s25") _, out("s26") _, out("s27") _,

@@ -28,16 +28,8 @@ const V_LANES: usize = 8;
 #[cfg(not(edgekv_arm_mve))]
 const V_LANES: usize = 4;
 
-/// The integer dot products of one key group with three query heads' codes (`g` of each).
-#[inline(always)]
-fn dot3(q: [&[i16]; 3], k: &[u8]) -> [i32; 3] {
-    #[cfg(edgekv_arm_mve)]
-    return mve::dot3(q, k);
-    #[cfg(not(edgekv_arm_mve))]
-    return dsp::dot3(q.map(|q| bytemuck::cast_slice(q)), k);
-}
-
-/// [`dot3`] of every group of `g` codes of `n` rows `stride` bytes apart (`out[r·groups + b]`,
+/// The ISA's integer dot products of three query heads' codes with every group of `g` codes of
+/// `n` rows `stride` bytes apart (`out[r·groups + b]`,
 /// `groups = out.len() / n`).
 #[inline(always)]
 fn dot3_page(q: [&[i16]; 3], k: &[u8], stride: usize, n: usize, g: usize, out: &mut [[i32; 3]]) {
@@ -45,18 +37,14 @@ fn dot3_page(q: [&[i16]; 3], k: &[u8], stride: usize, n: usize, g: usize, out: &
     #[cfg(edgekv_arm_mve)]
     mve::dot3_page(q, k, stride, n, g, groups, out);
     #[cfg(not(edgekv_arm_mve))]
-    for (r, out) in out.chunks_exact_mut(groups).enumerate() {
-        for (b, out) in out.iter_mut().enumerate() {
-            *out = dot3(q.map(|q| &q[b * g..][..g]), &k[r * stride + b * g..][..g]);
-        }
-    }
+    dsp::dot3_page(q.map(|q| bytemuck::cast_slice(q)), k, stride, n, g, groups, out);
 }
 
 /// Whether [`dot3`] takes groups of `g` codes (exact in `i32` up to 256) and this query (the
 /// DSP loop reads its codes two words at a time).
 #[inline(always)]
 fn dot3_takes(g: usize, q: &[i16]) -> bool {
-    let step = if cfg!(edgekv_arm_mve) { 16 } else { 4 };
+    let step = if cfg!(edgekv_arm_mve) { 16 } else { 8 };
     g != 0 && g % step == 0 && g <= 256 && q.as_ptr().align_offset(4) == 0
 }
 
