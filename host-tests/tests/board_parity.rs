@@ -1,7 +1,8 @@
 //! The QEMU Cortex-M4 firmware runs the same parity cases as the host and must print the same
 //! digests, byte for byte; it restores a snapshot image the host wrote (at build time) from
 //! flash and must decode after it as the host does; its counted decode step over 2,048 keys must
-//! give the host's output; then its demo session must pass. Needs
+//! give the host's output; then its demo session must pass. The Cortex-M55 firmware's parity
+//! binary must print the same case digests too. Needs
 //! qemu-system-arm (`cargo test-all`'s setup stage installs it; the defmt log is decoded in
 //! process by `edgekv_xtask::qemu`); without it the test fails and says how to install.
 
@@ -77,6 +78,43 @@ fn firmware_digests_equal_the_hosts() {
         run.lines.iter().any(|l| l.starts_with("demo ok")),
         "the demo session passed; log:\n{text}"
     );
+}
+
+/// The Cortex-M55 build (Helium kernels, whole-page int8 kernels) runs the same parity cases:
+/// the same digests as the host, case by case.
+#[test]
+fn m55_case_digests_equal_the_hosts() {
+    let root = qemu::repo_root();
+    let elf = qemu::build(&root, qemu::Board::An547, qemu::AN547_PARITY, true)
+        .expect("build the an547 firmware");
+    let mut log = Vec::new();
+    let run =
+        qemu::run(qemu::Board::An547, &elf, Duration::from_secs(300), &mut log).expect("run QEMU");
+    let text = String::from_utf8_lossy(&log);
+    assert_eq!(run.code, 0, "firmware exit code; log:\n{text}");
+    let board = run.digests();
+    assert_eq!(
+        board.len(),
+        CASES.len(),
+        "one digest per case; log:\n{text}"
+    );
+    let mut data = vec![MaybeUninit::uninit(); DATA_BYTES];
+    let mut meta = vec![MaybeUninit::uninit(); META_BYTES];
+    let mut work = vec![0f32; WORK_F32];
+    let mut arenas = Arenas {
+        data: &mut data,
+        meta: &mut meta,
+        work: &mut work,
+    };
+    for (&case, (name, crc)) in CASES.iter().zip(&board) {
+        let host = edgekv_parity::run(case, &mut arenas, &mut |_| {}).expect("host case");
+        assert_eq!(name, host.name());
+        assert_eq!(
+            *crc, host.crc32,
+            "case {name}: M55 {crc:08x}, host {:08x}",
+            host.crc32
+        );
+    }
 }
 
 #[test]

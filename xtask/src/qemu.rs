@@ -15,6 +15,8 @@ pub const AN386_MAIN: &str = "edgekv-qemu-an386";
 pub const AN547_MAIN: &str = "edgekv-qemu-an547";
 /// The an386 binary that faults on purpose (its HardFault handler must exit 3).
 pub const AN386_HARDFAULT: &str = "hardfault";
+/// The an547 binary that runs the parity cases with the Helium kernels.
+pub const AN547_PARITY: &str = "parity";
 
 /// A board crate that runs under QEMU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

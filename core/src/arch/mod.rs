@@ -76,9 +76,9 @@ use half::f16;
 
 #[cfg(not(feature = "small-code"))]
 use crate::attention::kernels::{self, Row};
-use crate::attention::page::{Heads, Keys, Layout};
 #[cfg(not(feature = "small-code"))]
 use crate::attention::page::PageRows;
+use crate::attention::page::{Heads, Keys, Layout};
 #[cfg(not(feature = "small-code"))]
 use crate::attention::query::QueryCodes;
 use crate::format::LANES;

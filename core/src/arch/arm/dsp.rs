@@ -268,7 +268,13 @@ pub(super) fn dot3_page(
 #[cfg(edgekv_arm_dsp)]
 #[cfg(edgekv_arm_f16cvt)]
 #[inline(always)]
-pub(super) unsafe fn add_rows3(acc: *mut f32, d: usize, ps: &[[f32; 3]], row: *const u8, stride: usize) {
+pub(super) unsafe fn add_rows3(
+    acc: *mut f32,
+    d: usize,
+    ps: &[[f32; 3]],
+    row: *const u8,
+    stride: usize,
+) {
     let n = ps.len();
     if n == 0 {
         return;

@@ -25,10 +25,10 @@ mod page;
 use super::{Isa, Portable};
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::kernels::{self, Row};
-#[cfg(not(feature = "small-code"))]
-use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::page::PageRows;
+#[cfg(not(feature = "small-code"))]
+use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::query::QueryCodes;
 #[cfg(not(feature = "small-code"))]

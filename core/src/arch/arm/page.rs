@@ -37,7 +37,15 @@ fn dot3_page(q: [&[i16]; 3], k: &[u8], stride: usize, n: usize, g: usize, out: &
     #[cfg(edgekv_arm_mve)]
     mve::dot3_page(q, k, stride, n, g, groups, out);
     #[cfg(not(edgekv_arm_mve))]
-    dsp::dot3_page(q.map(|q| bytemuck::cast_slice(q)), k, stride, n, g, groups, out);
+    dsp::dot3_page(
+        q.map(|q| bytemuck::cast_slice(q)),
+        k,
+        stride,
+        n,
+        g,
+        groups,
+        out,
+    );
 }
 
 /// Whether [`dot3`] takes groups of `g` codes (exact in `i32` up to 256) and this query (the
@@ -96,13 +104,7 @@ pub(super) fn scores3(
 /// weights times its scale, then one `asm!` loop over the rows per block of lanes.
 #[cfg(edgekv_arm_f16cvt)]
 #[inline(always)]
-pub(super) fn values3(
-    acc: &mut [f32],
-    w: &[f32],
-    p: usize,
-    rows: &PageRows<'_>,
-    g: usize,
-) -> bool {
+pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>, g: usize) -> bool {
     let d = acc.len() / 3;
     let n = rows.n;
     // Every row's `d` value bytes lie within `rows.vals` (so do the pointers below).

@@ -27,19 +27,38 @@ use crate::error::{ConfigError, Error, Result};
 use crate::format::{Element, ElementFormat};
 
 /// 2^-120: moves an f32 holding an e4m3 value to where its bits `>> 20` are the e4m3 code (the
-/// e4m3 exponent bias is 7, f32's 127; e4m3 subnormals land exactly on f32 subnormals).
+/// e4m3 exponent bias is 7, f32's 127; e4m3 subnormals land exactly on f32 subnormals). The
+/// AVX2 encoder's last step; the portable one takes [`e4m3_code`], which forms no subnormal.
+#[cfg(all(target_arch = "x86_64", not(miri), not(feature = "portable")))]
 pub(crate) const TWO_POW_M120: f32 = f32::from_bits((127 - 120) << 23);
 /// The smallest normal e4m3 value, 2^-6.
 const MIN_NORMAL: f32 = 0.015_625;
 /// The largest finite e4m3fn value.
 const MAX: f32 = 448.0;
 
+/// The code of `r`, a value of the e4m3 grid in `[0, 448]`: normal values by rebiasing the
+/// exponent in integer arithmetic (127 → 7, three mantissa bits kept), subnormal ones (multiples
+/// of 2^-9 below 2^-6) as `r · 2^9`, exact. No f32 subnormal is formed, so flush-to-zero changes
+/// nothing: Helium's vector floats always flush (they run under Arm's standard FPSCR value), and
+/// LLVM vectorizes this for them.
+#[inline(always)]
+fn e4m3_code(r: f32) -> u32 {
+    let b = r.to_bits();
+    let normal = b.wrapping_sub(120 << 23) >> 20;
+    let subnormal = (r * 512.0) as u32;
+    if b < MIN_NORMAL.to_bits() {
+        subnormal
+    } else {
+        normal
+    }
+}
+
 /// The e4m3fn code of `|q|` (0..=0x7F), round to nearest even, saturating: every finite
 /// `|q| > 448` and inf give 0x7E, NaN gives 0x7F. Branch-free (vectorizes).
 ///
 /// `m = 2^(max(exponent(v), -6) + 20)` has an f32 ulp equal to the e4m3 spacing at `v`, so
 /// `(v + m) − m` is `v` rounded to nearest even on the e4m3 grid by the FPU itself (normal and
-/// subnormal ranges alike); `· 2^-120` is then exact and its bits `>> 20` are the code.
+/// subnormal ranges alike); [`e4m3_code`] then reads the code off it.
 #[inline(always)]
 fn e4m3_mag(q: f32) -> u32 {
     let a = q.to_bits() & 0x7FFF_FFFF;
@@ -51,7 +70,7 @@ fn e4m3_mag(q: f32) -> u32 {
     let e = if e > MIN_NORMAL { e } else { MIN_NORMAL };
     let m = f32::from_bits(e.to_bits() + (20 << 23));
     let r = (v + m) - m;
-    ((r * TWO_POW_M120).to_bits() >> 20) | nan
+    e4m3_code(r) | nan
 }
 
 /// [`e4m3_mag`] for finite `|q| < 464` (no saturation or NaN handling needed).
@@ -63,7 +82,7 @@ fn e4m3_mag_small(q: f32) -> u32 {
     let m = f32::from_bits((a & 0x7F80_0000) + (20 << 23));
     let m = if m > M_MIN { m } else { M_MIN };
     let r = (v + m) - m;
-    (r * TWO_POW_M120).to_bits() >> 20
+    e4m3_code(r)
 }
 
 /// `2^(-6 + 20)`: the magic of the e4m3 subnormal range (spacing 2^-9).
