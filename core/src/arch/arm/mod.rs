@@ -3,16 +3,21 @@
 //! (two 16 × 16 products added per instruction, exact in an `i32`, each key word decoded once
 //! for every query head of its group) and int8 value rows four lanes at a time (a block's
 //! accumulators stay in registers across the rows). With Helium (M55, M85: `edgekv_arm_mve`),
-//! int8 scores by `VMLADAVA` eight codes at a time and int8 value rows of three heads eight lanes
-//! at a time (`mve.rs`; the DSP kernels there cost more than they save). On
-//! hard-float targets (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's
-//! `VCVTB`. Without Helium, each attention weight's `exp` is `libm::expf` itself (its branches
-//! cost a scalar FPU less than the eight-lane form's selects: 5 % of an M4 decode step; with
-//! Helium the lanes are cheaper). The quantizers take the portable paths.
+//! int8 scores by `VMLADAVA` and int8 value rows of three heads eight lanes at a time
+//! (`mve.rs`; the DSP kernels there cost more than they save). Whole pages of int8 rows for
+//! three query heads per KV head go to `page.rs` ([`Isa::PAGE_ROWS`]): rows a stride apart, one
+//! `asm!` loop nest for a page's scores, value accumulators kept across a page's rows; other
+//! pages (windows) and head counts take the eight-row kernels here. On hard-float targets
+//! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. Without Helium,
+//! each attention weight's `exp` is `libm::expf` itself (its branches cost a scalar FPU less than
+//! the eight-lane form's selects: 5 % of an M4 decode step; with Helium the lanes are cheaper).
+//! The quantizers take the portable paths.
 //!
 //! The portable kernels' bits: the integer sums are exact in any order, and every float step is
-//! the portable kernels' own, in their order. `small-code` builds have only the portable page
-//! loop, so none of this.
+//! the portable kernels' own, in their order. Helium's vector floats run under Arm's standard
+//! FPSCR value (subnormals flushed, default NaN) whatever the FPSCR says, so float code that LLVM
+//! vectorizes for them must not form subnormals (see `format::fp8::e4m3_code`). `small-code`
+//! builds have only the portable page loop, so none of this.
 
 #[cfg(not(feature = "small-code"))]
 mod dsp;

@@ -16,7 +16,11 @@ use crate::attention::query::QueryCodes;
 use crate::format::u16_at;
 
 /// Groups per head row the score kernel takes (SmolLM2: two of 32).
-const MAX_GROUPS: usize = 4;
+const MAX_GROUPS: usize = 8;
+
+/// Integer sums (of three heads each) the score kernel keeps between its two passes: [`CHUNK`]
+/// rows of up to four groups, fewer rows of more.
+const SUMS: usize = 64;
 
 /// Rows whose weights the value kernel scales at a time (a page of SmolLM2's cache: 16).
 const CHUNK: usize = 16;
@@ -48,16 +52,18 @@ fn dot3_page(q: [&[i16]; 3], k: &[u8], stride: usize, n: usize, g: usize, out: &
     );
 }
 
-/// Whether [`dot3`] takes groups of `g` codes (exact in `i32` up to 256) and this query (the
-/// DSP loop reads its codes two words at a time).
+/// Whether [`dot3_page`] takes groups of `g` codes (exact in `i32` up to 256; whole steps of
+/// sixteen codes for Helium, eight for the DSP loop) and this query (the DSP loop reads its codes
+/// two words at a time, aligned).
 #[inline(always)]
 fn dot3_takes(g: usize, q: &[i16]) -> bool {
     let step = if cfg!(edgekv_arm_mve) { 16 } else { 8 };
     g != 0 && g % step == 0 && g <= 256 && q.as_ptr().align_offset(4) == 0
 }
 
-/// [`Isa::int8_page_scores`] for three heads: row by row, each row's groups in order, each
-/// group's three integer sums in one loop.
+/// [`Isa::int8_page_scores`] for three heads: the integer sums of up to [`CHUNK`] rows and all
+/// their groups in one `asm!` loop nest, then each row's score from its groups in order.
+/// ([`SUMS`] ≥ [`MAX_GROUPS`], so every chunk holds a row.)
 #[inline(always)]
 pub(super) fn scores3(
     q: QueryCodes<'_>,
@@ -79,9 +85,10 @@ pub(super) fn scores3(
     let (s0, rest) = scores.split_at_mut(p);
     let (s1, s2) = rest.split_at_mut(p);
     let n = rows.n;
-    let mut isums = [[0i32; 3]; MAX_GROUPS * CHUNK];
-    for r0 in (0..n).step_by(CHUNK) {
-        let m = (n - r0).min(CHUNK);
+    let mut isums = [[0i32; 3]; SUMS];
+    let chunk = (SUMS / nb).min(CHUNK);
+    for r0 in (0..n).step_by(chunk) {
+        let m = (n - r0).min(chunk);
         let isums = &mut isums[..m * nb];
         dot3_page(qh, &rows.vals[r0 * rows.stride..], rows.stride, m, g, isums);
         let scales = rows.scales[r0 * rows.sstride..].chunks(rows.sstride);
