@@ -21,36 +21,13 @@ fn firmware_digests_equal_the_hosts() {
     let text = run.lines.join("\n");
     assert_eq!(run.code, 0, "firmware exit code; log:\n{text}");
 
-    let mut data = vec![MaybeUninit::uninit(); DATA_BYTES];
-    let mut meta = vec![MaybeUninit::uninit(); META_BYTES];
-    let mut work = vec![0f32; WORK_F32];
-    let mut arenas = Arenas {
-        data: &mut data,
-        meta: &mut meta,
-        work: &mut work,
-    };
+    let mut buffers = HostBuffers::new();
+    let mut arenas = buffers.arenas();
     let mut board = run.digests();
     // Last: the snapshot image the host wrote at build time, restored from flash on the board.
     let (name, restored) = board.pop().expect("digests");
     assert_eq!(name, "snapshot_restored", "log:\n{text}");
-    assert_eq!(
-        board.len(),
-        CASES.len(),
-        "one digest per case; log:\n{text}"
-    );
-    let mut cold = None;
-    for (&case, (name, crc)) in CASES.iter().zip(&board) {
-        let host = edgekv_parity::run(case, &mut arenas, &mut |_| {}).expect("host case");
-        assert_eq!(name, host.name());
-        assert_eq!(
-            *crc, host.crc32,
-            "case {name}: board {crc:08x}, host {:08x}",
-            host.crc32
-        );
-        if case == Case::SnapshotCold {
-            cold = Some(host.crc32);
-        }
-    }
+    let cold = assert_case_digests(&board, &mut arenas, "board", &text);
     // The host restores the same image (rebuilt here by the same code) to the same bits, which
     // equal decoding after a cold prefill.
     let mut mem = vec![0u8; snapshot::IMAGE_MAX];
@@ -69,7 +46,7 @@ fn firmware_digests_equal_the_hosts() {
         .find_map(|l| l.strip_prefix("decode_step keys 2048 instructions "))
         .unwrap_or_else(|| panic!("a decode_step line; log:\n{text}"));
     let mut arena = vec![MaybeUninit::uninit(); edgekv_parity::STEP_ARENA_BYTES];
-    let host = edgekv_parity::decode_step(&mut arena, &mut work, &mut || 0).expect("host step");
+    let host = edgekv_parity::decode_step(&mut arena, arenas.work, &mut || 0).expect("host step");
     assert!(
         step.ends_with(&format!("crc32 {:08x}", host.crc32)),
         "decode step: {step}"
@@ -92,29 +69,58 @@ fn m55_case_digests_equal_the_hosts() {
         qemu::run(qemu::Board::An547, &elf, Duration::from_secs(300), &mut log).expect("run QEMU");
     let text = String::from_utf8_lossy(&log);
     assert_eq!(run.code, 0, "firmware exit code; log:\n{text}");
-    let board = run.digests();
-    assert_eq!(
-        board.len(),
-        CASES.len(),
-        "one digest per case; log:\n{text}"
-    );
-    let mut data = vec![MaybeUninit::uninit(); DATA_BYTES];
-    let mut meta = vec![MaybeUninit::uninit(); META_BYTES];
-    let mut work = vec![0f32; WORK_F32];
-    let mut arenas = Arenas {
-        data: &mut data,
-        meta: &mut meta,
-        work: &mut work,
-    };
-    for (&case, (name, crc)) in CASES.iter().zip(&board) {
-        let host = edgekv_parity::run(case, &mut arenas, &mut |_| {}).expect("host case");
+    let mut buffers = HostBuffers::new();
+    assert_case_digests(&run.digests(), &mut buffers.arenas(), "M55", &text);
+}
+
+/// The host's buffers for the parity cases.
+struct HostBuffers {
+    data: Vec<MaybeUninit<u8>>,
+    meta: Vec<MaybeUninit<u8>>,
+    work: Vec<f32>,
+}
+
+impl HostBuffers {
+    fn new() -> Self {
+        HostBuffers {
+            data: vec![MaybeUninit::uninit(); DATA_BYTES],
+            meta: vec![MaybeUninit::uninit(); META_BYTES],
+            work: vec![0f32; WORK_F32],
+        }
+    }
+
+    fn arenas(&mut self) -> Arenas<'_> {
+        Arenas {
+            data: &mut self.data,
+            meta: &mut self.meta,
+            work: &mut self.work,
+        }
+    }
+}
+
+/// Asserts that a board printed one digest per case, each the host's (`who`: the board's name in
+/// messages, `log` its log); returns the host's digest of [`Case::SnapshotCold`].
+fn assert_case_digests(
+    board: &[(String, u32)],
+    arenas: &mut Arenas<'_>,
+    who: &str,
+    log: &str,
+) -> Option<u32> {
+    assert_eq!(board.len(), CASES.len(), "one digest per case; log:\n{log}");
+    let mut cold = None;
+    for (&case, (name, crc)) in CASES.iter().zip(board) {
+        let host = edgekv_parity::run(case, arenas, &mut |_| {}).expect("host case");
         assert_eq!(name, host.name());
         assert_eq!(
             *crc, host.crc32,
-            "case {name}: M55 {crc:08x}, host {:08x}",
+            "case {name}: {who} {crc:08x}, host {:08x}",
             host.crc32
         );
+        if case == Case::SnapshotCold {
+            cold = Some(host.crc32);
+        }
     }
+    cold
 }
 
 #[test]

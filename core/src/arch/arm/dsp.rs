@@ -128,52 +128,24 @@ pub(super) fn dot3(q: [&[u32]; 3], k: &[u8]) -> [i32; 3] {
     [a0, a1, a2]
 }
 
-/// [`dot3`] for every group of `g` codes of `n` key rows `stride` bytes apart from `k`'s start,
-/// each `groups · g` codes long, against the same three query rows (codes two to a word, as
-/// long): `out[r·groups + b]` is row `r`'s group `b`, all in one `asm!` loop nest, eight codes a
-/// step. `g` is a nonzero multiple of 8, at most 256; nothing is written unless every length
-/// fits.
+/// [`dot3`] for every group of every row of a page, all in one `asm!` loop nest, eight codes a
+/// step: `out[r·groups + b]` is row `r`'s group `b` (see `page::Dot3Page`).
+///
+/// # Safety
+///
+/// `p` as `page::dot3_page` checks it: every count ≥ 1, each query row 4-byte aligned and
+/// readable for `steps · 8` codes per group of a row, each of `p.rows` key rows `p.advance` bytes
+/// past the previous one's end readable from `k`, and `out` writable for `p.rows · p.groups`
+/// sums.
 #[cfg(edgekv_arm_dsp)]
 #[inline(always)]
-pub(super) fn dot3_page(
-    q: [&[u32]; 3],
-    k: &[u8],
-    stride: usize,
-    n: usize,
-    g: usize,
-    groups: usize,
-    out: &mut [[i32; 3]],
-) {
-    let row = groups * g;
-    let fits = n > 0
-        && groups > 0
-        && stride >= row
-        && q.iter().all(|q| 2 * q.len() >= row)
-        && k.len() >= (n - 1) * stride + row
-        && out.len() >= n * groups;
-    if !fits || g == 0 || g % 8 != 0 || g > 256 {
-        return;
-    }
-    // The query rows' starts, steps per group, the step from a row's end to the next row, groups,
-    // rows.
-    let params: [usize; 7] = [
-        q[0].as_ptr() as usize,
-        q[1].as_ptr() as usize,
-        q[2].as_ptr() as usize,
-        g / 8,
-        stride - row,
-        groups,
-        n,
-    ];
-    // SAFETY: the row loop runs `n` ≥ 1 times, the group loop `groups` ≥ 1 times per row and the
-    // step loop `g / 8` ≥ 1 times per group, reading 8 key bytes (`LDR`, which ARMv7-M allows
-    // unaligned) and four words of each query row per step (`LDRD`: the `&[u32]` are aligned):
-    // `groups · g` codes of each query row (from its start, every row) and of each key row
-    // `r · stride` from `k`'s start, within `k` (checked above); each group stores three words
-    // to `out`, `n · groups` long. `params` is only read. The loops keep their pointer to
-    // `params`, the output pointer and their two counters in 16 bytes of stack below `sp`
-    // (restored before the end), as the innermost loop takes every other register; only the
-    // declared registers and the flags are written.
+pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mut [i32; 3]) {
+    // SAFETY: the caller's contract: the loops read what it names (8 key bytes by `LDR`, which
+    // ARMv7-M allows unaligned, and four words of each query row by `LDRD` per step) and store
+    // three words per group to `out`; `p` is only read. The loops keep their pointer to `p`, the
+    // output pointer and their two counters in 16 bytes of stack below `sp` (restored before
+    // the end), as the innermost loop takes every other register; only the declared registers
+    // and the flags are written.
     unsafe {
         asm!(
             "sub sp, sp, #16",
@@ -238,9 +210,9 @@ pub(super) fn dot3_page(
             "str r0, [sp, #12]",
             "bne 4b",
             "add sp, sp, #16",
-            inout("r9") params.as_ptr() => _,
-            inout("lr") out.as_mut_ptr() => _,
-            inout("r1") k.as_ptr() => _,
+            inout("r9") p as *const _ => _,
+            inout("lr") out => _,
+            inout("r1") k => _,
             out("r0") _,
             out("r2") _,
             out("r3") _,

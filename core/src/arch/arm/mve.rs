@@ -79,46 +79,20 @@ pub(super) fn dot3(q: [&[i16]; 3], k: &[u8]) -> [i32; 3] {
     [a0, a1, a2]
 }
 
-/// [`dot3`] for every group of `g` codes of `n` key rows `stride` bytes apart from `k`'s start,
-/// each `groups · g` codes long, against the same three query rows (as long): `out[r·groups + b]`
-/// is row `r`'s group `b`, all in one `asm!` loop nest, sixteen codes a step. `g` is a nonzero
-/// multiple of 16, at most 256; nothing is written unless every length fits.
+/// [`dot3`] for every group of every row of a page, all in one `asm!` loop nest, sixteen codes a
+/// step: `out[r·groups + b]` is row `r`'s group `b` (see `page::Dot3Page`).
+///
+/// # Safety
+///
+/// `p` as `page::dot3_page` checks it: every count ≥ 1, each query row readable for
+/// `steps · 16` codes per group of a row, each of `p.rows` key rows `p.advance` bytes past the
+/// previous one's end readable from `k`, and `out` writable for `p.rows · p.groups` sums.
 #[inline(always)]
-pub(super) fn dot3_page(
-    q: [&[i16]; 3],
-    k: &[u8],
-    stride: usize,
-    n: usize,
-    g: usize,
-    groups: usize,
-    out: &mut [[i32; 3]],
-) {
-    let row = groups * g;
-    let fits = n > 0
-        && groups > 0
-        && stride >= row
-        && q.iter().all(|q| q.len() >= row)
-        && k.len() >= (n - 1) * stride + row
-        && out.len() >= n * groups;
-    if !fits || g == 0 || g % 16 != 0 || g > 256 {
-        return;
-    }
-    // The query rows' starts, steps per group, the step from a row's end to the next row, groups.
-    let params: [usize; 6] = [
-        q[0].as_ptr() as usize,
-        q[1].as_ptr() as usize,
-        q[2].as_ptr() as usize,
-        g / 16,
-        stride - row,
-        groups,
-    ];
-    // SAFETY: the row loop runs `n` ≥ 1 times, the group loop `groups` ≥ 1 times per row and the
-    // step loop `g / 16` ≥ 1 times per group, reading 16 key bytes and 16 halfwords of each query
-    // row per step: `groups · g` codes of each query row (from its start, every row) and of each
-    // key row `r · stride` from `k`'s start, within `k` (checked above); each group stores three
-    // words to `out`, `n · groups` long. `params` is only read. Only the declared registers and
-    // the flags are written (accumulators in the even r8, r10, r12 as `VMLADAVA` needs; the
-    // loads' bases in the low r1–r4).
+pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mut [i32; 3]) {
+    // SAFETY: the caller's contract: the loops read what it names (16 key bytes and 16 halfwords
+    // of each query row per step) and store three words per group to `out`; `p` is only read.
+    // Only the declared registers and the flags are written (accumulators in the even r8, r10,
+    // r12 as `VMLADAVA` needs; the loads' bases in the low r1–r4).
     unsafe {
         asm!(
             "4:",
@@ -153,10 +127,10 @@ pub(super) fn dot3_page(
             "add r1, r1, r0",
             "subs lr, lr, #1",
             "bne 4b",
-            pb = in(reg) params.as_ptr(),
-            out = inout(reg) out.as_mut_ptr() => _,
-            inout("lr") n => _,
-            inout("r1") k.as_ptr() => _,
+            pb = in(reg) p,
+            out = inout(reg) out => _,
+            inout("lr") p.rows => _,
+            inout("r1") k => _,
             out("r0") _,
             out("r2") _,
             out("r3") _,

@@ -32,33 +32,66 @@ const V_LANES: usize = 8;
 #[cfg(not(edgekv_arm_mve))]
 const V_LANES: usize = 4;
 
-/// The ISA's integer dot products of three query heads' codes with every group of `g` codes of
-/// `n` rows `stride` bytes apart (`out[r·groups + b]`,
-/// `groups = out.len() / n`).
-#[inline(always)]
-fn dot3_page(q: [&[i16]; 3], k: &[u8], stride: usize, n: usize, g: usize, out: &mut [[i32; 3]]) {
-    let groups = out.len() / n;
-    #[cfg(edgekv_arm_mve)]
-    mve::dot3_page(q, k, stride, n, g, groups, out);
-    #[cfg(not(edgekv_arm_mve))]
-    dsp::dot3_page(
-        q.map(|q| bytemuck::cast_slice(q)),
-        k,
-        stride,
-        n,
-        g,
-        groups,
-        out,
-    );
+/// Codes per step of the ISA's score loop: Helium's sixteen, the DSP loop's eight.
+#[cfg(edgekv_arm_mve)]
+const SCORE_STEP: usize = 16;
+#[cfg(not(edgekv_arm_mve))]
+const SCORE_STEP: usize = 8;
+
+/// What the ISAs' page score loops read (at these offsets): the three query rows' starts, steps
+/// per group, bytes from a key row's end to the next row's start, groups per row, rows.
+#[repr(C)]
+pub(super) struct Dot3Page {
+    q: [*const i16; 3],
+    steps: usize,
+    advance: usize,
+    groups: usize,
+    pub(super) rows: usize,
 }
 
-/// Whether [`dot3_page`] takes groups of `g` codes (exact in `i32` up to 256; whole steps of
-/// sixteen codes for Helium, eight for the DSP loop) and this query (the DSP loop reads its codes
-/// two words at a time, aligned).
+/// The integer dot products of three query heads' codes with every group of `g` codes of `n`
+/// rows `stride` bytes apart from `k`'s start: `out[r·groups + b]`, `groups = out.len() / n`, in
+/// the ISA's loop nest. Nothing is written unless every length fits (and [`dot3_takes`] `g`).
+#[inline(always)]
+fn dot3_page(q: [&[i16]; 3], k: &[u8], stride: usize, n: usize, g: usize, out: &mut [[i32; 3]]) {
+    let groups = out.len() / n.max(1);
+    let row = groups * g;
+    let fits = n > 0
+        && groups > 0
+        && stride >= row
+        && dot3_takes(g, q[0])
+        && q.iter()
+            .all(|q| q.len() >= row && q.as_ptr().align_offset(4) == 0)
+        && k.len() >= (n - 1) * stride + row;
+    if !fits {
+        return;
+    }
+    let p = Dot3Page {
+        q: q.map(<[i16]>::as_ptr),
+        steps: g / SCORE_STEP,
+        advance: stride - row,
+        groups,
+        rows: n,
+    };
+    // SAFETY: checked above: every count ≥ 1 (`g ≥ SCORE_STEP`), each query row aligned and
+    // `groups · g` codes long, the `n` key rows `stride` apart within `k`, `out` `n · groups`
+    // long.
+    #[cfg(edgekv_arm_mve)]
+    unsafe {
+        mve::dot3_page(&p, k.as_ptr(), out.as_mut_ptr())
+    };
+    // SAFETY: as above.
+    #[cfg(not(edgekv_arm_mve))]
+    unsafe {
+        dsp::dot3_page(&p, k.as_ptr(), out.as_mut_ptr())
+    };
+}
+
+/// Whether [`dot3_page`] takes groups of `g` codes (exact in `i32` up to 256, whole steps of
+/// [`SCORE_STEP`]) and this query (the DSP loop reads its codes two words at a time, aligned).
 #[inline(always)]
 fn dot3_takes(g: usize, q: &[i16]) -> bool {
-    let step = if cfg!(edgekv_arm_mve) { 16 } else { 8 };
-    g != 0 && g % step == 0 && g <= 256 && q.as_ptr().align_offset(4) == 0
+    g != 0 && g % SCORE_STEP == 0 && g <= 256 && q.as_ptr().align_offset(4) == 0
 }
 
 /// [`Isa::int8_page_scores`] for three heads: the integer sums of up to [`CHUNK`] rows and all
