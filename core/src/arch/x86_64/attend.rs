@@ -20,7 +20,8 @@ use core::arch::x86_64::{
 
 use crate::arch::{Isa, Portable};
 use crate::attention::kernels::{self, Row};
-use crate::attention::page::{Heads, Keys, Layout, attend_page as page};
+use super::page::{q8_scores, q8_values};
+use crate::attention::page::{Heads, Keys, Layout, PageRows, attend_page as page};
 use crate::attention::query::QueryCodes;
 use crate::format::u16_at;
 
@@ -63,6 +64,8 @@ unsafe fn attend_page_avx2<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, h
 struct Avx2F16c;
 
 impl Isa for Avx2F16c {
+    const PAGE_ROWS: bool = true;
+
     #[inline(always)]
     fn one(h: u16) -> f32 {
         // SAFETY: only reached from `attend_page_avx2`, which requires F16C; register-only.
@@ -121,6 +124,30 @@ impl Isa for Avx2F16c {
         } else {
             kernels::int8_add_scaled_rows::<Self, G>(acc, p, rows, g)
         }
+    }
+
+    #[inline(always)]
+    fn int8_page_scores<const G: usize>(
+        q: QueryCodes<'_>,
+        rows: &PageRows<'_>,
+        g: usize,
+        scores: &mut [f32],
+        p: usize,
+    ) -> bool {
+        // SAFETY: only reached from `attend_page_avx2`, which requires AVX2 and F16C.
+        g == 32 && unsafe { q8_scores::<G>(q, rows, scores, p) }
+    }
+
+    #[inline(always)]
+    fn int8_page_values<const G: usize>(
+        acc: &mut [f32],
+        w: &[f32],
+        p: usize,
+        rows: &PageRows<'_>,
+        g: usize,
+    ) -> bool {
+        // SAFETY: only reached from `attend_page_avx2`, which requires AVX2 and F16C.
+        g == 32 && unsafe { q8_values::<G>(acc, w, p, rows) }
     }
 }
 

@@ -19,6 +19,8 @@ mod detect;
 mod fp8;
 mod int8;
 mod lanes;
+#[cfg(not(feature = "small-code"))]
+mod page;
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,476 @@
+//! Whole pages of Q8_0 rows with AVX2 and F16C: the x86-64 kernels behind [`Isa::PAGE_ROWS`].
+//!
+//! A page's rows of one KV head lie a fixed stride apart, so after one check of the page's
+//! extent every row is a pointer step: no per-row slices, no gathers of eight rows' positions,
+//! and the value accumulators stay in registers across all of the page's rows (up to [`CHUNK`]
+//! at a time) instead of eight. Each score and each output element takes its terms in the
+//! portable kernels' order, so the bits are theirs (`kernels::int8_scores`,
+//! `kernels::int8_add_scaled_rows`; tested in `tests`).
+//!
+
+use core::arch::x86_64::{
+    __m128i, __m256, __m256i, _mm_loadl_epi64, _mm_loadu_si128, _mm256_add_epi32, _mm256_add_ps,
+    _mm256_cvtepi8_epi16, _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps, _mm256_cvtph_ps,
+    _mm256_hadd_epi32, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_mul_ps,
+    _mm256_permute2x128_si256, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_storeu_ps,
+};
+
+use crate::arch::{Isa, Portable};
+use crate::attention::page::PageRows;
+use crate::attention::query::QueryCodes;
+
+/// Q8_0's group: 32 codes per scale.
+const GROUP: usize = 32;
+
+/// Rows whose scaled weights the value kernel keeps at a time (a page of 16 tokens: all).
+const CHUNK: usize = 32;
+
+/// The eight f16 scales of group `b` of rows `r0..r0 + 8`, as f32.
+///
+/// # Safety
+///
+/// AVX and F16C are present; `rows.scales` holds `2·b + 2` bytes at `(r0 + 7)·sstride`.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn scales8(rows: &PageRows<'_>, r0: usize, b: usize) -> __m256 {
+    let base = rows.scales.as_ptr();
+    let s: [u16; 8] = core::array::from_fn(|i| {
+        // SAFETY: the caller's bound on row `r0 + 7` covers every row up to it.
+        unsafe {
+            base.add((r0 + i) * rows.sstride + 2 * b)
+                .cast::<[u8; 2]>()
+                .read()
+        }
+    })
+    .map(u16::from_le_bytes);
+    // SAFETY: F16C is present; the load reads the 16 bytes of `s`.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast::<__m128i>())) }
+}
+
+/// Whether a page of `n` rows of `hd` Q8_0 codes each fits its slices.
+#[inline(always)]
+fn page_fits(rows: &PageRows<'_>, hd: usize) -> bool {
+    let (n, nb) = (rows.n, hd / GROUP);
+    n > 0
+        && hd % GROUP == 0
+        && hd > 0
+        && rows.stride >= hd
+        && rows.sstride >= 2 * nb
+        && rows.vals.len() >= (n - 1) * rows.stride + hd
+        && rows.scales.len() >= (n - 1) * rows.sstride + 2 * nb
+}
+
+/// [`Isa::int8_page_scores`] for Q8_0 rows and `G` heads,
+/// eight rows at a time: per group, each row's 32 codes widened to i16 and multiplied into i32
+/// pairs with `vpmaddwd` (exact), the eight rows' sums folded into one vector with integer
+/// horizontal adds (exact, any order), then `score += (q scale · k scale) · sum`, group by group,
+/// eight rows per instruction, stored straight into each head's scores. `false`, nothing
+/// written, unless the page has a multiple of eight rows and every length fits.
+///
+/// # Safety
+///
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(super) unsafe fn q8_scores<const G: usize>(
+    q: QueryCodes<'_>,
+    rows: &PageRows<'_>,
+    scores: &mut [f32],
+    p: usize,
+) -> bool {
+    let hd = q.codes.len() / G;
+    let nb = hd / GROUP;
+    let n = rows.n;
+    if G == 0
+        || !page_fits(rows, hd)
+        || n % 8 != 0
+        || n > p
+        || scores.len() < G * p
+        || q.scales.len() < G * nb
+    {
+        return false;
+    }
+    let k = rows.vals.as_ptr();
+    for r0 in (0..n).step_by(8) {
+        // SAFETY: AVX2 and F16C are present (the caller's obligation). Rows `r0..r0 + 8` are
+        // within the page (`n` a multiple of eight), whose extent `page_fits` checked: each key
+        // load reads 16 of a row's `hd` codes; query loads read 16 of a head's `hd` codes;
+        // stores write eight of a head's `p ≥ n` scores.
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); G];
+            for b in 0..nb {
+                let kscale = scales8(rows, r0, b);
+                let mut qv = [[_mm256_setzero_si256(); 2]; G];
+                for (h, qv) in qv.iter_mut().enumerate() {
+                    let c = q.codes.as_ptr().add(h * hd + b * GROUP);
+                    qv[0] = _mm256_loadu_si256(c.cast::<__m256i>());
+                    qv[1] = _mm256_loadu_si256(c.add(16).cast::<__m256i>());
+                }
+                // Per four rows: each row's eight i32 partial sums for every head, then
+                // hadd(a, b) (per 128-bit half: [a0+a1, a2+a3, b0+b1, b2+b3]) twice: the four
+                // rows' half sums, low halves in the low lane and high halves in the high lane.
+                let mut quads = [[_mm256_setzero_si256(); G]; 2];
+                for (qd, quad) in quads.iter_mut().enumerate() {
+                    let mut part = [[_mm256_setzero_si256(); G]; 4];
+                    for (i, part) in part.iter_mut().enumerate() {
+                        let row = k.add((r0 + qd * 4 + i) * rows.stride + b * GROUP);
+                        let lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(row.cast::<__m128i>()));
+                        let hi =
+                            _mm256_cvtepi8_epi16(_mm_loadu_si128(row.add(16).cast::<__m128i>()));
+                        for (p, qv) in part.iter_mut().zip(&qv) {
+                            *p = _mm256_add_epi32(
+                                _mm256_madd_epi16(qv[0], lo),
+                                _mm256_madd_epi16(qv[1], hi),
+                            );
+                        }
+                    }
+                    for (h, quad) in quad.iter_mut().enumerate() {
+                        *quad = _mm256_hadd_epi32(
+                            _mm256_hadd_epi32(part[0][h], part[1][h]),
+                            _mm256_hadd_epi32(part[2][h], part[3][h]),
+                        );
+                    }
+                }
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    let lows = _mm256_permute2x128_si256::<0x20>(quads[0][h], quads[1][h]);
+                    let highs = _mm256_permute2x128_si256::<0x31>(quads[0][h], quads[1][h]);
+                    let isum = _mm256_cvtepi32_ps(_mm256_add_epi32(lows, highs));
+                    let scale = _mm256_mul_ps(_mm256_set1_ps(q.scales[h * nb + b]), kscale);
+                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, isum));
+                }
+            }
+            for (h, acc) in acc.iter().enumerate() {
+                _mm256_storeu_ps(scores.as_mut_ptr().add(h * p + r0), *acc);
+            }
+        }
+    }
+    true
+}
+
+/// [`Isa::int8_page_values`] for Q8_0 rows and `G ≤ 4`
+/// heads: per group, each row's weights times its scale (eight rows per instruction, one
+/// rounding each, as `kernels::scale_weights`), then per sixteen lanes the heads' accumulators
+/// in registers across up to [`CHUNK`] rows, `acc + w · x` row by row in order. `false`, nothing
+/// written, unless every length fits.
+///
+/// # Safety
+///
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(super) unsafe fn q8_values<const G: usize>(
+    acc: &mut [f32],
+    w: &[f32],
+    p: usize,
+    rows: &PageRows<'_>,
+) -> bool {
+    let d = acc.len() / G;
+    let n = rows.n;
+    if G == 0 || G > 4 || !page_fits(rows, d) || acc.len() != G * d || n > p || w.len() < G * p {
+        return false;
+    }
+    let v = rows.vals.as_ptr();
+    for k in 0..d / GROUP {
+        for c0 in (0..n).step_by(CHUNK) {
+            let m = (n - c0).min(CHUNK);
+            let mut ps = [[0f32; CHUNK]; G];
+            // SAFETY: AVX2 and F16C are present (the caller's obligation). Rows `r < n` are
+            // within the page `page_fits` checked (their scales too); weight loads read eight of
+            // a head's `p ≥ n` weights; stores write eight of `ps[h]`'s `CHUNK`.
+            unsafe {
+                let mut r = 0;
+                while r + 8 <= m {
+                    let s = scales8(rows, c0 + r, k);
+                    for (h, ps) in ps.iter_mut().enumerate() {
+                        let wv = _mm256_loadu_ps(w.as_ptr().add(h * p + c0 + r));
+                        _mm256_storeu_ps(ps.as_mut_ptr().add(r), _mm256_mul_ps(wv, s));
+                    }
+                    r += 8;
+                }
+                for r in r..m {
+                    let at = (c0 + r) * rows.sstride + 2 * k;
+                    let s = Portable::one(u16::from_le_bytes([
+                        rows.scales[at],
+                        rows.scales[at + 1],
+                    ]));
+                    for (h, ps) in ps.iter_mut().enumerate() {
+                        ps[r] = w[h * p + c0 + r] * s;
+                    }
+                }
+            }
+            for half in 0..2 {
+                let at = k * GROUP + half * 16;
+                // SAFETY: AVX2 is present (the caller's obligation). Accumulator loads and
+                // stores cover 8 of `acc`'s `G·d` elements (`at + 16 ≤ d`); code loads read
+                // 8 of row `c0 + r`'s `d` codes (`r < m`, within the checked page).
+                unsafe {
+                    let mut a = [[_mm256_setzero_ps(); 2]; G];
+                    for (h, a) in a.iter_mut().enumerate() {
+                        for (b, a) in a.iter_mut().enumerate() {
+                            *a = _mm256_loadu_ps(acc.as_ptr().add(h * d + at + b * 8));
+                        }
+                    }
+                    for r in 0..m {
+                        let c = v.add((c0 + r) * rows.stride + at);
+                        let x = [
+                            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                c.cast::<__m128i>(),
+                            ))),
+                            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                c.add(8).cast::<__m128i>(),
+                            ))),
+                        ];
+                        for (a, ps) in a.iter_mut().zip(&ps) {
+                            let w = _mm256_set1_ps(ps[r]);
+                            for (a, x) in a.iter_mut().zip(x) {
+                                *a = _mm256_add_ps(*a, _mm256_mul_ps(w, x));
+                            }
+                        }
+                    }
+                    for (h, a) in a.iter().enumerate() {
+                        for (b, a) in a.iter().enumerate() {
+                            _mm256_storeu_ps(acc.as_mut_ptr().add(h * d + at + b * 8), *a);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::attention::kernels::{self, Row};
+
+    /// A random page: `n` rows `stride` bytes apart (`hd` codes each, −128 and 127 among them),
+    /// f16 scales `sstride` bytes apart (subnormal, huge, infinite and NaN ones among them).
+    struct Page {
+        vals: Vec<u8>,
+        scales: Vec<u8>,
+        stride: usize,
+        sstride: usize,
+        n: usize,
+    }
+
+    impl Page {
+        fn new(next: &mut impl FnMut() -> u64, n: usize, hd: usize) -> Self {
+            let (stride, sstride) = (hd + 32 * (next() % 3) as usize, hd / 16 + 2);
+            let special = [0x0001u16, 0x03ff, 0x7bff, 0x7c00, 0x7e00, 0xfc00, 0x8000];
+            let vals = (0..n * stride)
+                .map(|_| match next() % 9 {
+                    0 => 0x80,
+                    1 => 0x7f,
+                    _ => (next() >> 24) as u8,
+                })
+                .collect();
+            let scales = (0..n * sstride / 2)
+                .flat_map(|_| {
+                    let r = next();
+                    let s = if r % 11 == 0 {
+                        special[(r >> 8) as usize % special.len()]
+                    } else {
+                        0x2000 + (r >> 16) as u16 % 0x2800
+                    };
+                    s.to_le_bytes()
+                })
+                .collect();
+            Page {
+                vals,
+                scales,
+                stride,
+                sstride,
+                n,
+            }
+        }
+
+        fn rows(&self, hd: usize) -> PageRows<'_> {
+            let last = self.n - 1;
+            PageRows {
+                vals: &self.vals[..last * self.stride + hd],
+                scales: &self.scales[..last * self.sstride + hd / 16],
+                stride: self.stride,
+                sstride: self.sstride,
+                n: self.n,
+            }
+        }
+
+        fn row(&self, r: usize, hd: usize) -> Row<'_> {
+            self.rows(hd).row(r, hd)
+        }
+    }
+
+    fn xorshift() -> impl FnMut() -> u64 {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    fn same(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()))
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn scores<const G: usize>(
+        q: QueryCodes<'_>,
+        rows: &PageRows<'_>,
+        s: &mut [f32],
+        p: usize,
+    ) -> bool {
+        // SAFETY: the caller checked AVX2 and F16C.
+        unsafe { q8_scores::<G>(q, rows, s, p) }
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn values<const G: usize>(
+        acc: &mut [f32],
+        w: &[f32],
+        p: usize,
+        rows: &PageRows<'_>,
+    ) -> bool {
+        // SAFETY: the caller checked AVX2 and F16C.
+        unsafe { q8_values::<G>(acc, w, p, rows) }
+    }
+
+    /// Pages of 8 to 40 rows, one to four heads, `head_dim` 32 to 128, rows and scales further
+    /// apart than one row: each head's scores have the portable kernel's bits (and rows past the
+    /// page are left alone); pages of other lengths are refused, nothing written.
+    #[test]
+    fn page_scores_give_the_portable_bits() {
+        if !super::super::available() {
+            return;
+        }
+        fn check<const G: usize>(next: &mut impl FnMut() -> u64) {
+            for n in 1..=40 {
+                let hd = 32 * (1 + next() % 4) as usize;
+                let page = Page::new(next, n, hd);
+                let codes: Vec<i16> = (0..G * hd)
+                    .map(|_| match next() % 13 {
+                        0 => -32767,
+                        1 => 32767,
+                        _ => next() as i16,
+                    })
+                    .collect();
+                let qs: Vec<f32> = (0..G * hd / 32)
+                    .map(|_| (next() % 1000) as f32 * 1e-4)
+                    .collect();
+                let q = QueryCodes {
+                    codes: &codes,
+                    scales: &qs,
+                };
+                let p = n + (next() % 3) as usize;
+                let mut got = std::vec![-7.0f32; G * p];
+                // SAFETY: AVX2 and F16C are present (checked by the test).
+                let took = unsafe { scores::<G>(q, &page.rows(hd), &mut got, p) };
+                assert_eq!(took, n % 8 == 0, "G {G} n {n}");
+                if !took {
+                    assert!(got.iter().all(|&s| s == -7.0));
+                    continue;
+                }
+                let mut want = std::vec![-7.0f32; G * p];
+                for r0 in (0..n).step_by(8) {
+                    let rows: Vec<Row<'_>> = (r0..r0 + 8).map(|r| page.row(r, hd)).collect();
+                    let s = kernels::int8_scores::<Portable, G>(q, &rows, 32);
+                    for (h, s) in s.iter().enumerate() {
+                        want[h * p + r0..][..8].copy_from_slice(s);
+                    }
+                }
+                assert!(same(&got, &want), "G {G} n {n} hd {hd}");
+            }
+        }
+        let mut next = xorshift();
+        for _ in 0..5 {
+            check::<1>(&mut next);
+            check::<2>(&mut next);
+            check::<3>(&mut next);
+            check::<4>(&mut next);
+        }
+    }
+
+    /// Pages of 1 to 40 rows (more than one chunk, eight-row blocks and tails), one to four
+    /// heads: every output element has the portable kernel's bits, rows taken in order.
+    #[test]
+    fn page_values_give_the_portable_bits() {
+        if !super::super::available() {
+            return;
+        }
+        fn check<const G: usize>(next: &mut impl FnMut() -> u64) {
+            for n in 1..=40 {
+                let hd = 32 * (1 + next() % 3) as usize;
+                let page = Page::new(next, n, hd);
+                let p = n + (next() % 9) as usize;
+                let w: Vec<f32> = (0..G * p)
+                    .map(|_| (next() % 10_000) as f32 * 1.3e-4)
+                    .collect();
+                let start: Vec<f32> = (0..G * hd)
+                    .map(|_| (next() % 2000) as f32 * 0.01 - 10.0)
+                    .collect();
+                let mut got = start.clone();
+                // SAFETY: AVX2 and F16C are present (checked by the test).
+                assert!(unsafe { values::<G>(&mut got, &w, p, &page.rows(hd)) });
+                let mut want = start;
+                for r0 in (0..n).step_by(8) {
+                    let m = (n - r0).min(8);
+                    let rows: Vec<Row<'_>> = (r0..r0 + m).map(|r| page.row(r, hd)).collect();
+                    let ws: Vec<[f32; G]> = (r0..r0 + m)
+                        .map(|r| core::array::from_fn(|h| w[h * p + r]))
+                        .collect();
+                    kernels::int8_add_scaled_rows::<Portable, G>(&mut want, &ws, &rows, 32);
+                }
+                assert!(same(&got, &want), "G {G} n {n} hd {hd}");
+            }
+        }
+        let mut next = xorshift();
+        for _ in 0..5 {
+            check::<1>(&mut next);
+            check::<2>(&mut next);
+            check::<3>(&mut next);
+            check::<4>(&mut next);
+        }
+    }
+
+    /// Pages whose slices are shorter than their rows say, or heads of other lengths, are
+    /// refused: nothing written.
+    #[test]
+    fn page_kernels_refuse_what_does_not_fit() {
+        if !super::super::available() {
+            return;
+        }
+        let mut next = xorshift();
+        let page = Page::new(&mut next, 16, 64);
+        let mut short = page.rows(64);
+        short.vals = &short.vals[..short.vals.len() - 1];
+        let codes = std::vec![1i16; 3 * 64];
+        let qs = std::vec![1.0f32; 6];
+        let q = QueryCodes {
+            codes: &codes,
+            scales: &qs,
+        };
+        let mut s = std::vec![0.5f32; 3 * 16];
+        let mut acc = std::vec![0.5f32; 3 * 64];
+        let w = std::vec![1.0f32; 3 * 16];
+        // SAFETY: AVX2 and F16C are present (checked above).
+        unsafe {
+            assert!(!scores::<3>(q, &short, &mut s, 16));
+            assert!(!values::<3>(&mut acc, &w, 16, &short));
+            // Fewer scores or weights than three heads' pages.
+            assert!(!scores::<3>(q, &page.rows(64), &mut s[..47], 16));
+            assert!(!values::<3>(&mut acc, &w[..47], 16, &page.rows(64)));
+            // Rows of 48 codes (not whole groups) and an accumulator not three heads long.
+            assert!(!values::<3>(&mut acc[..3 * 48], &w, 16, &page.rows(48)));
+            assert!(!values::<3>(&mut acc[..190], &w, 16, &page.rows(64)));
+        }
+        assert!(s.iter().all(|&x| x == 0.5) && acc.iter().all(|&x| x == 0.5));
+    }
+}
