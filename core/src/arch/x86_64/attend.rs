@@ -18,9 +18,9 @@ use core::arch::x86_64::{
     _mm256_setzero_ps, _mm256_setzero_si256, _mm256_storeu_ps,
 };
 
+use super::page::{q8_scores, q8_values};
 use crate::arch::{Isa, Portable};
 use crate::attention::kernels::{self, Row};
-use super::page::{q8_scores, q8_values};
 use crate::attention::page::{Heads, Keys, Layout, PageRows, attend_page as page};
 use crate::attention::query::QueryCodes;
 use crate::format::u16_at;

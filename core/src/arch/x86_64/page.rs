@@ -190,10 +190,8 @@ pub(super) unsafe fn q8_values<const G: usize>(
                 }
                 for r in r..m {
                     let at = (c0 + r) * rows.sstride + 2 * k;
-                    let s = Portable::one(u16::from_le_bytes([
-                        rows.scales[at],
-                        rows.scales[at + 1],
-                    ]));
+                    let s =
+                        Portable::one(u16::from_le_bytes([rows.scales[at], rows.scales[at + 1]]));
                     for (h, ps) in ps.iter_mut().enumerate() {
                         ps[r] = w[h * p + c0 + r] * s;
                     }
