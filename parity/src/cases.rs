@@ -13,6 +13,10 @@ pub enum Case {
     PagedBf16,
     /// Same inputs over int8 pages, groups of 32 (ggml Q8_0).
     PagedQ8_0,
+    /// The K and V rows of [`PagedQ8_0`](Case::PagedQ8_0), queries × [`SHARP`]: scores hundreds
+    /// apart, many weights subnormal or zero (where vector floats that flush subnormals to zero
+    /// would differ).
+    PagedQ8_0Sharp,
     /// Same inputs over int8 pages, one scale per token and head (group = head_dim).
     PagedInt8Head,
     /// Same inputs over FP8 E4M3 tile pages (`dv` 48, tiles of 16, f32 scales and tail).
@@ -70,6 +74,7 @@ pub const CASES: &[Case] = &[
     Case::PagedF16,
     Case::PagedBf16,
     Case::PagedQ8_0,
+    Case::PagedQ8_0Sharp,
     Case::PagedInt8Head,
     Case::PagedFp8Tile,
     Case::PagedQ4_0,
@@ -118,6 +123,7 @@ impl Case {
             Case::PagedF16 => "paged_f16",
             Case::PagedBf16 => "paged_bf16",
             Case::PagedQ8_0 => "paged_q8_0",
+            Case::PagedQ8_0Sharp => "paged_q8_0_sharp",
             Case::PagedInt8Head => "paged_int8_head",
             Case::PagedFp8Tile => "paged_fp8_tile",
             Case::PagedQ4_0 => "paged_q4_0",
@@ -148,7 +154,7 @@ impl Case {
         let f = match self {
             Case::PagedF16 | Case::PrefixWarm | Case::PrefixCold => ElementFormat::F16,
             Case::PagedBf16 => ElementFormat::Bf16,
-            Case::PagedQ8_0 => ElementFormat::Q8_0,
+            Case::PagedQ8_0 | Case::PagedQ8_0Sharp => ElementFormat::Q8_0,
             Case::PagedInt8Head => ElementFormat::Int8 {
                 group: SHAPE.head_dim,
             },

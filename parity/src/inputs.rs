@@ -54,7 +54,13 @@ pub(crate) enum Src {
     Stream(u64),
     /// Rows and queries as functions of the token prefix `tokens[..=pos]` (FNV-1a hash).
     Tokens(&'static [u32]),
+    /// As `Stream`, queries × [`SHARP`]: scores hundreds apart, so that many weights are
+    /// subnormal or zero (`exp` of less than −87).
+    Sharp(u64),
 }
+
+/// Factor of [`Src::Sharp`]'s queries.
+pub const SHARP: f32 = 24.0;
 
 pub(crate) const KIND_KV: u64 = 1;
 pub(crate) const KIND_Q: u64 = 2;
@@ -62,7 +68,7 @@ pub(crate) const KIND_Q: u64 = 2;
 impl Src {
     pub(crate) fn seed(self, layer: u16, pos: u32, kind: u64) -> u64 {
         let word = match self {
-            Src::Stream(s) => mix(s),
+            Src::Stream(s) | Src::Sharp(s) => mix(s),
             Src::Tokens(tokens) => tokens
                 .iter()
                 .take(pos as usize + 1)

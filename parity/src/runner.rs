@@ -86,6 +86,9 @@ impl<F: FnMut(Event<'_>)> Runner<'_, F> {
         let out = &mut self.out[..n * Q_ROW];
         for (pos, row) in positions.clone().zip(q.chunks_exact_mut(Q_ROW)) {
             query_row(src.seed(layer, pos, KIND_Q), row);
+            if let Src::Sharp(_) = src {
+                row.iter_mut().for_each(|x| *x *= SHARP);
+            }
         }
         self.cache.attention(
             seq,
@@ -189,6 +192,11 @@ impl<F: FnMut(Event<'_>)> Runner<'_, F> {
                 let s = self.new_seq()?;
                 self.prefill(s, 0, 0..144, PAGED, WriteAttend)?;
                 self.decode(s, 0, 144..MAX_TOKENS, PAGED)?;
+            }
+            Case::PagedQ8_0Sharp => {
+                let s = self.new_seq()?;
+                self.prefill(s, 0, 0..144, Src::Sharp(1), WriteAttend)?;
+                self.decode(s, 0, 144..MAX_TOKENS, Src::Sharp(1))?;
             }
             Case::Chunked => {
                 let src = Src::Stream(2);
