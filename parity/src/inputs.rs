@@ -59,7 +59,7 @@ pub(crate) enum Src {
     Sharp(u64),
 }
 
-/// Factor of [`Src::Sharp`]'s queries.
+/// Factor of the queries of [`Case::PagedQ8_0Sharp`].
 pub const SHARP: f32 = 24.0;
 
 pub(crate) const KIND_KV: u64 = 1;
