@@ -11,14 +11,12 @@
 //! attention results of both builds.
 
 use core::arch::x86_64::{
-    __m128i, __m256i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128,
-    _mm256_add_epi32, _mm256_add_ps, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtph_ps,
-    _mm256_hadd_epi32, _mm256_hadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16,
-    _mm256_mul_ps, _mm256_permute2f128_ps, _mm256_permute2x128_si256, _mm256_set1_ps,
-    _mm256_setzero_ps, _mm256_setzero_si256, _mm256_storeu_ps,
+    __m128i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm256_add_ps,
+    _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_hadd_ps, _mm256_loadu_ps, _mm256_mul_ps,
+    _mm256_permute2f128_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
 };
 
-use super::page::{q8_scores, q8_values};
+use super::page::{group_sums8, q8_scores, q8_values};
 use crate::arch::{Isa, Portable};
 use crate::attention::kernels::{self, Row};
 use crate::attention::page::{Heads, Keys, Layout, PageRows, attend_page as page};
@@ -210,9 +208,8 @@ unsafe fn q8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[R
 }
 
 /// [`Isa::int8_scores`] of eight Q8_0 rows (group 32, `head_dim` a multiple of 32): per group,
-/// each row's 32 codes widened to i16 and multiplied into i32 pairs with `vpmaddwd` (exact), the
-/// eight rows' sums folded into one vector with integer horizontal adds (exact, any order), then
-/// the float steps of the portable kernel, eight rows per instruction. (A `target_feature`
+/// the rows' exact integer sums (`page::group_sums8`), then the float steps of the portable
+/// kernel, eight rows per instruction. (A `target_feature`
 /// function so that its closures are built with AVX2 too: intrinsics inline only there.)
 ///
 /// # Safety
@@ -224,9 +221,9 @@ unsafe fn q8_scores8<const G: usize>(q: QueryCodes<'_>, rows: &[Row<'_>; 8]) -> 
     let hd = q.codes.len() / G;
     let nb = hd / 32;
     let mut out = [[0f32; 8]; G];
-    // SAFETY: AVX2 and F16C are present (the caller's obligation). Every load reads exactly the
-    // bytes of a bounds-checked array reference: 8 f16 scales or 16 code bytes (128-bit loads),
-    // or 16 query codes (32 bytes).
+    // SAFETY: AVX2 and F16C are present (the caller's obligation). The scale load reads exactly
+    // the 16 bytes of `ks`; `group_sums8` gets each row's 32 codes of the group as a
+    // bounds-checked reference, and the heads' `hd` query codes (`q.codes` is `G·hd` long).
     unsafe {
         let mut acc = [_mm256_setzero_ps(); G];
         for b in 0..nb {
@@ -235,43 +232,11 @@ unsafe fn q8_scores8<const G: usize>(q: QueryCodes<'_>, rows: &[Row<'_>; 8]) -> 
                 *s = u16_at(row.scales, b);
             }
             let kscale = _mm256_cvtph_ps(_mm_loadu_si128(ks.as_ptr().cast::<__m128i>()));
-            let mut qv = [[_mm256_setzero_si256(); 2]; G];
-            for (h, qv) in qv.iter_mut().enumerate() {
-                let c: &[i16; 32] = q.codes[h * hd + b * 32..][..32].try_into().expect("32");
-                qv[0] = _mm256_loadu_si256(c.as_ptr().cast::<__m256i>());
-                qv[1] = _mm256_loadu_si256(c[16..].as_ptr().cast::<__m256i>());
-            }
-            // Per four rows: each row's eight i32 partial sums for every head, then
-            // hadd(a, b) (per 128-bit half: [a0+a1, a2+a3, b0+b1, b2+b3]) twice: the four rows'
-            // half sums, low halves in the low lane and high halves in the high lane.
-            let mut quads = [[_mm256_setzero_si256(); G]; 2];
-            for (qd, quad) in quads.iter_mut().enumerate() {
-                let mut part = [[_mm256_setzero_si256(); G]; 4];
-                for (i, part) in part.iter_mut().enumerate() {
-                    let k: &[u8; 32] = rows[qd * 4 + i].vals[b * 32..b * 32 + 32]
-                        .try_into()
-                        .expect("32");
-                    let lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(k.as_ptr().cast::<__m128i>()));
-                    let hi =
-                        _mm256_cvtepi8_epi16(_mm_loadu_si128(k[16..].as_ptr().cast::<__m128i>()));
-                    for (p, qv) in part.iter_mut().zip(&qv) {
-                        *p = _mm256_add_epi32(
-                            _mm256_madd_epi16(qv[0], lo),
-                            _mm256_madd_epi16(qv[1], hi),
-                        );
-                    }
-                }
-                for (h, quad) in quad.iter_mut().enumerate() {
-                    *quad = _mm256_hadd_epi32(
-                        _mm256_hadd_epi32(part[0][h], part[1][h]),
-                        _mm256_hadd_epi32(part[2][h], part[3][h]),
-                    );
-                }
-            }
-            for (h, acc) in acc.iter_mut().enumerate() {
-                let lows = _mm256_permute2x128_si256::<0x20>(quads[0][h], quads[1][h]);
-                let highs = _mm256_permute2x128_si256::<0x31>(quads[0][h], quads[1][h]);
-                let isum = _mm256_cvtepi32_ps(_mm256_add_epi32(lows, highs));
+            let k: [&[u8; 32]; 8] =
+                core::array::from_fn(|i| rows[i].vals[b * 32..][..32].try_into().expect("32"));
+            let isums = group_sums8::<G>(q.codes, hd, b, |i| k[i].as_ptr());
+            for (h, (acc, isum)) in acc.iter_mut().zip(isums).enumerate() {
+                let isum = _mm256_cvtepi32_ps(isum);
                 let scale = _mm256_mul_ps(_mm256_set1_ps(q.scales[h * nb + b]), kscale);
                 *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, isum));
             }

@@ -61,11 +61,9 @@ fn page_fits(rows: &PageRows<'_>, hd: usize) -> bool {
         && rows.scales.len() >= (n - 1) * rows.sstride + 2 * nb
 }
 
-/// [`Isa::int8_page_scores`] for Q8_0 rows and `G` heads,
-/// eight rows at a time: per group, each row's 32 codes widened to i16 and multiplied into i32
-/// pairs with `vpmaddwd` (exact), the eight rows' sums folded into one vector with integer
-/// horizontal adds (exact, any order), then `score += (q scale · k scale) · sum`, group by group,
-/// eight rows per instruction, stored straight into each head's scores. `false`, nothing
+/// [`Isa::int8_page_scores`] for Q8_0 rows and `G` heads, eight rows at a time: per group the
+/// rows' exact integer sums ([`group_sums8`]), then `score += (q scale · k scale) · sum`, group
+/// by group, eight rows per instruction, stored straight into each head's scores. `false`, nothing
 /// written, unless the page has a multiple of eight rows and every length fits.
 ///
 /// # Safety
@@ -101,41 +99,11 @@ pub(super) unsafe fn q8_scores<const G: usize>(
             let mut acc = [_mm256_setzero_ps(); G];
             for b in 0..nb {
                 let kscale = scales8(rows, r0, b);
-                let mut qv = [[_mm256_setzero_si256(); 2]; G];
-                for (h, qv) in qv.iter_mut().enumerate() {
-                    let c = q.codes.as_ptr().add(h * hd + b * GROUP);
-                    qv[0] = _mm256_loadu_si256(c.cast::<__m256i>());
-                    qv[1] = _mm256_loadu_si256(c.add(16).cast::<__m256i>());
-                }
-                // Per four rows: each row's eight i32 partial sums for every head, then
-                // hadd(a, b) (per 128-bit half: [a0+a1, a2+a3, b0+b1, b2+b3]) twice: the four
-                // rows' half sums, low halves in the low lane and high halves in the high lane.
-                let mut quads = [[_mm256_setzero_si256(); G]; 2];
-                for (qd, quad) in quads.iter_mut().enumerate() {
-                    let mut part = [[_mm256_setzero_si256(); G]; 4];
-                    for (i, part) in part.iter_mut().enumerate() {
-                        let row = k.add((r0 + qd * 4 + i) * rows.stride + b * GROUP);
-                        let lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(row.cast::<__m128i>()));
-                        let hi =
-                            _mm256_cvtepi8_epi16(_mm_loadu_si128(row.add(16).cast::<__m128i>()));
-                        for (p, qv) in part.iter_mut().zip(&qv) {
-                            *p = _mm256_add_epi32(
-                                _mm256_madd_epi16(qv[0], lo),
-                                _mm256_madd_epi16(qv[1], hi),
-                            );
-                        }
-                    }
-                    for (h, quad) in quad.iter_mut().enumerate() {
-                        *quad = _mm256_hadd_epi32(
-                            _mm256_hadd_epi32(part[0][h], part[1][h]),
-                            _mm256_hadd_epi32(part[2][h], part[3][h]),
-                        );
-                    }
-                }
-                for (h, acc) in acc.iter_mut().enumerate() {
-                    let lows = _mm256_permute2x128_si256::<0x20>(quads[0][h], quads[1][h]);
-                    let highs = _mm256_permute2x128_si256::<0x31>(quads[0][h], quads[1][h]);
-                    let isum = _mm256_cvtepi32_ps(_mm256_add_epi32(lows, highs));
+                let isums = group_sums8::<G>(q.codes, hd, b, |i| {
+                    k.add((r0 + i) * rows.stride + b * GROUP)
+                });
+                for (h, (acc, isum)) in acc.iter_mut().zip(isums).enumerate() {
+                    let isum = _mm256_cvtepi32_ps(isum);
                     let scale = _mm256_mul_ps(_mm256_set1_ps(q.scales[h * nb + b]), kscale);
                     *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, isum));
                 }
@@ -146,6 +114,62 @@ pub(super) unsafe fn q8_scores<const G: usize>(
         }
     }
     true
+}
+
+/// Group `b`'s exact integer sums of eight Q8_0 rows for `G` heads: per head `h`, one vector of
+/// the eight rows' sums of products with the head's 32 query codes (`q[h·hd + 32b..]`), row `i`
+/// in lane `i`. Each row's codes widened to i16 and multiplied into i32 pairs with `vpmaddwd`,
+/// then per four rows `hadd(a, b)` (per 128-bit half: `[a0+a1, a2+a3, b0+b1, b2+b3]`) twice:
+/// the four rows' half sums, low halves in the low lane and high halves in the high lane, the
+/// halves' sums last. Exact in `i32` (32 products of at most 2^15 · 2^7), so in any order.
+///
+/// # Safety
+///
+/// AVX2 is present; `row(i)` (`i < 8`) points at 32 readable code bytes; `q` holds `G·hd`
+/// codes with `32b + 32 ≤ hd`.
+#[inline(always)]
+pub(super) unsafe fn group_sums8<const G: usize>(
+    q: &[i16],
+    hd: usize,
+    b: usize,
+    row: impl Fn(usize) -> *const u8,
+) -> [__m256i; G] {
+    // SAFETY: the caller's obligations: AVX2; each query load reads 16 of a head's codes, each
+    // key load 16 of a row's 32 code bytes.
+    unsafe {
+        let mut qv = [[_mm256_setzero_si256(); 2]; G];
+        for (h, qv) in qv.iter_mut().enumerate() {
+            let c = q.as_ptr().add(h * hd + b * GROUP);
+            qv[0] = _mm256_loadu_si256(c.cast::<__m256i>());
+            qv[1] = _mm256_loadu_si256(c.add(16).cast::<__m256i>());
+        }
+        let mut quads = [[_mm256_setzero_si256(); G]; 2];
+        for (qd, quad) in quads.iter_mut().enumerate() {
+            let mut part = [[_mm256_setzero_si256(); G]; 4];
+            for (i, part) in part.iter_mut().enumerate() {
+                let k = row(qd * 4 + i);
+                let lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(k.cast::<__m128i>()));
+                let hi = _mm256_cvtepi8_epi16(_mm_loadu_si128(k.add(16).cast::<__m128i>()));
+                for (p, qv) in part.iter_mut().zip(&qv) {
+                    *p = _mm256_add_epi32(
+                        _mm256_madd_epi16(qv[0], lo),
+                        _mm256_madd_epi16(qv[1], hi),
+                    );
+                }
+            }
+            for (h, quad) in quad.iter_mut().enumerate() {
+                *quad = _mm256_hadd_epi32(
+                    _mm256_hadd_epi32(part[0][h], part[1][h]),
+                    _mm256_hadd_epi32(part[2][h], part[3][h]),
+                );
+            }
+        }
+        core::array::from_fn(|h| {
+            let lows = _mm256_permute2x128_si256::<0x20>(quads[0][h], quads[1][h]);
+            let highs = _mm256_permute2x128_si256::<0x31>(quads[0][h], quads[1][h]);
+            _mm256_add_epi32(lows, highs)
+        })
+    }
 }
 
 /// [`Isa::int8_page_values`] for Q8_0 rows and `G ≤ 4`
