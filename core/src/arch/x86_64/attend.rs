@@ -16,7 +16,7 @@ use core::arch::x86_64::{
     _mm256_permute2f128_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
 };
 
-use super::page::{group_sums8, q8_scores, q8_values};
+use super::page::{add_row16, group_sums8, q8_scores, q8_values};
 use crate::arch::{Isa, Portable};
 use crate::attention::kernels::{self, Row};
 use crate::attention::page::{Heads, Keys, Layout, PageRows, attend_page as page};
@@ -161,7 +161,6 @@ impl Isa for Avx2F16c {
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
 unsafe fn q8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>]) {
-    use core::arch::x86_64::{_mm_loadl_epi64, _mm256_cvtepi8_epi32};
     let d = acc.len() / G;
     let m = p.len().min(rows.len()).min(8);
     let (p, rows) = (&p[..m], &rows[..m]);
@@ -171,8 +170,8 @@ unsafe fn q8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[R
         for half in 0..2 {
             let at = k * 32 + half * 16;
             // SAFETY: AVX2 and F16C are present (the caller's obligation). Every load and store
-            // covers exactly a bounds-checked array reference: 8 accumulators (32 bytes) or 8
-            // codes (a 64-bit load).
+            // covers exactly a bounds-checked array reference: 8 accumulators (32 bytes), or the
+            // 16 codes `add_row16` reads.
             unsafe {
                 let mut a = [[_mm256_setzero_ps(); 2]; G];
                 for (h, a) in a.iter_mut().enumerate() {
@@ -183,17 +182,7 @@ unsafe fn q8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[R
                 }
                 for (ps, row) in ps.iter().zip(rows) {
                     let c: &[u8; 16] = row.vals[at..at + 16].try_into().expect("16 codes");
-                    let mut x = [_mm256_setzero_ps(); 2];
-                    for (b, x) in x.iter_mut().enumerate() {
-                        let codes = _mm_loadl_epi64(c[b * 8..].as_ptr().cast::<__m128i>());
-                        *x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes));
-                    }
-                    for (a, &w) in a.iter_mut().zip(ps) {
-                        let w = _mm256_set1_ps(w);
-                        for (a, x) in a.iter_mut().zip(x) {
-                            *a = _mm256_add_ps(*a, _mm256_mul_ps(w, x));
-                        }
-                    }
+                    add_row16::<G>(&mut a, c.as_ptr(), |h| ps[h]);
                 }
                 for (h, a) in a.iter().enumerate() {
                     for (b, a) in a.iter().enumerate() {

@@ -233,23 +233,10 @@ pub(super) unsafe fn q8_values<const G: usize>(
                             *a = _mm256_loadu_ps(acc.as_ptr().add(h * d + at + b * 8));
                         }
                     }
-                    for r in 0..m {
+                    (0..m).for_each(|r| {
                         let c = v.add((c0 + r) * rows.stride + at);
-                        let x = [
-                            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                                c.cast::<__m128i>(),
-                            ))),
-                            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                                c.add(8).cast::<__m128i>(),
-                            ))),
-                        ];
-                        for (a, ps) in a.iter_mut().zip(&ps) {
-                            let w = _mm256_set1_ps(ps[r]);
-                            for (a, x) in a.iter_mut().zip(x) {
-                                *a = _mm256_add_ps(*a, _mm256_mul_ps(w, x));
-                            }
-                        }
-                    }
+                        add_row16::<G>(&mut a, c, |h| ps[h][r]);
+                    });
                     for (h, a) in a.iter().enumerate() {
                         for (b, a) in a.iter().enumerate() {
                             _mm256_storeu_ps(acc.as_mut_ptr().add(h * d + at + b * 8), *a);
@@ -260,6 +247,33 @@ pub(super) unsafe fn q8_values<const G: usize>(
         }
     }
     true
+}
+
+/// One V row's terms for `G` heads' accumulators of 16 lanes: the 16 codes at `c` widened to
+/// f32 (two blocks of eight), then `a[h][b] + w(h) · x[b]`, a multiply and an add (no fused
+/// multiply-add: the portable kernel's rounding).
+///
+/// # Safety
+///
+/// AVX2 is present; `c` points at 16 readable bytes.
+#[inline(always)]
+pub(super) unsafe fn add_row16<const G: usize>(
+    a: &mut [[__m256; 2]; G],
+    c: *const u8,
+    w: impl Fn(usize) -> f32,
+) {
+    // SAFETY: the caller's obligations: AVX2; each load reads 8 of the 16 bytes at `c`.
+    unsafe {
+        let x = [c, c.add(8)].map(|c| {
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(c.cast::<__m128i>())))
+        });
+        for (h, a) in a.iter_mut().enumerate() {
+            let w = _mm256_set1_ps(w(h));
+            for (a, x) in a.iter_mut().zip(x) {
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(w, x));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
