@@ -27,7 +27,7 @@ fn firmware_digests_equal_the_hosts() {
     // Last: the snapshot image the host wrote at build time, restored from flash on the board.
     let (name, restored) = board.pop().expect("digests");
     assert_eq!(name, "snapshot_restored", "log:\n{text}");
-    let cold = assert_case_digests(&board, &mut arenas, "board", &text, &[]);
+    let cold = assert_case_digests(&board, &mut arenas, "board", &text);
     // The host restores the same image (rebuilt here by the same code) to the same bits, which
     // equal decoding after a cold prefill.
     let mut mem = vec![0u8; snapshot::IMAGE_MAX];
@@ -71,15 +71,8 @@ fn m55_case_digests_equal_the_hosts() {
     assert_eq!(run.code, 0, "firmware exit code; log:\n{text}");
     let mut buffers = HostBuffers::new();
     let digests = run.digests();
-    assert_case_digests(&digests, &mut buffers.arenas(), "M55", &text, M55_OPEN);
+    assert_case_digests(&digests, &mut buffers.arenas(), "M55", &text);
 }
-
-/// Cases whose M55 digest is known to differ from the host's, with both digests as they are
-/// (a known defect, pinned: a change to either fails the test until this list is updated).
-/// `paged_q8_0_sharp`: scores hundreds apart make weights (and their products and rescales)
-/// subnormal, and Helium's vector floats flush subnormals to zero (they run under Arm's standard
-/// FPSCR value), where the host and the M4 keep them. Open in issue 19 (see FIGURES.md).
-const M55_OPEN: &[(Case, u32, u32)] = &[(Case::PagedQ8_0Sharp, 0xd871_c00a, 0x7ddf_e438)];
 
 /// The host's buffers for the parity cases.
 struct HostBuffers {
@@ -113,25 +106,12 @@ fn assert_case_digests(
     arenas: &mut Arenas<'_>,
     who: &str,
     log: &str,
-    open: &[(Case, u32, u32)],
 ) -> Option<u32> {
     assert_eq!(board.len(), CASES.len(), "one digest per case; log:\n{log}");
     let mut cold = None;
     for (&case, (name, crc)) in CASES.iter().zip(board) {
         let host = edgekv_parity::run(case, arenas, &mut |_| {}).expect("host case");
         assert_eq!(name, host.name());
-        if let Some(&(_, theirs, ours)) = open.iter().find(|o| o.0 == case) {
-            println!(
-                "known open: case {name}: {who} {crc:08x}, host {:08x}",
-                host.crc32
-            );
-            assert_eq!(
-                (*crc, host.crc32),
-                (theirs, ours),
-                "case {name} (known to differ on {who}) changed: update the list"
-            );
-            continue;
-        }
         assert_eq!(
             *crc, host.crc32,
             "case {name}: {who} {crc:08x}, host {:08x}",

@@ -1,4 +1,5 @@
-//! `exp` over a slice, eight lanes at a time, bit-identical to `libm::expf`.
+//! Attention weights: `exp` over a slice, eight lanes at a time, bit-identical to `libm::expf`,
+//! then [`floor::weight`] (weights below 2^-60 are zero).
 //!
 //! `libm::expf` (FreeBSD's `e_expf`) is a handful of `f32` operations behind branches on the
 //! argument's magnitude; one call per attention weight cost a fifth of decode time. Here the
@@ -10,6 +11,8 @@
 //!
 //! `libm` is used rather than reimplemented for the scalar path; the vector form is written here
 //! because no no_std crate offers a batched `expf` with `libm`'s exact bits.
+
+use super::floor::weight;
 
 const LANES: usize = 8;
 
@@ -31,8 +34,8 @@ const THREE_HALVES_LN2: u32 = 0x3f85_1592;
 /// At or below `2^-14`: `exp(x)` rounds to `1 + x`.
 const TINY: u32 = 0x3900_0000;
 
-/// `xs[i] = exp(xs[i] − shift)` for every element, each bit-identical to
-/// `libm::expf(xs[i] - shift)`.
+/// `xs[i] = weight(exp(xs[i] − shift))` for every element, each bit-identical to
+/// `floor::weight(libm::expf(xs[i] - shift))`.
 #[inline(always)]
 pub(crate) fn exp_shifted(xs: &mut [f32], shift: f32) {
     let mut blocks = xs.chunks_exact_mut(LANES);
@@ -55,10 +58,11 @@ pub(crate) fn exp_shifted(xs: &mut [f32], shift: f32) {
     }
 }
 
-/// `xs[i] = exp(xs[i] − shifts[i / row])` for rows of `row` values (a multiple of eight), each
-/// bit-identical to `libm::expf(xs[i] - shifts[i / row])`: every head's page of weights in one
-/// loop, the constants set up once rather than once per head (3–4 % of a Q8_0 decode step on
-/// x86-64; summing the weights in the same loop measured slower).
+/// `xs[i] = weight(exp(xs[i] − shifts[i / row]))` for rows of `row` values (a multiple of
+/// eight), each bit-identical to `floor::weight(libm::expf(xs[i] - shifts[i / row]))`: every
+/// head's page of weights in one loop, the constants set up once rather than once per head
+/// (3–4 % of a Q8_0 decode step on x86-64; summing the weights in the same loop measured
+/// slower).
 #[inline(always)]
 pub(crate) fn exp_shifted_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
     for (xs, &shift) in xs.chunks_exact_mut(row).zip(shifts) {
@@ -73,7 +77,7 @@ pub(crate) fn exp_shifted_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
     }
 }
 
-/// Eight `libm::expf`s.
+/// Eight `floor::weight(libm::expf(x))`s.
 #[inline(always)]
 fn exp8(x: [f32; LANES]) -> [f32; LANES] {
     let mut out = [0f32; LANES];
@@ -88,6 +92,9 @@ fn exp8(x: [f32; LANES]) -> [f32; LANES] {
                 out[l] = libm::expf(x[l]);
             }
         }
+    }
+    for o in &mut out {
+        *o = weight(*o);
     }
     out
 }
@@ -156,7 +163,7 @@ mod tests {
     fn check(x: f32) {
         let mut v = [x];
         exp_shifted(&mut v, 0.0);
-        let want = libm::expf(x);
+        let want = weight(libm::expf(x));
         assert!(
             v[0].to_bits() == want.to_bits() || (v[0].is_nan() && want.is_nan()),
             "exp({x:e}) = {:e}, libm {want:e}",
@@ -258,7 +265,7 @@ mod tests {
         let mut got = xs.clone();
         exp_shifted(&mut got, 0.0);
         for (x, g) in xs.iter().zip(&got) {
-            let want = libm::expf(*x);
+            let want = weight(libm::expf(*x));
             assert!(
                 g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
                 "exp({x:e}) = {g:e}, libm {want:e}"
@@ -274,7 +281,7 @@ mod tests {
             let mut got = xs.clone();
             exp_shifted(&mut got, 1.25);
             for (x, g) in xs.iter().zip(&got) {
-                assert_eq!(g.to_bits(), libm::expf(x - 1.25).to_bits());
+                assert_eq!(g.to_bits(), weight(libm::expf(x - 1.25)).to_bits());
             }
         }
     }
@@ -291,7 +298,7 @@ mod tests {
             exp_shifted(&mut buf, 0.0);
             for (i, g) in buf.iter().enumerate() {
                 let x = f32::from_bits(hi << 16 | i as u32);
-                let want = libm::expf(x);
+                let want = weight(libm::expf(x));
                 assert!(
                     g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
                     "exp({x:e}) = {g:e}, libm {want:e}"

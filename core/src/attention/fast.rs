@@ -5,6 +5,7 @@
 //! bits).
 
 use super::exp::{exp_shifted, exp_shifted_rows};
+use super::floor::{scaled, weight};
 use super::kernels::{Row, add_scaled, dot_lanes};
 use super::page::{Heads, Keys, Layout, PageRows, PageSlices};
 use super::query::{self, QueryCodes};
@@ -87,17 +88,17 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
         let new_max = max[h].max(page_max);
         // An unchanged finite maximum rescales by exp(0) = 1: skipping it changes no bit.
         if new_max != max[h] || !new_max.is_finite() {
-            let keep = libm::expf(max[h] - new_max);
+            let keep = weight(libm::expf(max[h] - new_max));
             sum[h] *= keep;
             for o in oh {
-                *o *= keep;
+                *o = scaled(*o, keep);
             }
             max[h] = new_max;
         }
         if D::SCALAR_EXP {
             // Scalar cores: `libm`'s branches cost less than eight lanes of selects.
             for s in &mut scores[h * p..h * p + n] {
-                *s = libm::expf(*s - new_max);
+                *s = weight(libm::expf(*s - new_max));
             }
         } else if !all_at_once {
             // Scores become weights exp(score − max), all of the page's rows at once (rows the

@@ -3,6 +3,7 @@
 //! the kernels of `kernels` and, for each page, the best build `crate::arch` has for this CPU.
 
 use super::Window;
+use super::floor::{scaled, state, weight};
 use super::kernels::Row;
 use super::query::{self, QueryCodes};
 use crate::arch;
@@ -320,9 +321,10 @@ pub(crate) fn merge(
             continue;
         }
         let m = max[h].max(m2);
-        let (a, b) = (libm::expf(max[h] - m), libm::expf(m2 - m));
+        let (a, b) = (weight(libm::expf(max[h] - m)), weight(libm::expf(m2 - m)));
+        // Each term floored, then the sum: no subnormal operand or result (see `floor`).
         for (o, &o2) in out[h * hd..(h + 1) * hd].iter_mut().zip(&out2[h * hd..]) {
-            *o = *o * a + o2 * b;
+            *o = state(scaled(*o, a) + scaled(o2, b));
         }
         sum[h] = sum[h] * a + sum2[h] * b;
         max[h] = m;
@@ -338,7 +340,7 @@ pub(crate) fn finish_row(l: &Layout, out_row: &mut [f32], sum: &[f32]) {
     for (h, oh) in out_row.chunks_exact_mut(hd).enumerate() {
         let inv = 1.0 / sum[h];
         for o in oh.iter_mut() {
-            *o *= inv;
+            *o = scaled(*o, inv);
         }
         if v_rot {
             l.v_rot.inverse(oh);
