@@ -99,10 +99,20 @@ mod tests {
         };
         let mut n = 0;
         for ob in (0x0080_0000u32..0x0200_0000).step_by(0x1_0003) {
-            for kb in [0x3f7f_ffffu32, 0x3f00_0001, 0x2180_0000, 0x3e80_0000, 0x3f80_0000] {
+            for kb in [
+                0x3f7f_ffffu32,
+                0x3f00_0001,
+                0x2180_0000,
+                0x3e80_0000,
+                0x3f80_0000,
+            ] {
                 let (o, k) = (f32::from_bits(ob), f32::from_bits(kb));
                 for o in [o, -o] {
-                    assert_eq!(scaled(o, k).to_bits(), state(ftz(o, k)).to_bits(), "{o:e}·{k:e}");
+                    assert_eq!(
+                        scaled(o, k).to_bits(),
+                        state(ftz(o, k)).to_bits(),
+                        "{o:e}·{k:e}"
+                    );
                     n += 1;
                 }
             }
