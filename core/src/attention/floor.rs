@@ -16,9 +16,11 @@
 //! accumulator plus such a product is zero or at least 2^-108 (if the two nearly cancel, both are
 //! at least 2^-85 and so multiples of 2^-108): nothing subnormal arises. A state product rounded
 //! by IEEE rules and the same product flushed when it is tiny before rounding agree once results
-//! below 2^-125 (not 2^-126) become zero. Not covered: f32, bf16 and FP8 values below 2^-42 (a
-//! product with a small weight may then be subnormal), query elements that small, and outputs
-//! rotated back (`Rotation`) whose butterflies nearly cancel below 2^-100.
+//! below 2^-125 (not 2^-126) become zero. For int8 keys, query groups below 2^-60 quantize to
+//! zero (`query`), so query scale × key scale is normal. Not covered: f32, bf16 and FP8 values
+//! below 2^-42 (a product with a small weight may then be subnormal), query elements that small
+//! against float keys, and outputs rotated back (`Rotation`) whose butterflies nearly cancel below
+//! 2^-100.
 //!
 //! What it costs: terms below 2^-60 of the largest, at most 2^-47 of the sum at 8,192 keys, well
 //! under f32's rounding of the sum itself.

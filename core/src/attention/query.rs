@@ -14,9 +14,11 @@ use crate::format::int8::groups::ROUND_BIAS;
 /// Largest query code.
 const Q16_MAX: f32 = 32_767.0;
 
-/// Query groups whose largest magnitude is below 2⁻¹⁰⁰ quantize to zero (their scores' terms
-/// are below 10⁻²⁵ of the key scale; `32767 / amax` would overflow further down).
-const TINY: f32 = 7.888_609e-31;
+/// Query groups whose largest magnitude is below 2⁻⁶⁰ quantize to zero: their scores' terms are
+/// below 10⁻¹⁸ of the key scale, and every query scale is then at least 2⁻⁷⁸, so its product with
+/// a key's f16 scale is normal (no subnormal for vector floats that flush them; see
+/// `attention::floor`).
+const TINY: f32 = f32::from_bits(0x2180_0000);
 
 /// The key group of a K format that scores from quantized queries: int8 (whose groups hold at
 /// least two values: page formats refuse a group of 1).
@@ -123,6 +125,12 @@ mod tests {
         q[6] = f32::NEG_INFINITY;
         quantize(&q, 2, 1.0, &mut c, &mut s);
         assert!(s[3].is_nan());
+        // Groups at the floor quantize; just below it they are zero.
+        let below = f32::from_bits(TINY.to_bits() - 1);
+        let (mut c, mut s) = ([7i16; 4], [1f32; 2]);
+        quantize(&[TINY, -0.5 * TINY, below, 0.0], 2, 1.0, &mut c, &mut s);
+        assert_eq!(c, [32767, -16384, 0, 0]);
+        assert_eq!((s[0], s[1]), (TINY / 32767.0, 0.0));
         assert_eq!(round_q16(-32767.4), -32767);
         assert_eq!(round_q16(1e9), i16::MAX);
         assert_eq!(round_q16(2.5), 3);
