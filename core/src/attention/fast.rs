@@ -5,9 +5,9 @@
 //! bits).
 
 use super::exp::{exp_shifted, exp_shifted_rows};
-use super::floor::{scaled, weight};
+use super::floor::exp_weight;
 use super::kernels::{Row, add_scaled, dot_lanes};
-use super::page::{Heads, Keys, Layout, PageRows, PageSlices};
+use super::page::{Heads, Keys, Layout, PageRows, PageSlices, rescale};
 use super::query::{self, QueryCodes};
 use crate::arch::Isa;
 use crate::format::{ElementFormat, LANES};
@@ -86,19 +86,11 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
             rows().fold(f32::NEG_INFINITY, |m, r| m.max(scores[h * p + r]))
         };
         let new_max = max[h].max(page_max);
-        // An unchanged finite maximum rescales by exp(0) = 1: skipping it changes no bit.
-        if new_max != max[h] || !new_max.is_finite() {
-            let keep = weight(libm::expf(max[h] - new_max));
-            sum[h] *= keep;
-            for o in oh {
-                *o = scaled(*o, keep);
-            }
-            max[h] = new_max;
-        }
+        rescale(oh, &mut max[h], &mut sum[h], new_max);
         if D::SCALAR_EXP {
             // Scalar cores: `libm`'s branches cost less than eight lanes of selects.
             for s in &mut scores[h * p..h * p + n] {
-                *s = weight(libm::expf(*s - new_max));
+                *s = exp_weight(*s - new_max);
             }
         } else if !all_at_once {
             // Scores become weights exp(score − max), all of the page's rows at once (rows the

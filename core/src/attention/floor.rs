@@ -37,6 +37,13 @@ pub(crate) fn weight(w: f32) -> f32 {
     if w < WEIGHT_FLOOR { 0.0 } else { w }
 }
 
+/// The weight `exp(x)` of a score `x` below the maximum (or of two maxima's difference):
+/// `libm::expf`, floored. The scalar form of `exp::exp_shifted`'s lanes, with their bits.
+#[inline(always)]
+pub(crate) fn exp_weight(x: f32) -> f32 {
+    weight(libm::expf(x))
+}
+
 /// `x`, or a zero of its sign if its magnitude is below [`STATE_FLOOR`] (NaN and infinities
 /// stay). Integer steps only: a select that vectorizes, and the same on every target.
 #[inline(always)]

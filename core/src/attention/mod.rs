@@ -6,16 +6,17 @@
 //! visited in a fixed order (page by page, one softmax rescale per page), every sum runs in fixed
 //! lanes or is an exact integer sum, `exp` has `libm::expf`'s bits (see `exp`) and no subnormal
 //! number reaches the softmax state (see `floor`), so chunked and unchunked prefill give
-//! identical bits, on the host and on a Cortex-M alike, with or without vector floats. On x86-64 with AVX2 and F16C the same
-//! source runs built for those instructions, again with the same bits.
+//! identical bits, on the host and on a Cortex-M alike, with or without vector floats. On x86-64
+//! with AVX2 and F16C the same source runs built for those instructions, again with the same
+//! bits.
 //!
 //! The tree: `params` (what to compute), `page` (the loop over a sequence's pages and, per page,
 //! scores, online softmax and weighted values), `kernels` (dot products and scaled accumulations
 //! straight from page bytes, with each format's decoders from `crate::format`), `query` (the
 //! query row quantized per key group for int8 keys: scores from exact integer sums), `exp` (the
 //! exponential), `floor` (the weight and state floors). The ISA builds of the page loop are
-//! chosen in `crate::arch`; the entry point,
-//! which resolves a sequence's pages, is [`KvCache::attention`](crate::KvCache::attention).
+//! chosen in `crate::arch`; the entry point, which resolves a sequence's pages, is
+//! [`KvCache::attention`](crate::KvCache::attention).
 
 #[cfg(not(feature = "small-code"))]
 mod block;

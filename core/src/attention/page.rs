@@ -3,7 +3,7 @@
 //! the kernels of `kernels` and, for each page, the best build `crate::arch` has for this CPU.
 
 use super::Window;
-use super::floor::{scaled, state, weight};
+use super::floor::{exp_weight, scaled, state};
 use super::kernels::Row;
 use super::query::{self, QueryCodes};
 use crate::arch;
@@ -321,13 +321,29 @@ pub(crate) fn merge(
             continue;
         }
         let m = max[h].max(m2);
-        let (a, b) = (weight(libm::expf(max[h] - m)), weight(libm::expf(m2 - m)));
+        let (a, b) = (exp_weight(max[h] - m), exp_weight(m2 - m));
         // Each term floored, then the sum: no subnormal operand or result (see `floor`).
         for (o, &o2) in out[h * hd..(h + 1) * hd].iter_mut().zip(&out2[h * hd..]) {
             *o = state(scaled(*o, a) + scaled(o2, b));
         }
         sum[h] = sum[h] * a + sum2[h] * b;
         max[h] = m;
+    }
+}
+
+/// One head's online-softmax step to a page's new maximum `new_max`: its outputs and sum
+/// rescaled by the weight `exp(max − new_max)` (products floored, see `floor`), then the maximum
+/// moved. The one rescale of both page kernels (`attention::fast`, `attention::small`).
+#[inline(always)]
+pub(crate) fn rescale(out: &mut [f32], max: &mut f32, sum: &mut f32, new_max: f32) {
+    // An unchanged finite maximum rescales by exp(0) = 1: skipping it changes no bit.
+    if new_max != *max || !new_max.is_finite() {
+        let keep = exp_weight(*max - new_max);
+        *sum *= keep;
+        for o in out {
+            *o = scaled(*o, keep);
+        }
+        *max = new_max;
     }
 }
 

@@ -7,16 +7,16 @@
 //!   in these builds) summed in the fixed tree, then times the scale (as the eight-row sums);
 //! - the page maximum is the fold of `f32::max` over the kept rows (the fast path's eight-lane
 //!   maximum may differ only in the sign of a zero, which changes no result);
-//! - each weight is `floor::weight(libm::expf(score − max))`, whose bits the eight-lane `exp`
-//!   reproduces; the rescale floors its products as the default build does (`floor`);
+//! - each weight is `floor::exp_weight(score − max)`, whose bits the eight-lane `exp`
+//!   reproduces; the rescale is the default build's (`page::rescale`);
 //! - the sum takes the weights in row order, then each output element takes its rows' terms in
 //!   row order (`add_scaled`, one row and one head at a time).
 //!
 //! Only the kept rows of a page are scored and weighted: the others are never read.
 
-use super::floor::{scaled, weight};
+use super::floor::exp_weight;
 use super::kernels::{Row, add_scaled, dot_lanes, int_dot};
-use super::page::{Heads, Keys, Layout};
+use super::page::{Heads, Keys, Layout, rescale};
 use super::query::{self, QueryCodes};
 use crate::arch::{Isa, reduce};
 use crate::format::u16_at;
@@ -59,20 +59,12 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
             }
         }
         let new_max = max[h].max(page_max);
-        // An unchanged finite maximum rescales by exp(0) = 1: skipping it changes no bit.
-        if new_max != max[h] || !new_max.is_finite() {
-            let keep = weight(libm::expf(max[h] - new_max));
-            sum[h] *= keep;
-            for o in oh.iter_mut() {
-                *o = scaled(*o, keep);
-            }
-            max[h] = new_max;
-        }
+        rescale(oh, &mut max[h], &mut sum[h], new_max);
         // Each weight goes into the sum and the outputs at once: each still takes the rows in
         // order.
         for (r, &s) in weights.iter().enumerate() {
             if kept(r) {
-                let w = weight(libm::expf(s - new_max));
+                let w = exp_weight(s - new_max);
                 sum[h] += w;
                 add_scaled::<D, 1, 1>(l.v_fmt, oh, [[w]], [l.row(keys.kv, true, r, kh)]);
             }
