@@ -52,32 +52,171 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
         sum,
         scores,
     } = heads;
-    let (hd, p) = (l.head_dim, l.page_tokens);
     let n = (keys.j1 - keys.j0) as usize;
     // Most pages are whole (no window, or inside it): `kept` is then not asked again, and page
     // maxima vectorize.
     let whole = (keys.j0..keys.j1).all(keys.kept);
     let rows = || (0..n).filter(move |&r| whole || (keys.kept)(keys.j0 + r as u32));
-    // Scores, KV head by KV head (each score is its own dot product: any order gives the same
-    // bits).
     // A whole page of int8 rows goes to the ISA's page kernels where it has them.
     let page_rows = D::PAGE_ROWS && whole && n > 0;
     let page_k = page_rows && query::int8_group(l.k_fmt).is_some();
+    page_scores::<D, _>(l, keys.kv, (q, qc), scores, rows, page_k.then_some(n));
+    page_softmax::<D, _>(l, out, max, sum, scores, n, whole, rows);
+    let mut st = Accum {
+        out,
+        weights: scores,
+    };
+    // Q8_0 rows up to eight at a time, other quantized rows two at a time (the last alone): each
+    // output element still gets the rows' terms in row order, with fewer loads and stores of
+    // the accumulators. f32/f16/bf16 rows stay single: paired, they measured slower, and their
+    // decode is cheap anyway. (Eight rows only for Q8_0, in its own small kernel: eight-row
+    // copies of the general kernel, unrolled, multiplied the build time of the page loop.)
+    if let (ElementFormat::Int8 { group }, true) = (l.v_fmt, page_rows) {
+        page_values_all::<D>(l, keys.kv, &mut st, n, group as usize);
+        return;
+    }
+    let mut kept = rows();
+    if let ElementFormat::Int8 { group: 32 } = l.v_fmt {
+        let mut batch = [0usize; 8];
+        let mut b = 0;
+        loop {
+            let r = kept.next();
+            if let Some(r) = r {
+                batch[b] = r;
+                b += 1;
+            }
+            if b > 0 && (b == batch.len() || r.is_none()) {
+                accumulate_q8::<D>(l, keys.kv, &mut st, &batch[..b]);
+                b = 0;
+            }
+            if r.is_none() {
+                return;
+            }
+        }
+    }
+    let pairs = matches!(
+        l.v_fmt,
+        ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. } | ElementFormat::Int4 { .. }
+    );
+    while let Some(r0) = kept.next() {
+        match if pairs { kept.next() } else { None } {
+            Some(r1) => accumulate_rows::<D, 2>(l, keys.kv, &mut st, [r0, r1]),
+            None => accumulate_rows::<D, 1>(l, keys.kv, &mut st, [r0]),
+        }
+    }
+}
+
+/// The rows of a whole page of int8 K and V rows (no window drops any) whose query heads run
+/// `G` at a time, where `D` has page kernels for them ([`Isa::PAGE_ROWS`]): what
+/// [`attend_whole_int8`] takes.
+#[inline(always)]
+pub(crate) fn whole_int8_rows<D: Isa, F: Fn(u32) -> bool, const G: usize>(
+    l: &Layout,
+    keys: &Keys<'_, F>,
+) -> Option<usize> {
+    let n = (keys.j1 - keys.j0) as usize;
+    let int8 =
+        query::int8_group(l.k_fmt).is_some() && matches!(l.v_fmt, ElementFormat::Int8 { .. });
+    let runs = l.max_run::<D>() == G && l.group % G == 0;
+    (D::PAGE_ROWS && int8 && runs && n > 0 && (keys.j0..keys.j1).all(keys.kept)).then_some(n)
+}
+
+/// [`attend_page`] for a page of `n` rows that [`whole_int8_rows`] takes: the same steps in the
+/// same order (the same bits), without the general loop's other formats, windows, run lengths
+/// and row batches. The ISAs call it out of line: inlined with the general loop, whose set-up
+/// (row offsets of every path, spilled) runs for every page, it cost a sixth of a Cortex-M
+/// decode step.
+#[inline(always)]
+pub(crate) fn attend_whole_int8<D: Isa, const G: usize>(
+    l: &Layout,
+    kv: &PageSlices<'_>,
+    heads: Heads<'_>,
+    n: usize,
+) {
+    let Heads {
+        q: _,
+        qc,
+        out,
+        max,
+        sum,
+        scores,
+    } = heads;
+    let (Some(g), ElementFormat::Int8 { group }) = (query::int8_group(l.k_fmt), l.v_fmt) else {
+        return;
+    };
+    let (hd, p) = (l.head_dim, l.page_tokens);
+    let nb = hd / g;
+    for kh in 0..l.kv_heads {
+        let pr = l.page_rows(kv, false, kh, n);
+        let (h0, end) = l.run_of(kh);
+        for h0 in (h0..end).step_by(G) {
+            let qh = QueryCodes {
+                codes: &qc.codes[h0 * hd..(h0 + G) * hd],
+                scales: &qc.scales[h0 * nb..(h0 + G) * nb],
+            };
+            if !D::int8_page_scores::<G>(qh, &pr, g, &mut scores[h0 * p..(h0 + G) * p], p) {
+                score_rows_int8::<D, G>(l, kv, kh, qc, scores, h0, 0..n, g);
+            }
+        }
+    }
+    page_softmax::<D, _>(l, out, max, sum, scores, n, true, || 0..n);
+    let mut st = Accum {
+        out,
+        weights: scores,
+    };
+    for kh in 0..l.kv_heads {
+        let pr = l.page_rows(kv, true, kh, n);
+        let (h0, end) = l.run_of(kh);
+        for h0 in (h0..end).step_by(G) {
+            page_values::<D, G>(l, &pr, &mut st, h0, group as usize);
+        }
+    }
+}
+
+/// Scores, KV head by KV head (each score is its own dot product: any order gives the same
+/// bits): `page` `Some(n)` for a whole page of `n` int8 K rows (to the ISA's page kernel first).
+#[inline(always)]
+fn page_scores<D: Isa, R: Iterator<Item = usize>>(
+    l: &Layout,
+    kv: &PageSlices<'_>,
+    q: (&[f32], QueryCodes<'_>),
+    scores: &mut [f32],
+    rows: impl Fn() -> R,
+    page: Option<usize>,
+) {
     for kh in 0..l.kv_heads {
         let (mut h0, end) = l.run_of(kh);
-        let pr = page_k.then(|| l.page_rows(keys.kv, false, kh, n));
+        let pr = page.map(|n| l.page_rows(kv, false, kh, n));
         let pr = pr.as_ref();
         while h0 < end {
             let g = (end - h0).min(l.max_run::<D>());
             match g {
-                2 => score_rows::<D, 2>(l, keys.kv, kh, (q, qc), scores, h0, rows(), pr),
-                3 => score_rows::<D, 3>(l, keys.kv, kh, (q, qc), scores, h0, rows(), pr),
-                4 => score_rows::<D, 4>(l, keys.kv, kh, (q, qc), scores, h0, rows(), pr),
-                _ => score_rows::<D, 1>(l, keys.kv, kh, (q, qc), scores, h0, rows(), pr),
+                2 => score_rows::<D, 2>(l, kv, kh, q, scores, h0, rows(), pr),
+                3 => score_rows::<D, 3>(l, kv, kh, q, scores, h0, rows(), pr),
+                4 => score_rows::<D, 4>(l, kv, kh, q, scores, h0, rows(), pr),
+                _ => score_rows::<D, 1>(l, kv, kh, q, scores, h0, rows(), pr),
             }
             h0 += g;
         }
     }
+}
+
+/// The online softmax of one page's scores (`n` rows; `whole`, or the rows `rows` gives), head
+/// by head: the page maximum, the rescale of the head's state, scores into weights in place,
+/// then the sum of the weights in row order.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn page_softmax<D: Isa, R: Iterator<Item = usize>>(
+    l: &Layout,
+    out: &mut [f32],
+    max: &mut [f32],
+    sum: &mut [f32],
+    scores: &mut [f32],
+    n: usize,
+    whole: bool,
+    rows: impl Fn() -> R,
+) {
+    let (hd, p) = (l.head_dim, l.page_tokens);
     let all_at_once = whole && n == p && p % 8 == 0 && !D::SCALAR_EXP;
     for (h, oh) in out.chunks_exact_mut(hd).enumerate() {
         let page_max = if whole {
@@ -111,59 +250,30 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
             rows().fold(*s, |s, r| s + weights[r])
         };
     }
-    let mut st = Accum {
-        out,
-        weights: scores,
-    };
-    // Q8_0 rows up to eight at a time, other quantized rows two at a time (the last alone): each
-    // output element still gets the rows' terms in row order, with fewer loads and stores of
-    // the accumulators. f32/f16/bf16 rows stay single: paired, they measured slower, and their
-    // decode is cheap anyway. (Eight rows only for Q8_0, in its own small kernel: eight-row
-    // copies of the general kernel, unrolled, multiplied the build time of the page loop.)
-    if let (ElementFormat::Int8 { group }, true) = (l.v_fmt, page_rows) {
-        for kh in 0..l.kv_heads {
-            let (mut h0, end) = l.run_of(kh);
-            let pr = l.page_rows(keys.kv, true, kh, n);
-            while h0 < end {
-                let g = (end - h0).min(l.max_run::<D>());
-                match g {
-                    2 => page_values::<D, 2>(l, &pr, &mut st, h0, group as usize),
-                    3 => page_values::<D, 3>(l, &pr, &mut st, h0, group as usize),
-                    4 => page_values::<D, 4>(l, &pr, &mut st, h0, group as usize),
-                    _ => page_values::<D, 1>(l, &pr, &mut st, h0, group as usize),
-                }
-                h0 += g;
+}
+
+/// The V pass of a whole page of `n` int8 rows of group `group`: every KV head, every run of its
+/// query heads, to the ISA's page kernel first.
+#[inline(always)]
+fn page_values_all<D: Isa>(
+    l: &Layout,
+    kv: &PageSlices<'_>,
+    st: &mut Accum<'_>,
+    n: usize,
+    group: usize,
+) {
+    for kh in 0..l.kv_heads {
+        let (mut h0, end) = l.run_of(kh);
+        let pr = l.page_rows(kv, true, kh, n);
+        while h0 < end {
+            let g = (end - h0).min(l.max_run::<D>());
+            match g {
+                2 => page_values::<D, 2>(l, &pr, st, h0, group),
+                3 => page_values::<D, 3>(l, &pr, st, h0, group),
+                4 => page_values::<D, 4>(l, &pr, st, h0, group),
+                _ => page_values::<D, 1>(l, &pr, st, h0, group),
             }
-        }
-        return;
-    }
-    let mut kept = rows();
-    if let ElementFormat::Int8 { group: 32 } = l.v_fmt {
-        let mut batch = [0usize; 8];
-        let mut b = 0;
-        loop {
-            let r = kept.next();
-            if let Some(r) = r {
-                batch[b] = r;
-                b += 1;
-            }
-            if b > 0 && (b == batch.len() || r.is_none()) {
-                accumulate_q8::<D>(l, keys.kv, &mut st, &batch[..b]);
-                b = 0;
-            }
-            if r.is_none() {
-                return;
-            }
-        }
-    }
-    let pairs = matches!(
-        l.v_fmt,
-        ElementFormat::Int8 { .. } | ElementFormat::Fp8Tile { .. } | ElementFormat::Int4 { .. }
-    );
-    while let Some(r0) = kept.next() {
-        match if pairs { kept.next() } else { None } {
-            Some(r1) => accumulate_rows::<D, 2>(l, keys.kv, &mut st, [r0, r1]),
-            None => accumulate_rows::<D, 1>(l, keys.kv, &mut st, [r0]),
+            h0 += g;
         }
     }
 }

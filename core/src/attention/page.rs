@@ -14,6 +14,10 @@ use crate::format::{ElementFormat, Rotation};
 /// the fast kernels, or with `small-code` one rolled path per step (the same bits).
 #[cfg(not(feature = "small-code"))]
 pub(crate) use super::fast::attend_page;
+/// A whole page of int8 K and V rows, for ISAs that run it in its own loop (see
+/// [`fast::attend_whole_int8`](super::fast::attend_whole_int8)).
+#[cfg(not(feature = "small-code"))]
+pub(crate) use super::fast::{attend_whole_int8, whole_int8_rows};
 #[cfg(feature = "small-code")]
 pub(crate) use super::small::attend_page;
 
@@ -475,7 +479,7 @@ impl<'p> PageRows<'p> {
 
 /// The keys of one page one query row sees: positions `[j0, j1)` filtered by `kept`.
 pub(crate) struct Keys<'k, F: Fn(u32) -> bool> {
-    pub(super) kv: &'k PageSlices<'k>,
+    pub(crate) kv: &'k PageSlices<'k>,
     pub(super) j0: u32,
     pub(super) j1: u32,
     pub(super) kept: &'k F,

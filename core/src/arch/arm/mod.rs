@@ -33,7 +33,10 @@ use crate::attention::kernels::{self, Row};
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::page::PageRows;
 #[cfg(not(feature = "small-code"))]
-use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
+use crate::attention::page::{
+    Heads, Keys, Layout, PageSlices, attend_page as portable_page, attend_whole_int8,
+    whole_int8_rows,
+};
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::query::QueryCodes;
 #[cfg(not(feature = "small-code"))]
@@ -44,11 +47,28 @@ use crate::format::u16_at;
 // No ISA quantizers: the portable loops run.
 pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
 
-/// The attention page loop with the DSP kernels. Out of line, as the portable build (see
-/// `none.rs`).
+/// The attention page loop with the DSP kernels: a whole page of int8 rows to its own loop,
+/// others to the general one. Each out of line, as the portable build (see `none.rs`).
+#[cfg(not(feature = "small-code"))]
+#[inline(always)]
+pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
+    match whole_int8_rows::<Arm, F, 3>(l, keys).filter(|_| cfg!(edgekv_arm_mve)) {
+        Some(n) => whole_int8_page(l, keys.kv, heads, n),
+        None => general_page(l, keys, heads),
+    }
+}
+
+/// [`attend_whole_int8`] with the DSP kernels.
 #[cfg(not(feature = "small-code"))]
 #[inline(never)]
-pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
+fn whole_int8_page(l: &Layout, kv: &PageSlices<'_>, heads: Heads<'_>, n: usize) {
+    attend_whole_int8::<Arm, 3>(l, kv, heads, n)
+}
+
+/// The general page loop with the DSP kernels.
+#[cfg(not(feature = "small-code"))]
+#[inline(never)]
+fn general_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
     portable_page::<Arm, F>(l, keys, heads)
 }
 

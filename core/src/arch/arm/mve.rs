@@ -80,17 +80,20 @@ pub(super) fn dot3(q: [&[i16]; 3], k: &[u8]) -> [i32; 3] {
 }
 
 /// [`dot3`] for every group of every row of a page, all in one `asm!` loop nest, sixteen codes a
-/// step: `out[r·groups + b]` is row `r`'s group `b` (see `page::Dot3Page`).
+/// step: head `h`'s sum of row `r`'s group `b` at `out[(3b + h)·CHUNK + r]` (see
+/// `page::Dot3Page`).
 ///
 /// # Safety
 ///
 /// `p` as `page::dot3_page` checks it: every count ≥ 1, each query row readable for
 /// `steps · 16` codes per group of a row, each of `p.rows` key rows `p.advance` bytes past the
-/// previous one's end readable from `k`, and `out` writable for `p.rows · p.groups` sums.
+/// previous one's end readable from `k`, `p.rows ≤ CHUNK`, `p.back` as the layout needs, and
+/// `out` writable for `3 · CHUNK · p.groups` sums.
 #[inline(always)]
-pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mut [i32; 3]) {
+pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mut i32) {
     // SAFETY: the caller's contract: the loops read what it names (16 key bytes and 16 halfwords
-    // of each query row per step) and store three words per group to `out`; `p` is only read.
+    // of each query row per step) and store three words per group and row within `out`; `p` is
+    // only read.
     // Only the declared registers and the flags are written (accumulators in the even r8, r10,
     // r12 as `VMLADAVA` needs; the loads' bases in the low r1–r4).
     unsafe {
@@ -120,11 +123,16 @@ pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mu
             "vmladava.s16 r12, q0, q1",
             "subs r0, r0, #1",
             "bne 2b",
-            "stm {out}!, {{r8, r10, r12}}",
+            "str r8, [{out}]",
+            "str r10, [{out}, #64]",
+            "str r12, [{out}, #128]",
+            "add {out}, {out}, #192",
             "subs r5, r5, #1",
             "bne 3b",
             "ldr r0, [{pb}, #16]",
             "add r1, r1, r0",
+            "ldr r0, [{pb}, #28]",
+            "sub {out}, {out}, r0",
             "subs lr, lr, #1",
             "bne 4b",
             pb = in(reg) p,
@@ -146,11 +154,147 @@ pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mu
     }
 }
 
+/// Four rows' scores for three heads from their groups' integer sums: for each head `h`
+/// (four floats at `out + h·step` bytes), `Σ_b (qs[b][h] · ks_b) · isum[(3b + h)·CHUNK + ρ]` for rows ρ < 4,
+/// the groups `b < nb` in order from a zero sum, each step rounded as the scalar form does
+/// (products, not fused, then the add); `ks_b` the row's f16 scale of group `b`, gathered from
+/// `sc + 2b + 2·offs[ρ]` (`VLDRH.U32` with `offs` in halfwords, `VCVTB.F32.F16`). Vector floats
+/// flush subnormals: none arises, since query scales are 2^-67 or more or zero and f16 key scales
+/// are normal as f32, so every product and sum is zero or normal (see `attention::floor`).
+///
+/// # Safety
+///
+/// `isum` is valid for reads of the words at `(3b + h)·CHUNK + [0, 4)` for every `b < nb`,
+/// `h < 3`, 4-byte aligned; `sc + 2b + 2·offs[ρ]` for reads of a halfword, 2-byte aligned; `qs`
+/// for `nb` reads; `out + h·step` for writes of four floats, 4-byte aligned; `nb ≥ 1`.
+#[inline(always)]
+pub(super) unsafe fn scores3x4(
+    isum: *const i32,
+    sc: *const u8,
+    offs: &[u32; 4],
+    qs: *const [f32; 3],
+    nb: usize,
+    out: *mut f32,
+    step: usize,
+) {
+    // SAFETY: the caller's contract: the loop runs `nb` times, reading four words of each head's
+    // sums, four gathered halfwords of scales and three query scales per group; the three stores
+    // write each head's four floats. Only the declared registers and the flags are written.
+    unsafe {
+        asm!(
+            "vldrw.u32 q7, [{offs}]",
+            "vmov.i32 q0, #0",
+            "vmov.i32 q1, #0",
+            "vmov.i32 q2, #0",
+            "2:",
+            "vldrh.u32 q3, [{sc}, q7, uxtw #1]",
+            "vcvtb.f32.f16 q3, q3",
+            "ldm {qs}!, {{r2, r3, r4}}",
+            "vldrw.u32 q4, [{isum}]",
+            "vcvt.f32.s32 q4, q4",
+            "vmul.f32 q5, q3, r2",
+            "vmul.f32 q5, q5, q4",
+            "vadd.f32 q0, q0, q5",
+            "vldrw.u32 q4, [{isum}, #64]",
+            "vcvt.f32.s32 q4, q4",
+            "vmul.f32 q5, q3, r3",
+            "vmul.f32 q5, q5, q4",
+            "vadd.f32 q1, q1, q5",
+            "vldrw.u32 q4, [{isum}, #128]",
+            "vcvt.f32.s32 q4, q4",
+            "vmul.f32 q5, q3, r4",
+            "vmul.f32 q5, q5, q4",
+            "vadd.f32 q2, q2, q5",
+            "add {isum}, {isum}, #192",
+            "adds {sc}, {sc}, #2",
+            "subs {nb}, {nb}, #1",
+            "bne 2b",
+            "vstrw.32 q0, [{o}]",
+            "add {o}, {o}, {step}",
+            "vstrw.32 q1, [{o}]",
+            "add {o}, {o}, {step}",
+            "vstrw.32 q2, [{o}]",
+            offs = in(reg) offs.as_ptr(),
+            sc = inout(reg) sc => _,
+            qs = inout(reg) qs => _,
+            isum = inout(reg) isum => _,
+            nb = inout(reg) nb => _,
+            o = inout(reg) out => _,
+            step = in(reg) step,
+            out("r2") _, out("r3") _, out("r4") _,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
+            out("s12") _, out("s13") _, out("s14") _, out("s15") _,
+            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
+            out("s20") _, out("s21") _, out("s22") _, out("s23") _,
+            out("s28") _, out("s29") _, out("s30") _, out("s31") _,
+            options(nostack),
+        );
+    }
+}
+
+/// Four rows' value weights × scales for three heads: `ps[ρ] = [w[ρ]·s_ρ, w'[ρ]·s_ρ,
+/// w''[ρ]·s_ρ, _]` for rows ρ < 4, where `w`, `w'`, `w''` are the four floats at `w`, `w + step`
+/// and `w + 2·step` bytes and `s_ρ` the f16 scale gathered from `sc + 2·offs[ρ]` (`VLDRH.U32`,
+/// `VCVTB.F32.F16`); each product rounded as the scalar form's (`kernels::scale_weights`). Vector
+/// floats flush subnormals: none arises (weights are 2^-60 or more or zero, f16 scales normal as
+/// f32). The fourth float of each row is written, unused.
+///
+/// # Safety
+///
+/// `w + h·step` (h < 3) valid for reads of four floats, 4-byte aligned; `sc + 2·offs[ρ]` for
+/// reads of a halfword, 2-byte aligned; `ps` for writes of four rows of four floats, 4-byte
+/// aligned.
+#[inline(always)]
+pub(super) unsafe fn weights3x4(
+    w: *const f32,
+    step: usize,
+    sc: *const u8,
+    offs: &[u32; 4],
+    ps: *mut [f32; 4],
+) {
+    // SAFETY: the caller's contract: three four-float loads, four gathered halfwords and the
+    // interleaving stores of four rows of four floats. Only the declared registers are written.
+    unsafe {
+        asm!(
+            "vldrw.u32 q7, [{offs}]",
+            "vldrh.u32 q4, [{sc}, q7, uxtw #1]",
+            "vcvtb.f32.f16 q4, q4",
+            "vldrw.u32 q0, [{w}]",
+            "add {w}, {w}, {step}",
+            "vldrw.u32 q1, [{w}]",
+            "add {w}, {w}, {step}",
+            "vldrw.u32 q2, [{w}]",
+            "vmul.f32 q0, q0, q4",
+            "vmul.f32 q1, q1, q4",
+            "vmul.f32 q2, q2, q4",
+            "vst40.32 {{q0, q1, q2, q3}}, [{ps}]",
+            "vst41.32 {{q0, q1, q2, q3}}, [{ps}]",
+            "vst42.32 {{q0, q1, q2, q3}}, [{ps}]",
+            "vst43.32 {{q0, q1, q2, q3}}, [{ps}]",
+            offs = in(reg) offs.as_ptr(),
+            sc = in(reg) sc,
+            w = inout(reg) w => _,
+            step = in(reg) step,
+            ps = in(reg) ps,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
+            out("s12") _, out("s13") _, out("s14") _, out("s15") _,
+            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
+            out("s28") _, out("s29") _, out("s30") _, out("s31") _,
+            options(nostack),
+        );
+    }
+}
+
 /// `acc[h][l] += ps[ρ][h] · (row_ρ[l] as i8)` for three heads `h`, eight lanes `l` and the
 /// rows `row_ρ = row + ρ·stride` in order: each product rounded, then added (`VMUL`, then
 /// `VADD`: unfused, as the portable kernel). The six accumulator vectors stay in q2–q7 across
 /// the rows; each row costs one pointer step, two widening loads and conversions (`VLDRB.S32`,
-/// `VCVT`), one `LDM` of its three weights, six `VMUL` by a core register and six `VADD`.
+/// `VCVT`), one `LDM` of its three weights (and the unused fourth), six `VMUL` by a core
+/// register and six `VADD`.
 ///
 /// # Safety
 ///
@@ -158,7 +302,7 @@ pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mu
 /// `row_ρ` (ρ < `ps.len()`) for reads of bytes `[0, 8)`; no other reference to those floats is
 /// used meanwhile.
 #[inline(always)]
-pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 3]], row: *const u8, stride: usize) {
+pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 4]], row: *const u8, stride: usize) {
     let n = ps.len();
     if n == 0 {
         return;
@@ -176,7 +320,7 @@ pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 3]], row: *const 
             "vldrw.u32 q6, [{a2}]",
             "vldrw.u32 q7, [{a2}, #16]",
             "2:",
-            "ldm {pp}!, {{r2, r3, r4}}",
+            "ldm {pp}!, {{r2, r3, r4, r5}}",
             "vldrb.s32 q0, [r0]",
             "vcvt.f32.s32 q0, q0",
             "vmul.f32 q1, q0, r2",
@@ -209,7 +353,7 @@ pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 3]], row: *const 
             pp = inout(reg) ps.as_ptr() => _,
             n = inout(reg) n => _,
             inout("r0") row => _,
-            out("r2") _, out("r3") _, out("r4") _,
+            out("r2") _, out("r3") _, out("r4") _, out("r5") _,
             out("s0") _, out("s1") _, out("s2") _, out("s3") _,
             out("s4") _, out("s5") _, out("s6") _, out("s7") _,
             out("s8") _, out("s9") _, out("s10") _, out("s11") _,

@@ -1,28 +1,42 @@
 //! Whole pages of int8 rows for three query heads per KV head (SmolLM2's group, and many
-//! models'): the Cortex-M page kernels behind [`Isa::PAGE_ROWS`]. A page's rows lie a fixed
-//! stride apart, so each row is one pointer step, the query's slices and scales are taken once
-//! per page, and the value accumulators stay in registers across all of the page's rows (up to
-//! [`CHUNK`] at a time) instead of eight. Each score and each output element takes its terms in
-//! the portable kernels' order: the same bits.
+//! models'): the Cortex-M page kernels behind [`crate::arch::Isa::PAGE_ROWS`]. A page's rows
+//! lie a fixed stride apart, so each row is one pointer step, the query's slices and scales are
+//! taken once per page, and the value accumulators stay in registers across all of the page's
+//! rows (up to [`CHUNK`] at a time) instead of eight. With Helium, the scores from their integer
+//! sums and the value rows' weights × scales are taken four rows per vector too. Each score and
+//! each output element takes its terms in the portable kernels' order: the same bits.
 
+#[cfg(not(edgekv_arm_mve))]
 use super::Arm;
 #[cfg(edgekv_arm_dsp)]
 use super::dsp;
 #[cfg(edgekv_arm_mve)]
 use super::mve;
+#[cfg(not(edgekv_arm_mve))]
 use crate::arch::Isa;
 use crate::attention::page::PageRows;
 use crate::attention::query::QueryCodes;
+#[cfg(not(edgekv_arm_mve))]
 use crate::format::u16_at;
 
-/// Groups per head row the score kernel takes (SmolLM2: two of 32).
+/// Groups per head row the score kernel takes (SmolLM2: two of 32; Helium's sums hold four).
+#[cfg(not(edgekv_arm_mve))]
 const MAX_GROUPS: usize = 8;
+#[cfg(edgekv_arm_mve)]
+const MAX_GROUPS: usize = 4;
 
-/// Integer sums (of three heads each) the score kernel keeps between its two passes: [`CHUNK`]
-/// rows of up to four groups, fewer rows of more.
-const SUMS: usize = 64;
+/// Integer sums the score kernel keeps between its two passes. The DSP loop stores each row's
+/// groups' three sums in turn (`[r·groups + b][h]`: [`CHUNK`] rows of up to four groups, fewer
+/// rows of more); the Helium loop stores head `h`'s sum of row `r`'s group `b` at
+/// `(3b + h)·CHUNK + r`, so that its second pass loads four rows' sums at once (its offsets, 64,
+/// 128 and 192 bytes, are [`CHUNK`] times 4, 8 and 12).
+#[cfg(not(edgekv_arm_mve))]
+const SUMS: usize = 64 * 3;
+#[cfg(edgekv_arm_mve)]
+const SUMS: usize = 3 * MAX_GROUPS * CHUNK;
 
-/// Rows whose weights the value kernel scales at a time (a page of SmolLM2's cache: 16).
+/// Rows whose weights the value kernel scales, and whose scores the score kernel takes, at a
+/// time (a page of SmolLM2's cache: 16).
 const CHUNK: usize = 16;
 
 /// Lanes of one step of the value kernel: Helium's eight, or the DSP build's four (whose
@@ -39,7 +53,8 @@ const SCORE_STEP: usize = 16;
 const SCORE_STEP: usize = 8;
 
 /// What the ISAs' page score loops read (at these offsets): the three query rows' starts, steps
-/// per group, bytes from a key row's end to the next row's start, groups per row, rows.
+/// per group, bytes from a key row's end to the next row's start, groups per row, rows, and the
+/// bytes from the sums' pointer after a row's last group back to the next row's first.
 #[repr(C)]
 pub(super) struct Dot3Page {
     q: [*const i16; 3],
@@ -47,17 +62,33 @@ pub(super) struct Dot3Page {
     advance: usize,
     groups: usize,
     pub(super) rows: usize,
+    back: usize,
 }
 
 /// The integer dot products of three query heads' codes with every group of `g` codes of `n`
-/// rows `stride` bytes apart from `k`'s start: `out[r·groups + b]`, `groups = out.len() / n`, in
-/// the ISA's loop nest. Nothing is written unless every length fits (and [`dot3_takes`] `g`).
+/// rows `stride` bytes apart from `k`'s start, into `out` as [`SUMS`] lays them out (`groups`
+/// groups a row), in the ISA's loop nest. Nothing is written unless every length fits (and
+/// [`dot3_takes`] `g`).
 #[inline(always)]
-fn dot3_page(q: [&[i16]; 3], k: &[u8], stride: usize, n: usize, g: usize, out: &mut [[i32; 3]]) {
-    let groups = out.len() / n.max(1);
+fn dot3_page(
+    q: [&[i16]; 3],
+    k: &[u8],
+    stride: usize,
+    n: usize,
+    g: usize,
+    groups: usize,
+    out: &mut [i32],
+) {
     let row = groups * g;
+    let need = if cfg!(edgekv_arm_mve) {
+        3 * CHUNK * groups
+    } else {
+        3 * n * groups
+    };
     let fits = n > 0
+        && n <= CHUNK
         && groups > 0
+        && out.len() >= need
         && stride >= row
         && dot3_takes(g, q[0])
         && q.iter()
@@ -72,10 +103,12 @@ fn dot3_page(q: [&[i16]; 3], k: &[u8], stride: usize, n: usize, g: usize, out: &
         advance: stride - row,
         groups,
         rows: n,
+        back: groups * 3 * CHUNK * 4 - 4,
     };
     // SAFETY: checked above: every count ≥ 1 (`g ≥ SCORE_STEP`), each query row aligned and
-    // `groups · g` codes long, the `n` key rows `stride` apart within `k`, `out` `n · groups`
-    // long.
+    // `groups · g` codes long, the `n ≤ CHUNK` key rows `stride` apart within `k`, `out` holds
+    // the sums as this ISA lays them out, and `back` steps from a row's end to the next row's
+    // first sum (Helium).
     #[cfg(edgekv_arm_mve)]
     unsafe {
         mve::dot3_page(&p, k.as_ptr(), out.as_mut_ptr())
@@ -83,7 +116,7 @@ fn dot3_page(q: [&[i16]; 3], k: &[u8], stride: usize, n: usize, g: usize, out: &
     // SAFETY: as above.
     #[cfg(not(edgekv_arm_mve))]
     unsafe {
-        dsp::dot3_page(&p, k.as_ptr(), out.as_mut_ptr())
+        dsp::dot3_page(&p, k.as_ptr(), out.as_mut_ptr().cast())
     };
 }
 
@@ -95,8 +128,58 @@ fn dot3_takes(g: usize, q: &[i16]) -> bool {
 }
 
 /// [`Isa::int8_page_scores`] for three heads: the integer sums of up to [`CHUNK`] rows and all
+/// their groups in one `asm!` loop nest, then each row's score from its groups in order, four
+/// rows at a time (`mve::scores3x4`).
+#[cfg(edgekv_arm_mve)]
+#[inline(always)]
+pub(super) fn scores3(
+    q: QueryCodes<'_>,
+    rows: &PageRows<'_>,
+    g: usize,
+    scores: &mut [f32],
+    p: usize,
+) -> bool {
+    let hd = q.codes.len() / 3;
+    if !dot3_takes(g, q.codes) || hd % g != 0 || hd / g > MAX_GROUPS || rows.n > p {
+        return false;
+    }
+    // The scales are gathered as halfwords and four scores stored at a time: a page of a
+    // multiple of four rows, its scales aligned.
+    if p % 4 != 0
+        || rows.sstride % 2 != 0
+        || rows.scales.as_ptr().align_offset(2) != 0
+        || scores.len() < 3 * p
+    {
+        return false;
+    }
+    let nb = hd / g;
+    let mut qs = [[0f32; 3]; MAX_GROUPS];
+    for (b, qs) in qs.iter_mut().enumerate().take(nb) {
+        *qs = core::array::from_fn(|h| q.scales[h * nb + b]);
+    }
+    let qh: [&[i16]; 3] = core::array::from_fn(|h| &q.codes[h * hd..][..hd]);
+    let n = rows.n;
+    let mut isums = [0i32; SUMS];
+    for r0 in (0..n).step_by(CHUNK) {
+        let m = (n - r0).min(CHUNK);
+        dot3_page(
+            qh,
+            &rows.vals[r0 * rows.stride..],
+            rows.stride,
+            m,
+            g,
+            nb,
+            &mut isums,
+        );
+        scale4(&isums, rows, r0, m, &qs, nb, scores, p);
+    }
+    true
+}
+
+/// [`Isa::int8_page_scores`] for three heads: the integer sums of up to [`CHUNK`] rows and all
 /// their groups in one `asm!` loop nest, then each row's score from its groups in order.
-/// ([`SUMS`] ≥ [`MAX_GROUPS`], so every chunk holds a row.)
+/// ([`SUMS`] ≥ 3 · [`MAX_GROUPS`], so every chunk holds a row.)
+#[cfg(not(edgekv_arm_mve))]
 #[inline(always)]
 pub(super) fn scores3(
     q: QueryCodes<'_>,
@@ -118,12 +201,20 @@ pub(super) fn scores3(
     let (s0, rest) = scores.split_at_mut(p);
     let (s1, s2) = rest.split_at_mut(p);
     let n = rows.n;
-    let mut isums = [[0i32; 3]; SUMS];
-    let chunk = (SUMS / nb).min(CHUNK);
+    let mut isums = [[0i32; 3]; SUMS / 3];
+    let chunk = (SUMS / 3 / nb).min(CHUNK);
     for r0 in (0..n).step_by(chunk) {
         let m = (n - r0).min(chunk);
         let isums = &mut isums[..m * nb];
-        dot3_page(qh, &rows.vals[r0 * rows.stride..], rows.stride, m, g, isums);
+        dot3_page(
+            qh,
+            &rows.vals[r0 * rows.stride..],
+            rows.stride,
+            m,
+            g,
+            nb,
+            isums.as_flattened_mut(),
+        );
         let scales = rows.scales[r0 * rows.sstride..].chunks(rows.sstride);
         for (j, (isums, sc)) in isums.chunks_exact(nb).zip(scales).enumerate() {
             let mut s = [0f32; 3];
@@ -140,6 +231,49 @@ pub(super) fn scores3(
     true
 }
 
+/// The scores of rows `r0..r0 + m` (within a chunk, `m ≤ CHUNK`) of three heads from their
+/// integer sums, four rows per `mve::scores3x4`. A last block of fewer than four rows reads the
+/// last row's scales for the rest and writes scores past row `m` that no one reads (within the
+/// page's `p`, a multiple of four: `scores3` checked it, the scales' alignment and
+/// `scores.len() ≥ 3p`).
+#[cfg(edgekv_arm_mve)]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn scale4(
+    isums: &[i32; SUMS],
+    rows: &PageRows<'_>,
+    r0: usize,
+    m: usize,
+    qs: &[[f32; 3]; MAX_GROUPS],
+    nb: usize,
+    scores: &mut [f32],
+    p: usize,
+) {
+    let half = rows.sstride / 2;
+    let out = scores.as_mut_ptr();
+    for j in (0..m).step_by(4) {
+        let last = m - 1 - j;
+        let offs: [u32; 4] = core::array::from_fn(|i| (i.min(last) * half) as u32);
+        let sc = rows.scales[(r0 + j) * rows.sstride..].as_ptr();
+        // SAFETY: the sums of rows `j..j + 4` of every group and head lie within `isums`
+        // (`j + 4 ≤ CHUNK`, `nb ≤ MAX_GROUPS`); each gathered scale is row `r0 + j + min(i,
+        // last)`'s (a row of the page, `< n`) group `b < nb`, 2-aligned (checked in `scores3`);
+        // `qs` holds `nb` groups; the four scores of each head at `h·p + r0 + j` lie within
+        // `scores` (`r0 + j < n ≤ p`, `p` a multiple of four, `scores.len() ≥ 3p`).
+        unsafe {
+            mve::scores3x4(
+                isums[j..].as_ptr(),
+                sc,
+                &offs,
+                qs.as_ptr(),
+                nb,
+                out.wrapping_add(r0 + j),
+                4 * p,
+            )
+        };
+    }
+}
+
 /// [`Isa::int8_page_values`] for three heads: per group of `g` values, each row's three
 /// weights times its scale, then one `asm!` loop over the rows per block of lanes.
 #[cfg(edgekv_arm_f16cvt)]
@@ -152,17 +286,29 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
     if g == 0 || g % V_LANES != 0 || d % g != 0 || !fits || n > p || w.len() < 3 * p {
         return false;
     }
+    // Helium gathers the scales as halfwords and reads four rows' weights at a time: a page of
+    // a multiple of four rows, its scales aligned.
+    #[cfg(edgekv_arm_mve)]
+    if p % 4 != 0 || rows.sstride % 2 != 0 || rows.scales.as_ptr().align_offset(2) != 0 {
+        return false;
+    }
     let acc_ptr = acc.as_mut_ptr();
     for r0 in (0..n).step_by(CHUNK) {
         let m = (n - r0).min(CHUNK);
         for (k, off) in (0..d).step_by(g).enumerate() {
             // `kernels::scale_weights`'s products.
-            let mut ps = [[0f32; 3]; CHUNK];
-            let (w0, w1, w2) = (&w[r0..][..m], &w[p + r0..][..m], &w[2 * p + r0..][..m]);
-            let scales = rows.scales[r0 * rows.sstride + 2 * k..].chunks(rows.sstride);
-            for ((((ps, sc), w0), w1), w2) in ps.iter_mut().zip(scales).zip(w0).zip(w1).zip(w2) {
-                let s = Arm::one(u16_at(sc, 0));
-                *ps = [w0 * s, w1 * s, w2 * s];
+            let mut ps = [[0f32; PS]; CHUNK];
+            #[cfg(edgekv_arm_mve)]
+            weights4(&mut ps, w, p, rows, r0, m, k);
+            #[cfg(not(edgekv_arm_mve))]
+            {
+                let (w0, w1, w2) = (&w[r0..][..m], &w[p + r0..][..m], &w[2 * p + r0..][..m]);
+                let scales = rows.scales[r0 * rows.sstride + 2 * k..].chunks(rows.sstride);
+                let it = ps.iter_mut().zip(scales).zip(w0).zip(w1).zip(w2);
+                for ((((ps, sc), w0), w1), w2) in it {
+                    let s = Arm::one(u16_at(sc, 0));
+                    *ps = [w0 * s, w1 * s, w2 * s];
+                }
             }
             let first = rows.vals[r0 * rows.stride + off..].as_ptr();
             for at in (0..g).step_by(V_LANES) {
@@ -182,6 +328,42 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
     true
 }
 
+/// Floats per row of the value kernel's weights × scales: Helium's loop loads four (the fourth
+/// unused, as its interleaving stores write four), the DSP loop three.
+#[cfg(edgekv_arm_mve)]
+const PS: usize = 4;
+#[cfg(not(edgekv_arm_mve))]
+const PS: usize = 3;
+
+/// `ps[j] = [w_h[r0 + j] · s_j]` for rows `j < m` of a chunk (`m ≤ CHUNK`) and the three heads'
+/// weights `w_h = w[h·p..]`, `s_j` row `r0 + j`'s f16 scale of group `k`: four rows per
+/// `mve::weights3x4`. A last block of fewer than four rows reads the last row's scale and
+/// weights past row `m` that no one reads (within `w`: `p` a multiple of four, `w.len() ≥ 3p`,
+/// both checked by `values3`, as the scales' alignment).
+#[cfg(edgekv_arm_mve)]
+#[inline(always)]
+fn weights4(
+    ps: &mut [[f32; PS]; CHUNK],
+    w: &[f32],
+    p: usize,
+    rows: &PageRows<'_>,
+    r0: usize,
+    m: usize,
+    k: usize,
+) {
+    let half = rows.sstride / 2;
+    for j in (0..m).step_by(4) {
+        let last = m - 1 - j;
+        let offs: [u32; 4] = core::array::from_fn(|i| (i.min(last) * half) as u32);
+        let sc = rows.scales[(r0 + j) * rows.sstride + 2 * k..].as_ptr();
+        // SAFETY: each gathered scale is group `k`'s of row `r0 + j + min(i, last)` (`< n`),
+        // 2-aligned; the weights `w[h·p + r0 + j..][..4]` lie within `w` (`r0 + j < n ≤ p`, `p`
+        // a multiple of four, `w.len() ≥ 3p`); `ps[j..j + 4]` lies within `ps` (`j + 4 ≤
+        // CHUNK`).
+        unsafe { mve::weights3x4(w[r0 + j..].as_ptr(), 4 * p, sc, &offs, ps[j..].as_mut_ptr()) };
+    }
+}
+
 /// The ISA's value loop over `ps.len()` rows `stride` bytes apart from `row`: the accumulator
 /// blocks at `acc`, `acc + d` and `acc + 2d` (`V_LANES` floats each).
 ///
@@ -190,7 +372,7 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
 /// As the ISA's `add_rows3`.
 #[cfg(edgekv_arm_f16cvt)]
 #[inline(always)]
-unsafe fn add_rows3(acc: *mut f32, d: usize, ps: &[[f32; 3]], row: *const u8, stride: usize) {
+unsafe fn add_rows3(acc: *mut f32, d: usize, ps: &[[f32; PS]], row: *const u8, stride: usize) {
     #[cfg(edgekv_arm_mve)]
     // SAFETY: the caller's contract; the three heads' blocks are `d` floats apart.
     unsafe {

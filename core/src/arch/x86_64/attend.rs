@@ -19,7 +19,10 @@ use core::arch::x86_64::{
 use super::page::{add_row16, group_sums8, q8_scores, q8_values};
 use crate::arch::{Isa, Portable};
 use crate::attention::kernels::{self, Row};
-use crate::attention::page::{Heads, Keys, Layout, PageRows, attend_page as page};
+use crate::attention::page::{
+    Heads, Keys, Layout, PageRows, PageSlices, attend_page as page, attend_whole_int8,
+    whole_int8_rows,
+};
 use crate::attention::query::QueryCodes;
 use crate::format::u16_at;
 
@@ -54,7 +57,23 @@ fn portable_only() -> bool {
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn attend_page_avx2<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    page::<Avx2F16c, F>(l, keys, heads)
+    match whole_int8_rows::<Avx2F16c, F, 3>(l, keys) {
+        // SAFETY: the caller's contract (AVX2 and F16C).
+        Some(n) => unsafe { whole_int8_page_avx2(l, keys.kv, heads, n) },
+        None => page::<Avx2F16c, F>(l, keys, heads),
+    }
+}
+
+/// [`attend_whole_int8`] built with AVX2 and F16C enabled, out of line (its own set-up, not
+/// the general page loop's).
+///
+/// # Safety
+///
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline(never)]
+unsafe fn whole_int8_page_avx2(l: &Layout, kv: &PageSlices<'_>, heads: Heads<'_>, n: usize) {
+    attend_whole_int8::<Avx2F16c, 3>(l, kv, heads, n)
 }
 
 /// [`Isa`] with F16C and AVX horizontal adds. Private to this module and used only inside
