@@ -47,8 +47,11 @@ use crate::format::u16_at;
 // No ISA quantizers: the portable loops run.
 pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
 
-/// The attention page loop with the DSP kernels: a whole page of int8 rows to its own loop,
-/// others to the general one. Each out of line, as the portable build (see `none.rs`).
+/// The attention page loop with the DSP kernels. With Helium, a whole page of int8 rows whose
+/// query heads run three at a time goes to its own loop (`fast::attend_whole_int8`), other pages
+/// to the general one; without Helium every page goes to the general loop, which inlines
+/// `libm::expf` (the whole-page loop calls it: 0.35 M more instructions per M4 decode step).
+/// Each loop out of line, as the portable build (see `none.rs`).
 #[cfg(not(feature = "small-code"))]
 #[inline(always)]
 pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
@@ -58,7 +61,7 @@ pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, he
     }
 }
 
-/// [`attend_whole_int8`] with the DSP kernels.
+/// [`attend_whole_int8`] with the Helium kernels.
 #[cfg(not(feature = "small-code"))]
 #[inline(never)]
 fn whole_int8_page(l: &Layout, kv: &PageSlices<'_>, heads: Heads<'_>, n: usize) {
