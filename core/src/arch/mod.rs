@@ -75,6 +75,8 @@ mod portable_quantizers {
 use half::f16;
 
 #[cfg(not(feature = "small-code"))]
+use crate::attention::exp;
+#[cfg(not(feature = "small-code"))]
 use crate::attention::kernels::{self, Row};
 #[cfg(not(feature = "small-code"))]
 use crate::attention::page::PageRows;
@@ -106,6 +108,21 @@ pub(crate) trait Isa {
     /// way.
     #[cfg(not(feature = "small-code"))]
     const PAGE_ROWS: bool = false;
+    /// The largest of `s` not NaN (−∞ if none), as `exp::max_of` (which see for the zero's
+    /// sign).
+    #[cfg(not(feature = "small-code"))]
+    #[inline(always)]
+    fn max_of(s: &[f32]) -> f32 {
+        exp::max_of(s)
+    }
+    /// `xs[i] = floor::weight(libm::expf(xs[i] − shifts[i / row]))` for rows of `row` values (a
+    /// multiple of eight) where every `xs[i] ≤ shifts[i / row]` or one of them is NaN (each
+    /// shift is its row's maximum): [`exp::exp_shifted_rows`]'s bits.
+    #[cfg(not(feature = "small-code"))]
+    #[inline(always)]
+    fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
+        exp::exp_shifted_rows(xs, row, shifts)
+    }
     /// One f16 value.
     fn one(h: u16) -> f32;
     /// Eight little-endian f16 values.

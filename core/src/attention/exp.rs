@@ -17,22 +17,30 @@ use super::floor::weight;
 const LANES: usize = 8;
 
 /// `ln 2` split in a high part (exact when multiplied by small integers) and a low part.
-const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
-const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+pub(crate) const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+pub(crate) const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
 /// `1 / ln 2`.
-const INV_LN2: f32 = f32::from_bits(0x3fb8_aa3b);
+pub(crate) const INV_LN2: f32 = f32::from_bits(0x3fb8_aa3b);
 /// The rational approximation's coefficients on the reduced range `|r| ≤ ln 2 / 2`.
-const P1: f32 = f32::from_bits(0x3e2a_aa8f);
-const P2: f32 = f32::from_bits(0xbb35_5215);
+pub(crate) const P1: f32 = f32::from_bits(0x3e2a_aa8f);
+pub(crate) const P2: f32 = f32::from_bits(0xbb35_5215);
 
 /// `|x|` bit patterns: from here on (|x| ≥ 87.33655, infinities, NaN) `libm` decides.
 const EDGE: u32 = 0x42ae_ac50;
 /// Above `ln 2 / 2`: reduce by `k · ln 2`.
-const HALF_LN2: u32 = 0x3eb1_7218;
+pub(crate) const HALF_LN2: u32 = 0x3eb1_7218;
 /// Above `1.5 ln 2`: `k` from rounding `x / ln 2`; at or below, `k = ±1`.
-const THREE_HALVES_LN2: u32 = 0x3f85_1592;
+pub(crate) const THREE_HALVES_LN2: u32 = 0x3f85_1592;
 /// At or below `2^-14`: `exp(x)` rounds to `1 + x`.
-const TINY: u32 = 0x3900_0000;
+pub(crate) const TINY: u32 = 0x3900_0000;
+/// For `x ≤ 0`, `weight(libm::expf(x))` is zero exactly when `x` is below this (−41.58883: the
+/// most negative `x` whose `exp` reaches [`floor::WEIGHT_FLOOR`](super::floor::WEIGHT_FLOOR)),
+/// as a test checks over every negative `f32`.
+#[cfg_attr(
+    not(all(edgekv_arm_mve, not(feature = "small-code"))),
+    allow(dead_code)
+)]
+pub(crate) const ZERO_BELOW: f32 = f32::from_bits(0xc226_5af6);
 
 /// `xs[i] = weight(exp(xs[i] − shift))` for every element, each bit-identical to
 /// `floor::weight(libm::expf(xs[i] - shift))`.
@@ -75,6 +83,30 @@ pub(crate) fn exp_shifted_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
             *b = exp8(x);
         }
     }
+}
+
+/// The largest of `s` (not NaN; −∞ if none), as `s.iter().fold(−∞, f32::max)` but in eight
+/// lanes. A zero maximum may come out with the other sign than the fold's (`f32::max` leaves it
+/// open), which changes no result: it is only compared and subtracted from scores, and
+/// `x − 0` and `x + 0` differ only at `x = −0`, whose exp is 1 either way.
+#[inline(always)]
+pub(crate) fn max_of(s: &[f32]) -> f32 {
+    // Not NaN in, not NaN out: `m` only ever takes a larger, hence non-NaN, `x`.
+    let step = |m: f32, x: f32| if x > m { x } else { m };
+    let mut m = [f32::NEG_INFINITY; 8];
+    let mut blocks = s.chunks_exact(8);
+    for b in &mut blocks {
+        for l in 0..8 {
+            m[l] = step(m[l], b[l]);
+        }
+    }
+    for (l, &x) in blocks.remainder().iter().enumerate() {
+        m[l] = step(m[l], x);
+    }
+    step(
+        step(step(m[0], m[1]), step(m[2], m[3])),
+        step(step(m[4], m[5]), step(m[6], m[7])),
+    )
 }
 
 /// Eight `floor::weight(libm::expf(x))`s.
@@ -169,6 +201,39 @@ mod tests {
             "exp({x:e}) = {:e}, libm {want:e}",
             v[0]
         );
+    }
+
+    /// `max_of` equals the fold with `f32::max` (NaNs skipped, −∞ when nothing else).
+    #[test]
+    fn page_maximum_equals_the_fold() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let pool = [
+            f32::NAN,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            -3.5,
+            2.25,
+            0.0,
+            -1e-30,
+        ];
+        for len in 0..40 {
+            for _ in 0..50 {
+                let s: std::vec::Vec<f32> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        if x % 3 == 0 {
+                            pool[(x >> 8) as usize % pool.len()]
+                        } else {
+                            (x >> 40) as f32 / 1e5 - 80.0
+                        }
+                    })
+                    .collect();
+                let want = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                assert_eq!(max_of(&s), want, "{s:?}");
+            }
+        }
     }
 
     /// Rows with their own shifts give each row's `exp_shifted` bits.
@@ -269,6 +334,108 @@ mod tests {
             assert!(
                 g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
                 "exp({x:e}) = {g:e}, libm {want:e}"
+            );
+        }
+    }
+
+    /// [`ZERO_BELOW`]: over every negative `f32`, `weight(libm::expf(x))` is zero exactly below
+    /// it (a full scan in release; a stride and the band around it otherwise).
+    #[test]
+    fn zero_below_is_where_weights_vanish() {
+        let (stride, band) = match (cfg!(miri), cfg!(debug_assertions)) {
+            (true, _) => (0x0100_0f01, 64),
+            (false, true) => (0x0000_0f0f, 1 << 20),
+            (false, false) => (1, 1),
+        };
+        let zero = |x: f32| weight(libm::expf(x)).to_bits() == 0;
+        let below = f32::from_bits(ZERO_BELOW.to_bits() + 1);
+        assert!(zero(below) && !zero(ZERO_BELOW));
+        let mut b = 0x8000_0000u32;
+        while b <= 0xff80_0000 {
+            let x = f32::from_bits(b);
+            assert_eq!(zero(x), x < ZERO_BELOW, "{x:e}");
+            let near = b.abs_diff(ZERO_BELOW.to_bits()) < band;
+            b += if near { 1 } else { stride };
+        }
+    }
+
+    /// The Helium form of `arch/arm/mve_weights.rs`, step by step: for `x = s − shift ≤ 0`, `k`
+    /// from a truncating conversion and two compares, [`ZERO_BELOW`] for the floor, every vector
+    /// float step flushing subnormal inputs and results to zero (Helium's standard FPSCR), the
+    /// division by the scalar FPU (IEEE).
+    fn helium_form(s: f32, shift: f32) -> f32 {
+        let z = |v: f32| {
+            if v.is_subnormal() {
+                0f32.copysign(v)
+            } else {
+                v
+            }
+        };
+        let add = |a: f32, b: f32| z(z(a) + z(b));
+        let sub = |a: f32, b: f32| z(z(a) - z(b));
+        let mul = |a: f32, b: f32| z(z(a) * z(b));
+        let lt = |a: f32, b: f32| z(a) < z(b);
+        let x = sub(s, shift);
+        let trunc = add(mul(x, INV_LN2), -0.5) as i32;
+        let mut k = 0;
+        if lt(x, -f32::from_bits(HALF_LN2)) {
+            k = -1;
+        }
+        if lt(x, -f32::from_bits(THREE_HALVES_LN2)) {
+            k = trunc;
+        }
+        let kf = k as f32;
+        let hi = sub(x, mul(kf, LN2_HI));
+        let lo = mul(kf, LN2_LO);
+        let r = sub(hi, lo);
+        let rr = mul(r, r);
+        let c = sub(r, mul(rr, add(mul(rr, P2), P1)));
+        let t = mul(r, c) / sub(2.0, c);
+        let y = add(add(sub(t, lo), hi), 1.0);
+        let two_k = ((k as u32) << 23).wrapping_add(1f32.to_bits());
+        let mut out = mul(y, f32::from_bits(two_k));
+        if z(x) >= z(-f32::from_bits(TINY)) {
+            out = add(x, 1.0);
+        }
+        if lt(x, ZERO_BELOW) {
+            out = 0.0;
+        }
+        out
+    }
+
+    /// The Helium form has `weight(libm::expf(x))`'s bits for every `x ≤ 0` tried (a stride
+    /// through the negative floats, and [−90, 0] densely), NaN for NaN.
+    #[test]
+    fn helium_form_matches_libm() {
+        let stride = if cfg!(miri) { 0x0100_0f01 } else { 0x0000_1f03 };
+        let mut xs = std::vec![0.0, f32::NAN, f32::NEG_INFINITY, f32::MIN];
+        let mut b = 0x8000_0000u32;
+        while let Some(n) = b.checked_add(stride) {
+            xs.push(f32::from_bits(b));
+            b = n;
+        }
+        let steps = if cfg!(miri) { 1_000 } else { 400_000 };
+        xs.extend((0..=steps).map(|i| -90.0 * i as f32 / steps as f32));
+        for &x in &xs {
+            let want = weight(libm::expf(x));
+            let got = helium_form(x, 0.0);
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "exp({x:e}) = {got:e}, libm {want:e}"
+            );
+        }
+        // Shifted scores at or below their shift.
+        for (s, shift) in [
+            (-3.25, 7.5),
+            (1e-3, 1e-3),
+            (-40.0, 1.5),
+            (f32::NEG_INFINITY, 0.0),
+        ] {
+            let want = weight(libm::expf(s - shift));
+            assert_eq!(
+                helium_form(s, shift).to_bits(),
+                want.to_bits(),
+                "{s} − {shift}"
             );
         }
     }

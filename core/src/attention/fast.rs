@@ -4,7 +4,7 @@
 //! kernels and eight-lane `exp`. `small-code` builds take `attention::small` instead (same
 //! bits).
 
-use super::exp::{exp_shifted, exp_shifted_rows};
+use super::exp::exp_shifted;
 use super::floor::exp_weight;
 use super::kernels::{Row, add_scaled, dot_lanes};
 use super::page::{Heads, Keys, Layout, PageRows, PageSlices, rescale};
@@ -220,7 +220,7 @@ fn page_softmax<D: Isa, R: Iterator<Item = usize>>(
     let all_at_once = whole && n == p && p % 8 == 0 && !D::SCALAR_EXP;
     for (h, oh) in out.chunks_exact_mut(hd).enumerate() {
         let page_max = if whole {
-            max_of(&scores[h * p..h * p + n])
+            D::max_of(&scores[h * p..h * p + n])
         } else {
             rows().fold(f32::NEG_INFINITY, |m, r| m.max(scores[h * p + r]))
         };
@@ -239,7 +239,7 @@ fn page_softmax<D: Isa, R: Iterator<Item = usize>>(
     }
     if all_at_once {
         // A whole page: every head's weights in one loop.
-        exp_shifted_rows(&mut scores[..max.len() * p], p, max);
+        D::exp_rows(&mut scores[..max.len() * p], p, max);
     }
     // Each head's sum takes its weights in row order, in a register.
     for (h, s) in sum.iter_mut().enumerate() {
@@ -276,30 +276,6 @@ fn page_values_all<D: Isa>(
             h0 += g;
         }
     }
-}
-
-/// The largest of `s` (not NaN; −∞ if none), as `s.iter().fold(−∞, f32::max)` but in eight
-/// lanes. A zero maximum may come out with the other sign than the fold's (`f32::max` leaves it
-/// open), which changes no result: it is only compared and subtracted from scores, and
-/// `x − 0` and `x + 0` differ only at `x = −0`, whose exp is 1 either way.
-#[inline(always)]
-fn max_of(s: &[f32]) -> f32 {
-    // Not NaN in, not NaN out: `m` only ever takes a larger, hence non-NaN, `x`.
-    let step = |m: f32, x: f32| if x > m { x } else { m };
-    let mut m = [f32::NEG_INFINITY; 8];
-    let mut blocks = s.chunks_exact(8);
-    for b in &mut blocks {
-        for l in 0..8 {
-            m[l] = step(m[l], b[l]);
-        }
-    }
-    for (l, &x) in blocks.remainder().iter().enumerate() {
-        m[l] = step(m[l], x);
-    }
-    step(
-        step(step(m[0], m[1]), step(m[2], m[3])),
-        step(step(m[4], m[5]), step(m[6], m[7])),
-    )
 }
 
 /// `scores[h][r] = scale · q[h] · krow(r)` for heads `h0..h0 + G` of KV head `kh` and tokens
@@ -580,42 +556,4 @@ fn accumulate<D: Isa, const G: usize, const R: usize>(
         }
     }
     add_scaled::<D, G, R>(l.v_fmt, &mut st.out[h0 * hd..(h0 + G) * hd], w, vrows);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::max_of;
-
-    /// `max_of` equals the fold with `f32::max` (NaNs skipped, −∞ when nothing else).
-    #[test]
-    fn page_maximum_equals_the_fold() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let pool = [
-            f32::NAN,
-            f32::NEG_INFINITY,
-            f32::INFINITY,
-            -3.5,
-            2.25,
-            0.0,
-            -1e-30,
-        ];
-        for len in 0..40 {
-            for _ in 0..50 {
-                let s: std::vec::Vec<f32> = (0..len)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        if x % 3 == 0 {
-                            pool[(x >> 8) as usize % pool.len()]
-                        } else {
-                            (x >> 40) as f32 / 1e5 - 80.0
-                        }
-                    })
-                    .collect();
-                let want = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-                assert_eq!(max_of(&s), want, "{s:?}");
-            }
-        }
-    }
 }

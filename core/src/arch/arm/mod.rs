@@ -4,13 +4,14 @@
 //! for every query head of its group) and int8 value rows four lanes at a time (a block's
 //! accumulators stay in registers across the rows). With Helium (M55, M85: `edgekv_arm_mve`),
 //! int8 scores by `VMLADAVA` and int8 value rows of three heads eight lanes at a time
-//! (`mve.rs`; the DSP kernels there cost more than they save). Whole pages of int8 rows for
+//! (`mve.rs`; the DSP kernels there cost more than they save), and a page's maxima and weights
+//! `exp(score − max)` four lanes per vector (`mve_weights.rs`). Whole pages of int8 rows for
 //! three query heads per KV head go to `page.rs` ([`Isa::PAGE_ROWS`]): rows a stride apart, one
 //! `asm!` loop nest for a page's scores, value accumulators kept across a page's rows; other
 //! pages (windows) and head counts take the eight-row kernels here. On hard-float targets
 //! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. Without Helium,
 //! each attention weight's `exp` is `libm::expf` itself (its branches cost a scalar FPU less than
-//! the eight-lane form's selects: 5 % of an M4 decode step; with Helium the lanes are cheaper).
+//! the eight-lane form's selects: 5 % of an M4 decode step).
 //! The quantizers take the portable paths.
 //!
 //! The portable kernels' bits: the integer sums are exact in any order, and every float step is
@@ -23,6 +24,8 @@
 mod dsp;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 mod mve;
+#[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
+mod mve_weights;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 mod page;
 
@@ -88,7 +91,7 @@ impl Isa for Arm {
     /// The DSP and Helium score loops are `asm!` for a group of three heads.
     const RUNS_BY_ROW: bool = true;
     /// Without Helium, floats are scalar: `libm::expf` per weight (5 % fewer instructions per
-    /// M4 decode step); with it, eight lanes (7 % fewer than `libm` on the M55).
+    /// M4 decode step); with it, four lanes per vector in `asm!` (`mve_weights`).
     const SCALAR_EXP: bool = cfg!(not(edgekv_arm_mve));
     /// Whole pages of int8 rows to `page.rs` (DSP or Helium).
     const PAGE_ROWS: bool = cfg!(any(edgekv_arm_dsp, edgekv_arm_mve));
@@ -110,6 +113,32 @@ impl Isa for Arm {
     #[inline(always)]
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES] {
         Portable::reduce8(x)
+    }
+
+    /// Helium: `VMAXNMV` over four lanes at a time (`mve_weights::max_of`).
+    #[cfg(edgekv_arm_mve)]
+    #[inline(always)]
+    fn max_of(s: &[f32]) -> f32 {
+        let n = s.len() & !3;
+        if n == 0 {
+            return crate::attention::exp::max_of(s);
+        }
+        // SAFETY: `n` is a nonzero multiple of 4 within `s`.
+        let m = unsafe { mve_weights::max_of(s.as_ptr(), n) };
+        s[n..].iter().fold(m, |m, &x| if x > m { x } else { m })
+    }
+
+    /// Helium: `mve_weights::exp_rows`, four lanes at a time.
+    #[cfg(edgekv_arm_mve)]
+    #[inline(always)]
+    fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
+        let heads = shifts.len().min(xs.len().checked_div(row).unwrap_or(0));
+        if row % 4 != 0 || heads == 0 {
+            return crate::attention::exp::exp_shifted_rows(xs, row, shifts);
+        }
+        // SAFETY: `row` is a nonzero multiple of 4 (a zero `row` gives no heads), and `xs` holds
+        // `heads · row` floats, `shifts` `heads`.
+        unsafe { mve_weights::exp_rows(xs.as_mut_ptr(), row, shifts.as_ptr(), heads) }
     }
 
     /// [`kernels::int8_scores`]'s bits: per group, each query head's integer dot product by
