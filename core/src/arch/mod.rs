@@ -123,6 +123,12 @@ pub(crate) trait Isa {
     fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
         exp::exp_shifted_rows(xs, row, shifts)
     }
+    /// `s + w[0] + w[1] + …`, in that order: a head's sum of weights.
+    #[cfg(not(feature = "small-code"))]
+    #[inline(always)]
+    fn sum(s: f32, w: &[f32]) -> f32 {
+        w.iter().fold(s, |s, w| s + w)
+    }
     /// One f16 value.
     fn one(h: u16) -> f32;
     /// Eight little-endian f16 values.

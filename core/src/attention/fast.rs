@@ -245,7 +245,7 @@ fn page_softmax<D: Isa, R: Iterator<Item = usize>>(
     for (h, s) in sum.iter_mut().enumerate() {
         let weights = &scores[h * p..h * p + n];
         *s = if whole {
-            weights.iter().fold(*s, |s, w| s + w)
+            D::sum(*s, weights)
         } else {
             rows().fold(*s, |s, r| s + weights[r])
         };

@@ -128,6 +128,20 @@ impl Isa for Arm {
         s[n..].iter().fold(m, |m, &x| if x > m { x } else { m })
     }
 
+    /// Helium: `mve_weights::sum` over whole blocks of four, the rest in order after them.
+    #[cfg(edgekv_arm_mve)]
+    #[inline(always)]
+    fn sum(s: f32, w: &[f32]) -> f32 {
+        let n = w.len() & !3;
+        let s = if n == 0 {
+            s
+        } else {
+            // SAFETY: `n` is a nonzero multiple of 4 within `w`.
+            unsafe { mve_weights::sum(s, w.as_ptr(), n) }
+        };
+        w[n..].iter().fold(s, |s, w| s + w)
+    }
+
     /// Helium: `mve_weights::exp_rows`, four lanes at a time.
     #[cfg(edgekv_arm_mve)]
     #[inline(always)]

@@ -154,6 +154,82 @@ pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mu
     }
 }
 
+/// [`dot3_page`] for groups of 32 codes (`p.steps` is 2: ggml's Q8_0 and most int8 pages): each
+/// group's 32 codes in one unrolled run, its first eight by `VMLADAV` (no accumulator to clear),
+/// 34 instructions per group rather than 42.
+///
+/// # Safety
+///
+/// As [`dot3_page`], with `p.steps` = 2.
+#[inline(always)]
+pub(super) unsafe fn dot3_page32(p: &super::page::Dot3Page, k: *const u8, out: *mut i32) {
+    // SAFETY: as `dot3_page`: per group, 32 key bytes and 32 halfwords of each query row read,
+    // three words stored within `out`. Only the declared registers and the flags are written.
+    unsafe {
+        asm!(
+            "4:",
+            "ldm {pb}, {{r2, r3, r4}}",
+            "ldr r5, [{pb}, #20]",
+            "3:",
+            "vldrb.s16 q0, [r1], #8",
+            "vldrh.s16 q1, [r2], #16",
+            "vmladav.s16 r8, q0, q1",
+            "vldrh.s16 q1, [r3], #16",
+            "vmladav.s16 r10, q0, q1",
+            "vldrh.s16 q1, [r4], #16",
+            "vmladav.s16 r12, q0, q1",
+            "vldrb.s16 q0, [r1], #8",
+            "vldrh.s16 q1, [r2], #16",
+            "vmladava.s16 r8, q0, q1",
+            "vldrh.s16 q1, [r3], #16",
+            "vmladava.s16 r10, q0, q1",
+            "vldrh.s16 q1, [r4], #16",
+            "vmladava.s16 r12, q0, q1",
+            "vldrb.s16 q0, [r1], #8",
+            "vldrh.s16 q1, [r2], #16",
+            "vmladava.s16 r8, q0, q1",
+            "vldrh.s16 q1, [r3], #16",
+            "vmladava.s16 r10, q0, q1",
+            "vldrh.s16 q1, [r4], #16",
+            "vmladava.s16 r12, q0, q1",
+            "vldrb.s16 q0, [r1], #8",
+            "vldrh.s16 q1, [r2], #16",
+            "vmladava.s16 r8, q0, q1",
+            "vldrh.s16 q1, [r3], #16",
+            "vmladava.s16 r10, q0, q1",
+            "vldrh.s16 q1, [r4], #16",
+            "vmladava.s16 r12, q0, q1",
+            "str r8, [{out}]",
+            "str r10, [{out}, #64]",
+            "str r12, [{out}, #128]",
+            "add {out}, {out}, #192",
+            "subs r5, r5, #1",
+            "bne 3b",
+            "ldr r0, [{pb}, #16]",
+            "add r1, r1, r0",
+            "ldr r0, [{pb}, #28]",
+            "sub {out}, {out}, r0",
+            "subs lr, lr, #1",
+            "bne 4b",
+            pb = in(reg) p,
+            out = inout(reg) out => _,
+            inout("lr") p.rows => _,
+            inout("r1") k => _,
+            out("r0") _,
+            out("r2") _,
+            out("r3") _,
+            out("r4") _,
+            out("r5") _,
+            out("r8") _,
+            out("r10") _,
+            out("r12") _,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+            options(nostack),
+        );
+    }
+}
+
 /// Four rows' scores for three heads from their groups' integer sums: for each head `h`
 /// (four floats at `out + h·step` bytes), `Σ_b (qs[b][h] · ks_b) · isum[(3b + h)·CHUNK + ρ]` for rows ρ < 4,
 /// the groups `b < nb` in order from a zero sum, each step rounded as the scalar form does
@@ -294,7 +370,7 @@ pub(super) unsafe fn weights3x4(
 /// `VADD`: unfused, as the portable kernel). The six accumulator vectors stay in q2–q7 across
 /// the rows; each row costs one pointer step, two widening loads and conversions (`VLDRB.S32`,
 /// `VCVT`), one `LDM` of its three weights (and the unused fourth), six `VMUL` by a core
-/// register and six `VADD`.
+/// register and six `VADD`, and the low-overhead loop's `LE`.
 ///
 /// # Safety
 ///
@@ -319,6 +395,7 @@ pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 4]], row: *const 
             "vldrw.u32 q5, [{a1}, #16]",
             "vldrw.u32 q6, [{a2}]",
             "vldrw.u32 q7, [{a2}, #16]",
+            "dls lr, {n}",
             "2:",
             "ldm {pp}!, {{r2, r3, r4, r5}}",
             "vldrb.s32 q0, [r0]",
@@ -338,8 +415,7 @@ pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 4]], row: *const 
             "vmul.f32 q1, q0, r4",
             "vadd.f32 q7, q7, q1",
             "add r0, r0, {stride}",
-            "subs {n}, {n}, #1",
-            "bne 2b",
+            "le lr, 2b",
             "vstrw.32 q2, [{a0}]",
             "vstrw.32 q3, [{a0}, #16]",
             "vstrw.32 q4, [{a1}]",
@@ -351,8 +427,9 @@ pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 4]], row: *const 
             a2 = in(reg) acc[2],
             stride = in(reg) stride,
             pp = inout(reg) ps.as_ptr() => _,
-            n = inout(reg) n => _,
+            n = in(reg) n,
             inout("r0") row => _,
+            out("lr") _,
             out("r2") _, out("r3") _, out("r4") _, out("r5") _,
             out("s0") _, out("s1") _, out("s2") _, out("s3") _,
             out("s4") _, out("s5") _, out("s6") _, out("s7") _,

@@ -164,3 +164,36 @@ pub(super) unsafe fn max_of(s: *const f32, n: usize) -> f32 {
     }
     f32::from_bits(m)
 }
+
+/// `s + w[0] + w[1] + … + w[n − 1]`, added in that order by the scalar FPU (`VADD.F32` on the
+/// lanes' S registers, IEEE as Rust's `f32` addition): a head's sum of weights, four
+/// loaded per `VLDRW`.
+///
+/// # Safety
+///
+/// `n` is a nonzero multiple of 4; `w` is valid for reads of `n` floats, 4-byte aligned.
+#[inline(always)]
+pub(super) unsafe fn sum(s: f32, w: *const f32, n: usize) -> f32 {
+    let mut acc = s;
+    // SAFETY: the caller's contract: the loop runs `n / 4` times, reading four floats each.
+    // Only the declared registers are written.
+    unsafe {
+        asm!(
+            "dls lr, {blocks}",
+            "2:",
+            "vldrw.u32 q0, [{w}], #16",
+            "vadd.f32 {acc}, {acc}, s0",
+            "vadd.f32 {acc}, {acc}, s1",
+            "vadd.f32 {acc}, {acc}, s2",
+            "vadd.f32 {acc}, {acc}, s3",
+            "le lr, 2b",
+            w = inout(reg) w => _,
+            blocks = in(reg) n / 4,
+            acc = inout(sreg) acc,
+            out("lr") _,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            options(readonly, nostack),
+        );
+    }
+    acc
+}

@@ -111,7 +111,11 @@ fn dot3_page(
     // first sum (Helium).
     #[cfg(edgekv_arm_mve)]
     unsafe {
-        mve::dot3_page(&p, k.as_ptr(), out.as_mut_ptr())
+        if p.steps == 2 {
+            mve::dot3_page32(&p, k.as_ptr(), out.as_mut_ptr())
+        } else {
+            mve::dot3_page(&p, k.as_ptr(), out.as_mut_ptr())
+        }
     };
     // SAFETY: as above.
     #[cfg(not(edgekv_arm_mve))]
