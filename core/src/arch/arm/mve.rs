@@ -365,72 +365,113 @@ pub(super) unsafe fn weights3x4(
     }
 }
 
-/// `acc[h][l] += ps[ρ][h] · (row_ρ[l] as i8)` for three heads `h`, eight lanes `l` and the
-/// rows `row_ρ = row + ρ·stride` in order: each product rounded, then added (`VMUL`, then
-/// `VADD`: unfused, as the portable kernel). The six accumulator vectors stay in q2–q7 across
-/// the rows; each row costs one pointer step, two widening loads and conversions (`VLDRB.S32`,
-/// `VCVT`), one `LDM` of its three weights (and the unused fourth), six `VMUL` by a core
-/// register and six `VADD`, and the low-overhead loop's `LE`.
+/// One row of [`add_rows3`]'s loop: its weights × scales `r2`–`r4` (and the unused fourth in
+/// `r5`) from `r1`, its eight codes from `r0` widened and converted, six `VMUL` by a core
+/// register and six `VADD`, then `r0` a stride on.
+macro_rules! value_row {
+    () => {
+        concat!(
+            "ldm r1!, {{r2, r3, r4, r5}}\n",
+            "vldrb.s32 q0, [r0]\n",
+            "vcvt.f32.s32 q0, q0\n",
+            "vmul.f32 q1, q0, r2\n",
+            "vadd.f32 q2, q2, q1\n",
+            "vmul.f32 q1, q0, r3\n",
+            "vadd.f32 q4, q4, q1\n",
+            "vmul.f32 q1, q0, r4\n",
+            "vadd.f32 q6, q6, q1\n",
+            "vldrb.s32 q0, [r0, #4]\n",
+            "vcvt.f32.s32 q0, q0\n",
+            "vmul.f32 q1, q0, r2\n",
+            "vadd.f32 q3, q3, q1\n",
+            "vmul.f32 q1, q0, r3\n",
+            "vadd.f32 q5, q5, q1\n",
+            "vmul.f32 q1, q0, r4\n",
+            "vadd.f32 q7, q7, q1\n",
+            "add r0, r0, {st}\n",
+        )
+    };
+}
+
+/// What [`add_rows3`] reads (at these offsets): the rows' weights × scales (four floats a row),
+/// the number of rows, the bytes from one head's accumulators to the next's, and the blocks of
+/// eight lanes (counted down to zero as they are done).
+#[repr(C)]
+pub(super) struct AddRows3 {
+    pub(super) ps: *const [f32; 4],
+    pub(super) n: usize,
+    pub(super) head: usize,
+    pub(super) blocks: usize,
+}
+
+/// `acc[h][l] += ps[ρ][h] · (row_ρ[l] as i8)` for three heads `h` (accumulators `p.head` bytes
+/// apart), the lanes `l` of `p.blocks` blocks of eight, and the rows `row_ρ = row + ρ·stride`
+/// (ρ < `p.n`) in order: each product rounded, then added (`VMUL`, then `VADD`: unfused, as the
+/// portable kernel). A block's six accumulator vectors stay in q2–q7 across the rows, two rows
+/// per turn of the low-overhead loop (`WLS`/`LE`); each row costs a pointer step, two widening
+/// loads and conversions (`VLDRB.S32`, `VCVT`), one `LDM` of its three weights (and the unused
+/// fourth), six `VMUL` by a core register and six `VADD`.
 ///
 /// # Safety
 ///
-/// Each `acc[h]` is valid for reads and writes of eight floats and 4-byte aligned; every
-/// `row_ρ` (ρ < `ps.len()`) for reads of bytes `[0, 8)`; no other reference to those floats is
-/// used meanwhile.
+/// `p.blocks ≥ 1`; for each block `b < p.blocks`, the eight floats at `acc + 8b + h·p.head/4`
+/// (h < 3) are valid for reads and writes, 4-byte aligned; every `row_ρ + 8b` (ρ < `p.n`) is
+/// valid for reads of 8 bytes; `p.ps` for reads of `p.n` rows; no other reference to those
+/// floats is used meanwhile. `p.blocks` is zero afterwards.
 #[inline(always)]
-pub(super) unsafe fn add_rows3(acc: [*mut f32; 3], ps: &[[f32; 4]], row: *const u8, stride: usize) {
-    let n = ps.len();
-    if n == 0 {
-        return;
-    }
-    // SAFETY: the caller's contract for `acc` and the rows; the loop runs `n` times, reading
-    // `ps[ρ]` and row ρ for ρ < n. Only the declared registers and the flags are written (the
-    // row's address in r0, a low register as the widening load needs; its weights in r2–r4,
-    // ascending as `LDM` needs).
+pub(super) unsafe fn add_rows3(p: &mut AddRows3, acc: *mut f32, row: *const u8, stride: usize) {
+    // SAFETY: the caller's contract: per block, the accumulators are loaded and stored once and
+    // `p.n` rows' weights and codes read; `p.blocks` is counted down in place. Only the declared
+    // registers and the flags are written (the row's address in r0, a low register as the
+    // widening load needs; its weights in r2–r5, ascending as `LDM` needs).
     unsafe {
         asm!(
-            "vldrw.u32 q2, [{a0}]",
-            "vldrw.u32 q3, [{a0}, #16]",
-            "vldrw.u32 q4, [{a1}]",
-            "vldrw.u32 q5, [{a1}, #16]",
-            "vldrw.u32 q6, [{a2}]",
-            "vldrw.u32 q7, [{a2}, #16]",
-            "dls lr, {n}",
+            "5:",
+            "ldr r2, [{pb}, #8]",
+            "add r3, {a}, r2",
+            "add r4, r3, r2",
+            "vldrw.u32 q2, [{a}]",
+            "vldrw.u32 q3, [{a}, #16]",
+            "vldrw.u32 q4, [r3]",
+            "vldrw.u32 q5, [r3, #16]",
+            "vldrw.u32 q6, [r4]",
+            "vldrw.u32 q7, [r4, #16]",
+            "ldm {pb}, {{r1, r3}}",
+            "mov r0, {rb}",
+            "lsrs r2, r3, #1",
+            "wls lr, r2, 6f",
             "2:",
-            "ldm {pp}!, {{r2, r3, r4, r5}}",
-            "vldrb.s32 q0, [r0]",
-            "vcvt.f32.s32 q0, q0",
-            "vmul.f32 q1, q0, r2",
-            "vadd.f32 q2, q2, q1",
-            "vmul.f32 q1, q0, r3",
-            "vadd.f32 q4, q4, q1",
-            "vmul.f32 q1, q0, r4",
-            "vadd.f32 q6, q6, q1",
-            "vldrb.s32 q0, [r0, #4]",
-            "vcvt.f32.s32 q0, q0",
-            "vmul.f32 q1, q0, r2",
-            "vadd.f32 q3, q3, q1",
-            "vmul.f32 q1, q0, r3",
-            "vadd.f32 q5, q5, q1",
-            "vmul.f32 q1, q0, r4",
-            "vadd.f32 q7, q7, q1",
-            "add r0, r0, {stride}",
+            value_row!(),
+            value_row!(),
             "le lr, 2b",
-            "vstrw.32 q2, [{a0}]",
-            "vstrw.32 q3, [{a0}, #16]",
-            "vstrw.32 q4, [{a1}]",
-            "vstrw.32 q5, [{a1}, #16]",
-            "vstrw.32 q6, [{a2}]",
-            "vstrw.32 q7, [{a2}, #16]",
-            a0 = in(reg) acc[0],
-            a1 = in(reg) acc[1],
-            a2 = in(reg) acc[2],
-            stride = in(reg) stride,
-            pp = inout(reg) ps.as_ptr() => _,
-            n = in(reg) n,
-            inout("r0") row => _,
-            out("lr") _,
+            "6:",
+            "ldr r3, [{pb}, #4]",
+            "lsls r3, r3, #31",
+            "beq 7f",
+            value_row!(),
+            "7:",
+            "ldr r2, [{pb}, #8]",
+            "add r3, {a}, r2",
+            "add r4, r3, r2",
+            "vstrw.32 q2, [{a}]",
+            "vstrw.32 q3, [{a}, #16]",
+            "vstrw.32 q4, [r3]",
+            "vstrw.32 q5, [r3, #16]",
+            "vstrw.32 q6, [r4]",
+            "vstrw.32 q7, [r4, #16]",
+            "add {a}, {a}, #32",
+            "add {rb}, {rb}, #8",
+            "ldr r2, [{pb}, #12]",
+            "subs r2, r2, #1",
+            "str r2, [{pb}, #12]",
+            "bne 5b",
+            pb = in(reg) p as *mut AddRows3,
+            a = inout(reg) acc => _,
+            rb = inout(reg) row => _,
+            st = in(reg) stride,
+            out("r0") _, out("r1") _,
             out("r2") _, out("r3") _, out("r4") _, out("r5") _,
+            out("lr") _,
             out("s0") _, out("s1") _, out("s2") _, out("s3") _,
             out("s4") _, out("s5") _, out("s6") _, out("s7") _,
             out("s8") _, out("s9") _, out("s10") _, out("s11") _,

@@ -254,10 +254,14 @@ fn scale4(
     p: usize,
 ) {
     let half = rows.sstride / 2;
+    let full = scale_offsets(half, 3);
     let out = scores.as_mut_ptr();
     for j in (0..m).step_by(4) {
-        let last = m - 1 - j;
-        let offs: [u32; 4] = core::array::from_fn(|i| (i.min(last) * half) as u32);
+        let offs = if j + 4 <= m {
+            full
+        } else {
+            scale_offsets(half, m - 1 - j)
+        };
         let sc = rows.scales[(r0 + j) * rows.sstride..].as_ptr();
         // SAFETY: the sums of rows `j..j + 4` of every group and head lie within `isums`
         // (`j + 4 ≤ CHUNK`, `nb ≤ MAX_GROUPS`); each gathered scale is row `r0 + j + min(i,
@@ -276,6 +280,14 @@ fn scale4(
             )
         };
     }
+}
+
+/// The offsets in halfwords of four rows' scales from the first's, rows `half` halfwords apart:
+/// rows past `last` read row `last`'s (a last block of fewer than four rows).
+#[cfg(edgekv_arm_mve)]
+#[inline(always)]
+fn scale_offsets(half: usize, last: usize) -> [u32; 4] {
+    core::array::from_fn(|i| (i.min(last) * half) as u32)
 }
 
 /// [`Isa::int8_page_values`] for three heads: per group of `g` values, each row's three
@@ -297,11 +309,11 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
         return false;
     }
     let acc_ptr = acc.as_mut_ptr();
+    // `kernels::scale_weights`'s products, each chunk's and group's in turn.
+    let mut ps = [[0f32; PS]; CHUNK];
     for r0 in (0..n).step_by(CHUNK) {
         let m = (n - r0).min(CHUNK);
         for (k, off) in (0..d).step_by(g).enumerate() {
-            // `kernels::scale_weights`'s products.
-            let mut ps = [[0f32; PS]; CHUNK];
             #[cfg(edgekv_arm_mve)]
             weights4(&mut ps, w, p, rows, r0, m, k);
             #[cfg(not(edgekv_arm_mve))]
@@ -315,6 +327,25 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
                 }
             }
             let first = rows.vals[r0 * rows.stride + off..].as_ptr();
+            // Helium: the group's blocks of lanes in one `asm!` loop nest.
+            #[cfg(edgekv_arm_mve)]
+            {
+                let mut pv = mve::AddRows3 {
+                    ps: ps.as_ptr(),
+                    n: m,
+                    head: 4 * d,
+                    blocks: g / V_LANES,
+                };
+                // SAFETY: `acc_ptr` derives from the whole `acc` slice (borrowed mutably by
+                // this function, no other reference to it in use), f32-aligned; for each block
+                // `at = 8b < g`, the three heads' blocks at `off + at`, `d + off + at` and
+                // `2d + off + at` lie within `acc` (`off + g ≤ d`, `acc.len() = 3d`); rows
+                // `r0..r0 + m` (≤ n) lie `rows.stride` apart from `first`, each one's bytes
+                // `[off + at, off + at + 8)` within its `d` bytes, within `rows.vals` (`fits`);
+                // `ps` holds `m ≤ CHUNK` rows; `g / 8 ≥ 1`.
+                unsafe { mve::add_rows3(&mut pv, acc_ptr.wrapping_add(off), first, rows.stride) };
+            }
+            #[cfg(not(edgekv_arm_mve))]
             for at in (0..g).step_by(V_LANES) {
                 // `off + at + V_LANES ≤ d` and `acc.len() = 3d`: the three blocks at
                 // `off + at`, `d + off + at` and `2d + off + at` lie within `acc`.
@@ -356,9 +387,13 @@ fn weights4(
     k: usize,
 ) {
     let half = rows.sstride / 2;
+    let full = scale_offsets(half, 3);
     for j in (0..m).step_by(4) {
-        let last = m - 1 - j;
-        let offs: [u32; 4] = core::array::from_fn(|i| (i.min(last) * half) as u32);
+        let offs = if j + 4 <= m {
+            full
+        } else {
+            scale_offsets(half, m - 1 - j)
+        };
         let sc = rows.scales[(r0 + j) * rows.sstride + 2 * k..].as_ptr();
         // SAFETY: each gathered scale is group `k`'s of row `r0 + j + min(i, last)` (`< n`),
         // 2-aligned; the weights `w[h·p + r0 + j..][..4]` lie within `w` (`r0 + j < n ≤ p`, `p`
@@ -368,28 +403,15 @@ fn weights4(
     }
 }
 
-/// The ISA's value loop over `ps.len()` rows `stride` bytes apart from `row`: the accumulator
+/// The DSP value loop over `ps.len()` rows `stride` bytes apart from `row`: the accumulator
 /// blocks at `acc`, `acc + d` and `acc + 2d` (`V_LANES` floats each).
 ///
 /// # Safety
 ///
-/// As the ISA's `add_rows3`.
-#[cfg(edgekv_arm_f16cvt)]
+/// As `dsp::add_rows3`.
+#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve)))]
 #[inline(always)]
 unsafe fn add_rows3(acc: *mut f32, d: usize, ps: &[[f32; PS]], row: *const u8, stride: usize) {
-    #[cfg(edgekv_arm_mve)]
-    // SAFETY: the caller's contract; the three heads' blocks are `d` floats apart.
-    unsafe {
-        mve::add_rows3(
-            [acc, acc.wrapping_add(d), acc.wrapping_add(2 * d)],
-            ps,
-            row,
-            stride,
-        )
-    };
-    #[cfg(not(edgekv_arm_mve))]
     // SAFETY: the caller's contract.
-    unsafe {
-        dsp::add_rows3(acc, d, ps, row, stride)
-    };
+    unsafe { dsp::add_rows3(acc, d, ps, row, stride) };
 }
