@@ -310,50 +310,63 @@ pub(super) unsafe fn scores3x4(
     }
 }
 
-/// Four rows' value weights × scales for three heads: `ps[ρ] = [w[ρ]·s_ρ, w'[ρ]·s_ρ,
-/// w''[ρ]·s_ρ, _]` for rows ρ < 4, where `w`, `w'`, `w''` are the four floats at `w`, `w + step`
-/// and `w + 2·step` bytes and `s_ρ` the f16 scale gathered from `sc + 2·offs[ρ]` (`VLDRH.U32`,
-/// `VCVTB.F32.F16`); each product rounded as the scalar form's (`kernels::scale_weights`). Vector
-/// floats flush subnormals: none arises (weights are 2^-60 or more or zero, f16 scales normal as
-/// f32). The fourth float of each row is written, unused.
+/// Value weights × scales for three heads, four rows per vector, `blocks` blocks of four rows:
+/// block `β`'s `ps[4β + ρ] = [w[4β + ρ]·s, w'[4β + ρ]·s, w''[4β + ρ]·s, _]` for rows ρ < 4,
+/// where `w`, `w'`, `w''` are the floats at `w`, `w + step` and `w + 2·step` bytes and `s` the
+/// f16 scale gathered from `sc + β·sc_step + 2·offs[ρ]` (`VLDRH.U32`, `VCVTB.F32.F16`); each
+/// product rounded as the scalar form's (`kernels::scale_weights`). Vector floats flush
+/// subnormals: none arises (weights are 2^-60 or more or zero, f16 scales normal as f32). The
+/// fourth float of each row is written, unused.
 ///
 /// # Safety
 ///
-/// `w + h·step` (h < 3) valid for reads of four floats, 4-byte aligned; `sc + 2·offs[ρ]` for
-/// reads of a halfword, 2-byte aligned; `ps` for writes of four rows of four floats, 4-byte
-/// aligned.
+/// `blocks ≥ 1`; for each block `β`, `w + h·step + 16β` (h < 3) valid for reads of four floats,
+/// 4-byte aligned; `sc + β·sc_step + 2·offs[ρ]` for reads of a halfword, 2-byte aligned; `ps`
+/// for writes of `4·blocks` rows of four floats, 4-byte aligned.
 #[inline(always)]
 pub(super) unsafe fn weights3x4(
     w: *const f32,
     step: usize,
     sc: *const u8,
+    sc_step: usize,
     offs: &[u32; 4],
     ps: *mut [f32; 4],
+    blocks: usize,
 ) {
-    // SAFETY: the caller's contract: three four-float loads, four gathered halfwords and the
-    // interleaving stores of four rows of four floats. Only the declared registers are written.
+    // SAFETY: the caller's contract: per block, three four-float loads, four gathered halfwords
+    // and the interleaving stores of four rows of four floats. Only the declared registers are
+    // written.
     unsafe {
         asm!(
             "vldrw.u32 q7, [{offs}]",
+            "add {w1}, {w0}, {step}",
+            "add {w2}, {w1}, {step}",
+            "dls lr, {blocks}",
+            "2:",
             "vldrh.u32 q4, [{sc}, q7, uxtw #1]",
             "vcvtb.f32.f16 q4, q4",
-            "vldrw.u32 q0, [{w}]",
-            "add {w}, {w}, {step}",
-            "vldrw.u32 q1, [{w}]",
-            "add {w}, {w}, {step}",
-            "vldrw.u32 q2, [{w}]",
+            "vldrw.u32 q0, [{w0}], #16",
+            "vldrw.u32 q1, [{w1}], #16",
+            "vldrw.u32 q2, [{w2}], #16",
             "vmul.f32 q0, q0, q4",
             "vmul.f32 q1, q1, q4",
             "vmul.f32 q2, q2, q4",
             "vst40.32 {{q0, q1, q2, q3}}, [{ps}]",
             "vst41.32 {{q0, q1, q2, q3}}, [{ps}]",
             "vst42.32 {{q0, q1, q2, q3}}, [{ps}]",
-            "vst43.32 {{q0, q1, q2, q3}}, [{ps}]",
+            "vst43.32 {{q0, q1, q2, q3}}, [{ps}]!",
+            "add {sc}, {sc}, {sc_step}",
+            "le lr, 2b",
             offs = in(reg) offs.as_ptr(),
-            sc = in(reg) sc,
-            w = inout(reg) w => _,
+            w0 = inout(reg) w => _,
+            w1 = out(reg) _,
+            w2 = out(reg) _,
             step = in(reg) step,
-            ps = in(reg) ps,
+            sc = inout(reg) sc => _,
+            sc_step = in(reg) sc_step,
+            ps = inout(reg) ps => _,
+            blocks = in(reg) blocks,
+            out("lr") _,
             out("s0") _, out("s1") _, out("s2") _, out("s3") _,
             out("s4") _, out("s5") _, out("s6") _, out("s7") _,
             out("s8") _, out("s9") _, out("s10") _, out("s11") _,

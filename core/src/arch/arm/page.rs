@@ -386,20 +386,27 @@ fn weights4(
     m: usize,
     k: usize,
 ) {
-    let half = rows.sstride / 2;
-    let full = scale_offsets(half, 3);
-    for j in (0..m).step_by(4) {
-        let offs = if j + 4 <= m {
-            full
-        } else {
-            scale_offsets(half, m - 1 - j)
-        };
+    let (half, whole) = (rows.sstride / 2, m / 4);
+    // Both calls: each gathered scale is group `k`'s of a row `< r0 + m ≤ n`, 2-aligned (checked
+    // by `values3`); the weights `w[h·p + r0 + j..][..4]` of each block `j` lie within `w`
+    // (`r0 + j < n ≤ p`, `p` a multiple of four, `w.len() ≥ 3p`); `ps[j..j + 4]` lies within
+    // `ps` (`j + 4 ≤ CHUNK`).
+    if whole > 0 {
+        let sc = rows.scales[r0 * rows.sstride + 2 * k..].as_ptr();
+        let offs = scale_offsets(half, 3);
+        let (ps, w) = (ps.as_mut_ptr(), w[r0..].as_ptr());
+        let step = 4 * rows.sstride;
+        // SAFETY: as above, for the `whole` blocks of four rows from `r0`.
+        unsafe { mve::weights3x4(w, 4 * p, sc, step, &offs, ps, whole) };
+    }
+    let j = 4 * whole;
+    if j < m {
+        // A last block of fewer than four rows.
         let sc = rows.scales[(r0 + j) * rows.sstride + 2 * k..].as_ptr();
-        // SAFETY: each gathered scale is group `k`'s of row `r0 + j + min(i, last)` (`< n`),
-        // 2-aligned; the weights `w[h·p + r0 + j..][..4]` lie within `w` (`r0 + j < n ≤ p`, `p`
-        // a multiple of four, `w.len() ≥ 3p`); `ps[j..j + 4]` lies within `ps` (`j + 4 ≤
-        // CHUNK`).
-        unsafe { mve::weights3x4(w[r0 + j..].as_ptr(), 4 * p, sc, &offs, ps[j..].as_mut_ptr()) };
+        let offs = scale_offsets(half, m - 1 - j);
+        let (ps, w) = (ps[j..].as_mut_ptr(), w[r0 + j..].as_ptr());
+        // SAFETY: as above, for the one block from `r0 + j` (its offsets stay on rows `< m`).
+        unsafe { mve::weights3x4(w, 4 * p, sc, 0, &offs, ps, 1) };
     }
 }
 
