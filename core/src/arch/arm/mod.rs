@@ -58,7 +58,12 @@ pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
 #[cfg(not(feature = "small-code"))]
 #[inline(always)]
 pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    match whole_int8_rows::<Arm, F, 3>(l, keys).filter(|_| cfg!(edgekv_arm_mve)) {
+    let whole = if cfg!(edgekv_arm_mve) {
+        whole_int8_rows::<Arm, F, 3>(l, keys)
+    } else {
+        None
+    };
+    match whole {
         Some(n) => whole_int8_page(l, keys.kv, heads, n),
         None => general_page(l, keys, heads),
     }
