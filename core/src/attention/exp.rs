@@ -314,19 +314,26 @@ mod tests {
         }
     }
 
-    /// A stride through all bit patterns (every exponent, both signs), plus the range attention
-    /// uses densely: [−90, 0].
-    #[test]
-    fn matches_libm_on_a_sweep() {
+    /// Bit patterns from `from` to the last, a stride apart, then the range attention uses
+    /// densely: [−90, 0].
+    fn sweep(from: u32) -> std::vec::Vec<f32> {
         let stride = if cfg!(miri) { 0x0100_0f01 } else { 0x0000_1f03 };
         let mut xs = std::vec::Vec::new();
-        let mut b = 0u32;
+        let mut b = from;
         while let Some(n) = b.checked_add(stride) {
             xs.push(f32::from_bits(b));
             b = n;
         }
         let steps = if cfg!(miri) { 1_000 } else { 400_000 };
         xs.extend((0..=steps).map(|i| -90.0 * i as f32 / steps as f32));
+        xs
+    }
+
+    /// A stride through all bit patterns (every exponent, both signs), plus the range attention
+    /// uses densely: [−90, 0].
+    #[test]
+    fn matches_libm_on_a_sweep() {
+        let xs = sweep(0);
         let mut got = xs.clone();
         exp_shifted(&mut got, 0.0);
         for (x, g) in xs.iter().zip(&got) {
@@ -407,15 +414,8 @@ mod tests {
     /// through the negative floats, and [−90, 0] densely), NaN for NaN.
     #[test]
     fn helium_form_matches_libm() {
-        let stride = if cfg!(miri) { 0x0100_0f01 } else { 0x0000_1f03 };
         let mut xs = std::vec![0.0, f32::NAN, f32::NEG_INFINITY, f32::MIN];
-        let mut b = 0x8000_0000u32;
-        while let Some(n) = b.checked_add(stride) {
-            xs.push(f32::from_bits(b));
-            b = n;
-        }
-        let steps = if cfg!(miri) { 1_000 } else { 400_000 };
-        xs.extend((0..=steps).map(|i| -90.0 * i as f32 / steps as f32));
+        xs.extend(sweep(0x8000_0000));
         for &x in &xs {
             let want = weight(libm::expf(x));
             let got = helium_form(x, 0.0);

@@ -144,7 +144,7 @@ impl Isa for Arm {
             // SAFETY: `n` is a nonzero multiple of 4 within `w`.
             unsafe { mve_weights::sum(s, w.as_ptr(), n) }
         };
-        w[n..].iter().fold(s, |s, w| s + w)
+        Portable::sum(s, &w[n..])
     }
 
     /// Helium: `mve_weights::exp_rows`, four lanes at a time.
