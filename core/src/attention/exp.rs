@@ -36,10 +36,6 @@ pub(crate) const TINY: u32 = 0x3900_0000;
 /// For `x ≤ 0`, `weight(libm::expf(x))` is zero exactly when `x` is below this (−41.58883: the
 /// most negative `x` whose `exp` reaches [`floor::WEIGHT_FLOOR`](super::floor::WEIGHT_FLOOR)),
 /// as a test checks over every negative `f32`.
-#[cfg_attr(
-    not(all(edgekv_arm_mve, not(feature = "small-code"))),
-    allow(dead_code)
-)]
 pub(crate) const ZERO_BELOW: f32 = f32::from_bits(0xc226_5af6);
 
 /// `xs[i] = weight(exp(xs[i] − shift))` for every element, each bit-identical to
@@ -83,6 +79,48 @@ pub(crate) fn exp_shifted_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
             *b = exp8(x);
         }
     }
+}
+
+/// `floor::weight(libm::expf(x))` for one `x`, with `libm`'s steps inline for
+/// `ZERO_BELOW ≤ x ≤ 0` (what attention's weights take: a score minus a maximum at least as
+/// large) and `libm` itself elsewhere: the scalar weight of cores without vector floats. A call
+/// of `libm::expf` checks every range `expf` handles and scales its result by `scalbnf`: on a
+/// Cortex-M4 52 instructions a weight, a tenth of a decode step. Here the range checks are two
+/// compares, the scaling one multiplication (exact: the result is normal), and the floor nothing
+/// ([`ZERO_BELOW`] is where it starts). Each step is `libm`'s, in its order and unfused.
+#[cfg_attr(feature = "small-code", allow(dead_code))]
+#[inline(always)]
+pub(crate) fn scalar(x: f32) -> f32 {
+    // NaN fails both compares and goes to `libm` (which returns it).
+    if x <= 0.0 {
+        if x < ZERO_BELOW {
+            return 0.0;
+        }
+        let hx = x.to_bits() & 0x7fff_ffff;
+        if hx <= TINY {
+            return 1.0 + x;
+        }
+        // libm's argument reduction for a negative `x` (its `HALF[sign]` is −0.5).
+        let (k, hi, lo, r) = if hx > HALF_LN2 {
+            let k = if hx > THREE_HALVES_LN2 {
+                (INV_LN2 * x - 0.5) as i32
+            } else {
+                -1
+            };
+            let kf = k as f32;
+            let hi = x - kf * LN2_HI;
+            let lo = kf * LN2_LO;
+            (k, hi, lo, hi - lo)
+        } else {
+            (0, x, 0.0, x)
+        };
+        let rr = r * r;
+        let c = r - rr * (P1 + rr * P2);
+        let y = 1.0 + (r * c / (2.0 - c) - lo + hi);
+        // −60 ≤ k ≤ 0 here: libm's `scalbnf(y, k)` is this one multiplication (k = 0: y · 1).
+        return y * f32::from_bits(((k + 127) as u32) << 23);
+    }
+    weight(libm::expf(x))
 }
 
 /// The largest of `s` (not NaN; −∞ if none), as `s.iter().fold(−∞, f32::max)` but in eight
@@ -342,6 +380,34 @@ mod tests {
                 g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
                 "exp({x:e}) = {g:e}, libm {want:e}"
             );
+        }
+    }
+
+    /// [`scalar`] on the sweep, every branch boundary and the specials.
+    #[test]
+    fn scalar_matches_libm() {
+        let mut xs = sweep(0);
+        for e in [0, TINY, HALF_LN2, THREE_HALVES_LN2, ZERO_BELOW.to_bits() & 0x7fff_ffff] {
+            xs.extend((0..=16u32).map(|d| f32::from_bits((e.saturating_sub(8) + d) | 1 << 31)));
+        }
+        xs.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1.0, 90.0]);
+        for x in xs {
+            let (got, want) = (scalar(x), weight(libm::expf(x)));
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "exp({x:e}) = {got:e}, libm {want:e}"
+            );
+        }
+    }
+
+    /// [`scalar`] on every `x` in [`ZERO_BELOW`, 0] (`cargo test --release -p edgekv
+    /// scalar_every_weight -- --ignored`).
+    #[test]
+    #[ignore = "exhaustive: 1.1 · 10^9 values, run in release"]
+    fn scalar_every_weight() {
+        for b in 0x8000_0000..=ZERO_BELOW.to_bits() {
+            let x = f32::from_bits(b);
+            assert_eq!(scalar(x).to_bits(), weight(libm::expf(x)).to_bits(), "{x:e}");
         }
     }
 

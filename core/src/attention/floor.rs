@@ -38,10 +38,15 @@ pub(crate) fn weight(w: f32) -> f32 {
 }
 
 /// The weight `exp(x)` of a score `x` below the maximum (or of two maxima's difference):
-/// `libm::expf`, floored. The scalar form of `exp::exp_shifted`'s lanes, with their bits.
+/// `libm::expf`, floored. The scalar form of `exp::exp_shifted`'s lanes, with their bits:
+/// `exp::scalar` (libm's steps inline), or with `small-code` a call of `libm::expf`.
 #[inline(always)]
 pub(crate) fn exp_weight(x: f32) -> f32 {
-    weight(libm::expf(x))
+    if cfg!(feature = "small-code") {
+        weight(libm::expf(x))
+    } else {
+        super::exp::scalar(x)
+    }
 }
 
 /// `x`, or a zero of its sign if its magnitude is below [`STATE_FLOOR`] (NaN and infinities
