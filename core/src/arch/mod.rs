@@ -97,9 +97,10 @@ pub(crate) trait Isa {
     /// for three heads). The same bits either way.
     #[cfg(not(feature = "small-code"))]
     const RUNS_BY_ROW: bool = false;
-    /// Whether the page kernel takes each weight's `exp` from `libm::expf` itself rather than
-    /// eight lanes at a time (`attention::exp`, the same bits): for cores without vector
-    /// floats, where the lanes' selects cost more than `libm`'s branches.
+    /// Whether the page kernel takes each weight's `exp` one at a time (`exp::scalar`:
+    /// `libm::expf`'s steps inline) rather than eight lanes at a time (`attention::exp`, the
+    /// same bits): for cores without vector floats, where the lanes' selects cost more than
+    /// `libm`'s branches.
     #[cfg(not(feature = "small-code"))]
     const SCALAR_EXP: bool = false;
     /// Whether the page kernel hands a whole page's int8 rows to [`Isa::int8_page_scores`] and

@@ -387,10 +387,24 @@ mod tests {
     #[test]
     fn scalar_matches_libm() {
         let mut xs = sweep(0);
-        for e in [0, TINY, HALF_LN2, THREE_HALVES_LN2, ZERO_BELOW.to_bits() & 0x7fff_ffff] {
+        for e in [
+            0,
+            TINY,
+            HALF_LN2,
+            THREE_HALVES_LN2,
+            ZERO_BELOW.to_bits() & 0x7fff_ffff,
+        ] {
             xs.extend((0..=16u32).map(|d| f32::from_bits((e.saturating_sub(8) + d) | 1 << 31)));
         }
-        xs.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1.0, 90.0]);
+        xs.extend([
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            1.0,
+            90.0,
+        ]);
         for x in xs {
             let (got, want) = (scalar(x), weight(libm::expf(x)));
             assert!(
@@ -407,7 +421,11 @@ mod tests {
     fn scalar_every_weight() {
         for b in 0x8000_0000..=ZERO_BELOW.to_bits() {
             let x = f32::from_bits(b);
-            assert_eq!(scalar(x).to_bits(), weight(libm::expf(x)).to_bits(), "{x:e}");
+            assert_eq!(
+                scalar(x).to_bits(),
+                weight(libm::expf(x)).to_bits(),
+                "{x:e}"
+            );
         }
     }
 

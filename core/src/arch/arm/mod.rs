@@ -10,8 +10,8 @@
 //! `asm!` loop nest for a page's scores, value accumulators kept across a page's rows; other
 //! pages (windows) and head counts take the eight-row kernels here. On hard-float targets
 //! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. Without Helium,
-//! each attention weight's `exp` is `libm::expf` itself (its branches cost a scalar FPU less than
-//! the eight-lane form's selects: 5 % of an M4 decode step).
+//! each attention weight's `exp` is taken alone, `libm::expf`'s steps inline (`exp::scalar`: its
+//! branches cost a scalar FPU less than the eight-lane form's selects).
 //! The quantizers take the portable paths.
 //!
 //! The portable kernels' bits: the integer sums are exact in any order, and every float step is
@@ -52,8 +52,8 @@ pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
 
 /// The attention page loop with the DSP kernels. With Helium, a whole page of int8 rows whose
 /// query heads run three at a time goes to its own loop (`fast::attend_whole_int8`), other pages
-/// to the general one; without Helium every page goes to the general loop, which inlines
-/// `libm::expf` (the whole-page loop calls it: 0.35 M more instructions per M4 decode step).
+/// to the general one; without Helium every page goes to the general loop (the M4's step on
+/// the whole-page loop: 7,170,480 instructions against 7,054,880, session 23).
 /// Each loop out of line, as the portable build (see `none.rs`).
 #[cfg(not(feature = "small-code"))]
 #[inline(always)]
@@ -95,8 +95,8 @@ const V_LANES: usize = 4;
 impl Isa for Arm {
     /// The DSP and Helium score loops are `asm!` for a group of three heads.
     const RUNS_BY_ROW: bool = true;
-    /// Without Helium, floats are scalar: `libm::expf` per weight (5 % fewer instructions per
-    /// M4 decode step); with it, four lanes per vector in `asm!` (`mve_weights`).
+    /// Without Helium, floats are scalar: one weight at a time (`exp::scalar`); with it, four
+    /// lanes per vector in `asm!` (`mve_weights`).
     const SCALAR_EXP: bool = cfg!(not(edgekv_arm_mve));
     /// Whole pages of int8 rows to `page.rs` (DSP or Helium).
     const PAGE_ROWS: bool = cfg!(any(edgekv_arm_dsp, edgekv_arm_mve));
