@@ -42,11 +42,10 @@ pub(crate) fn weight(w: f32) -> f32 {
 /// `exp::scalar` (libm's steps inline), or with `small-code` a call of `libm::expf`.
 #[inline(always)]
 pub(crate) fn exp_weight(x: f32) -> f32 {
-    if cfg!(feature = "small-code") {
-        weight(libm::expf(x))
-    } else {
-        super::exp::scalar(x)
-    }
+    #[cfg(feature = "small-code")]
+    return weight(libm::expf(x));
+    #[cfg(not(feature = "small-code"))]
+    return super::exp::scalar(x);
 }
 
 /// `x`, or a zero of its sign if its magnitude is below [`STATE_FLOOR`] (NaN and infinities
