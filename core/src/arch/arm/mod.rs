@@ -26,6 +26,13 @@ mod dsp;
 mod mve;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 mod mve_weights;
+#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
+mod fpu_weights;
+/// The page softmax's maxima, weights and sums: Helium's four lanes, or the scalar FPU's loops.
+#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
+use fpu_weights as weights;
+#[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
+use mve_weights as weights;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 mod page;
 
@@ -95,9 +102,10 @@ const V_LANES: usize = 4;
 impl Isa for Arm {
     /// The DSP and Helium score loops are `asm!` for a group of three heads.
     const RUNS_BY_ROW: bool = true;
-    /// Without Helium, floats are scalar: one weight at a time (`exp::scalar`); with it, four
-    /// lanes per vector in `asm!` (`mve_weights`).
-    const SCALAR_EXP: bool = cfg!(not(edgekv_arm_mve));
+    /// Hard-float builds take a page's weights in `asm!`: four lanes per vector with Helium
+    /// (`mve_weights`), one at a time on a scalar FPU (`fpu_weights`). Soft-float builds take
+    /// them one at a time (`exp::scalar`).
+    const SCALAR_EXP: bool = cfg!(not(any(edgekv_arm_mve, edgekv_arm_f16cvt)));
     /// Whole pages of int8 rows to `page.rs` (DSP or Helium).
     const PAGE_ROWS: bool = cfg!(any(edgekv_arm_dsp, edgekv_arm_mve));
 
@@ -120,8 +128,9 @@ impl Isa for Arm {
         Portable::reduce8(x)
     }
 
-    /// Helium: `VMAXNMV` over four lanes at a time (`mve_weights::max_of`).
-    #[cfg(edgekv_arm_mve)]
+    /// Helium: `VMAXNMV` over four lanes at a time (`mve_weights::max_of`); a scalar FPU:
+    /// four loaded at a time (`fpu_weights::max_of`).
+    #[cfg(any(edgekv_arm_mve, edgekv_arm_f16cvt))]
     #[inline(always)]
     fn max_of(s: &[f32]) -> f32 {
         let n = s.len() & !3;
@@ -129,12 +138,12 @@ impl Isa for Arm {
             return crate::attention::exp::max_of(s);
         }
         // SAFETY: `n` is a nonzero multiple of 4 within `s`.
-        let m = unsafe { mve_weights::max_of(s.as_ptr(), n) };
+        let m = unsafe { weights::max_of(s.as_ptr(), n) };
         s[n..].iter().fold(m, |m, &x| if x > m { x } else { m })
     }
 
-    /// Helium: `mve_weights::sum` over whole blocks of four, the rest in order after them.
-    #[cfg(edgekv_arm_mve)]
+    /// Hard-float builds: `weights::sum` over whole blocks of four, the rest in order after them.
+    #[cfg(any(edgekv_arm_mve, edgekv_arm_f16cvt))]
     #[inline(always)]
     fn sum(s: f32, w: &[f32]) -> f32 {
         let n = w.len() & !3;
@@ -142,13 +151,13 @@ impl Isa for Arm {
             s
         } else {
             // SAFETY: `n` is a nonzero multiple of 4 within `w`.
-            unsafe { mve_weights::sum(s, w.as_ptr(), n) }
+            unsafe { weights::sum(s, w.as_ptr(), n) }
         };
         Portable::sum(s, &w[n..])
     }
 
-    /// Helium: `mve_weights::exp_rows`, four lanes at a time.
-    #[cfg(edgekv_arm_mve)]
+    /// Hard-float builds: `weights::exp_rows` (Helium: four lanes at a time).
+    #[cfg(any(edgekv_arm_mve, edgekv_arm_f16cvt))]
     #[inline(always)]
     fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
         let heads = shifts.len().min(xs.len().checked_div(row).unwrap_or(0));
@@ -157,7 +166,7 @@ impl Isa for Arm {
         }
         // SAFETY: `row` is a nonzero multiple of 4 (a zero `row` gives no heads), and `xs` holds
         // `heads · row` floats, `shifts` `heads`.
-        unsafe { mve_weights::exp_rows(xs.as_mut_ptr(), row, shifts.as_ptr(), heads) }
+        unsafe { weights::exp_rows(xs.as_mut_ptr(), row, shifts.as_ptr(), heads) }
     }
 
     /// [`kernels::int8_scores`]'s bits: per group, each query head's integer dot product by
