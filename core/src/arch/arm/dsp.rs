@@ -226,6 +226,59 @@ pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mu
     }
 }
 
+/// `ps[j] = [w0[j] · s_j, w1[j] · s_j, w2[j] · s_j]` for `j < m`, `s_j` the f16 at
+/// `sc + j·sstride` converted by `VCVTB` (as [`f16_to_f32`]): the value kernel's weights × scales
+/// of a chunk's rows for three heads (`kernels::scale_weights`'s products).
+///
+/// # Safety
+///
+/// `m ≥ 1`; `ps` is valid for writes of `m` rows, `w0`, `w1` and `w2` for reads of `m` floats
+/// each (4-byte aligned), and `sc + j·sstride` for reads of two bytes for every `j < m`.
+#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve)))]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn weights3(
+    ps: *mut [f32; 3],
+    w0: *const f32,
+    w1: *const f32,
+    w2: *const f32,
+    sc: *const u8,
+    sstride: usize,
+    m: usize,
+) {
+    // SAFETY: the caller's contract: the loop runs `m` times, reading a halfword at `sc` (which
+    // ARMv7-M and ARMv8-M Mainline allow unaligned) and one float of each weight row, and
+    // writing three floats to `ps`. Only the declared registers and the flags are written.
+    unsafe {
+        asm!(
+            "2:",
+            "ldrh {t}, [{sc}]",
+            "add {sc}, {sc}, {ss}",
+            "vmov s0, {t}",
+            "vcvtb.f32.f16 s0, s0",
+            "vldmia {w0}!, {{s1}}",
+            "vldmia {w1}!, {{s2}}",
+            "vldmia {w2}!, {{s3}}",
+            "vmul.f32 s1, s1, s0",
+            "vmul.f32 s2, s2, s0",
+            "vmul.f32 s3, s3, s0",
+            "vstmia {ps}!, {{s1-s3}}",
+            "subs {m}, {m}, #1",
+            "bne 2b",
+            ps = inout(reg) ps => _,
+            w0 = inout(reg) w0 => _,
+            w1 = inout(reg) w1 => _,
+            w2 = inout(reg) w2 => _,
+            sc = inout(reg) sc => _,
+            ss = in(reg) sstride,
+            m = inout(reg) m => _,
+            t = out(reg) _,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            options(nostack),
+        );
+    }
+}
+
 /// `acc[h·d + l] += ps[ρ][h] · (row_ρ[l] as i8)` for three heads `h`, four lanes `l` and the
 /// rows `row_ρ = row + ρ·stride` in order: each product rounded, then added (`VMLA` does not
 /// fuse), as the portable kernel does. The twelve accumulators stay in `s16`–`s27` across the

@@ -22,12 +22,12 @@
 
 #[cfg(not(feature = "small-code"))]
 mod dsp;
+#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
+mod fpu_weights;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 mod mve;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 mod mve_weights;
-#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
-mod fpu_weights;
 /// The page softmax's maxima, weights and sums: Helium's four lanes, or the scalar FPU's loops.
 #[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
 use fpu_weights as weights;

@@ -302,6 +302,10 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
     if g == 0 || g % V_LANES != 0 || d % g != 0 || !fits || n > p || w.len() < 3 * p {
         return false;
     }
+    // And every row's f16 scale of every group within `rows.scales`.
+    if rows.scales.len() < (n - 1) * rows.sstride + 2 * (d / g) {
+        return false;
+    }
     // Helium gathers the scales as halfwords and reads four rows' weights at a time: a page of
     // a multiple of four rows, its scales aligned.
     #[cfg(edgekv_arm_mve)]
@@ -316,16 +320,21 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
         for (k, off) in (0..d).step_by(g).enumerate() {
             #[cfg(edgekv_arm_mve)]
             weights4(&mut ps, w, p, rows, r0, m, k);
+            // SAFETY: `ps` holds `m ≤ CHUNK` rows; the weights `w[h·p + r0..][..m]` lie within
+            // `w` (`r0 + m ≤ n ≤ p`, `w.len() ≥ 3p`); row `r0 + j`'s scale of group `k < d / g`
+            // lies at `(r0 + j)·sstride + 2k`, within `rows.scales` (checked above).
             #[cfg(not(edgekv_arm_mve))]
-            {
-                let (w0, w1, w2) = (&w[r0..][..m], &w[p + r0..][..m], &w[2 * p + r0..][..m]);
-                let scales = rows.scales[r0 * rows.sstride + 2 * k..].chunks(rows.sstride);
-                let it = ps.iter_mut().zip(scales).zip(w0).zip(w1).zip(w2);
-                for ((((ps, sc), w0), w1), w2) in it {
-                    let s = Arm::one(u16_at(sc, 0));
-                    *ps = [w0 * s, w1 * s, w2 * s];
-                }
-            }
+            unsafe {
+                dsp::weights3(
+                    ps.as_mut_ptr(),
+                    w[r0..].as_ptr(),
+                    w[p + r0..].as_ptr(),
+                    w[2 * p + r0..].as_ptr(),
+                    rows.scales[r0 * rows.sstride + 2 * k..].as_ptr(),
+                    rows.sstride,
+                    m,
+                )
+            };
             let first = rows.vals[r0 * rows.stride + off..].as_ptr();
             // Helium: the group's blocks of lanes in one `asm!` loop nest.
             #[cfg(edgekv_arm_mve)]
