@@ -302,7 +302,8 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
     if g == 0 || g % V_LANES != 0 || d % g != 0 || !fits || n > p || w.len() < 3 * p {
         return false;
     }
-    // And every row's f16 scale of every group within `rows.scales`.
+    // And every row's f16 scale of every group within `rows.scales` (for `dsp::weights3`).
+    #[cfg(not(edgekv_arm_mve))]
     if rows.scales.len() < (n - 1) * rows.sstride + 2 * (d / g) {
         return false;
     }
