@@ -226,6 +226,96 @@ pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mu
     }
 }
 
+/// The scores of `m` rows for three heads from their integer sums, for rows of two groups:
+/// `out_h[j] = (0 + (qs[0][h] · k_j0) · isums[2j][h]) + (qs[1][h] · k_j1) · isums[2j + 1][h]`,
+/// `k_jb` row `j`'s f16 scale of group `b` (at `sc + j·sstride + 2b`, converted by `VCVTB`), each
+/// product rounded before it is added (`VMLA` does not fuse): `page::scores3`'s loop, in its
+/// order.
+///
+/// # Safety
+///
+/// `m ≥ 1`; `isums` is valid for reads of `2m` rows of three, `sc + j·sstride` for reads of
+/// four bytes for every `j < m`, and `out[h]` for writes of `m` floats (4-byte aligned).
+#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve)))]
+#[inline(always)]
+pub(super) unsafe fn scores3_2(
+    isums: *const [i32; 3],
+    qs: &[[f32; 3]; 2],
+    sc: *const u8,
+    sstride: usize,
+    out: [*mut f32; 3],
+    m: usize,
+) {
+    // SAFETY: the caller's contract: the loop runs `m` times, reading two halfwords at `sc`
+    // (unaligned halfwords are allowed), six sums and writing one float through each output
+    // pointer; `qs` is read once. Only the declared registers and the flags are written.
+    unsafe {
+        asm!(
+            "vldmia {qs}, {{s16-s21}}",
+            "mov r10, #0",
+            "vmov s22, r10",
+            "2:",
+            "ldrh r10, [{sc}]",
+            "ldrh r11, [{sc}, #2]",
+            "add {sc}, {sc}, {ss}",
+            "vmov s8, s9, r10, r11",
+            "vcvtb.f32.f16 s8, s8",
+            "vcvtb.f32.f16 s9, s9",
+            // Group 0: qs · k, the sums as floats, 0 + product.
+            "vmul.f32 s10, s16, s8",
+            "vmul.f32 s11, s17, s8",
+            "vmul.f32 s12, s18, s8",
+            "ldmia {is}!, {{r10, r11, r12}}",
+            "vmov s0, s1, r10, r11",
+            "vmov s2, r12",
+            "vcvt.f32.s32 s0, s0",
+            "vcvt.f32.s32 s1, s1",
+            "vcvt.f32.s32 s2, s2",
+            "vmov.f32 s4, s22",
+            "vmov.f32 s5, s22",
+            "vmov.f32 s6, s22",
+            "vmla.f32 s4, s10, s0",
+            "vmla.f32 s5, s11, s1",
+            "vmla.f32 s6, s12, s2",
+            // Group 1.
+            "vmul.f32 s10, s19, s9",
+            "vmul.f32 s11, s20, s9",
+            "vmul.f32 s12, s21, s9",
+            "ldmia {is}!, {{r10, r11, r12}}",
+            "vmov s0, s1, r10, r11",
+            "vmov s2, r12",
+            "vcvt.f32.s32 s0, s0",
+            "vcvt.f32.s32 s1, s1",
+            "vcvt.f32.s32 s2, s2",
+            "vmla.f32 s4, s10, s0",
+            "vmla.f32 s5, s11, s1",
+            "vmla.f32 s6, s12, s2",
+            "vstmia {o0}!, {{s4}}",
+            "vstmia {o1}!, {{s5}}",
+            "vstmia {o2}!, {{s6}}",
+            "subs {m}, {m}, #1",
+            "bne 2b",
+            qs = in(reg) qs.as_ptr(),
+            is = inout(reg) isums => _,
+            sc = inout(reg) sc => _,
+            ss = in(reg) sstride,
+            o0 = inout(reg) out[0] => _,
+            o1 = inout(reg) out[1] => _,
+            o2 = inout(reg) out[2] => _,
+            m = inout(reg) m => _,
+            out("r10") _,
+            out("r11") _,
+            out("r12") _,
+            out("s0") _, out("s1") _, out("s2") _,
+            out("s4") _, out("s5") _, out("s6") _,
+            out("s8") _, out("s9") _, out("s10") _, out("s11") _, out("s12") _,
+            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
+            out("s20") _, out("s21") _, out("s22") _,
+            options(nostack),
+        );
+    }
+}
+
 /// `ps[j] = [w0[j] · s_j, w1[j] · s_j, w2[j] · s_j]` for `j < m`, `s_j` the f16 at
 /// `sc + j·sstride` converted by `VCVTB` (as [`f16_to_f32`]): the value kernel's weights × scales
 /// of a chunk's rows for three heads (`kernels::scale_weights`'s products).

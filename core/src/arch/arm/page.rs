@@ -219,6 +219,26 @@ pub(super) fn scores3(
             nb,
             isums.as_flattened_mut(),
         );
+        // Two groups a row (SmolLM2's heads of 64 in groups of 32): one `asm!` loop.
+        let last = (r0 + m - 1) * rows.sstride + 4;
+        if nb == 2 && rows.scales.len() >= last && m <= p - r0 {
+            let qs = [qs[0], qs[1]];
+            let out = [&mut s0[r0..], &mut s1[r0..], &mut s2[r0..]].map(|s| s.as_mut_ptr());
+            // SAFETY: `isums` holds the `m` rows' two groups; rows `r0..r0 + m` have both
+            // scales within `rows.scales` (checked); each head's scores `r0..r0 + m` lie within
+            // its `p` (`m ≤ p − r0`).
+            unsafe {
+                dsp::scores3_2(
+                    isums.as_ptr(),
+                    &qs,
+                    rows.scales[r0 * rows.sstride..].as_ptr(),
+                    rows.sstride,
+                    out,
+                    m,
+                )
+            };
+            continue;
+        }
         let scales = rows.scales[r0 * rows.sstride..].chunks(rows.sstride);
         for (j, (isums, sc)) in isums.chunks_exact(nb).zip(scales).enumerate() {
             let mut s = [0f32; 3];
