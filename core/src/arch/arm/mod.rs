@@ -57,19 +57,17 @@ use crate::format::u16_at;
 // No ISA quantizers: the portable loops run.
 pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
 
-/// The attention page loop with the DSP kernels. With Helium, a whole page of int8 rows whose
+/// The attention page loop with the DSP and Helium kernels: a whole page of int8 rows whose
 /// query heads run three at a time goes to its own loop (`fast::attend_whole_int8`), other pages
-/// to the general one; without Helium every page goes to the general loop (the M4's step on
-/// the whole-page loop: 7,170,480 instructions against 7,054,880, session 23).
-/// Each loop out of line, as the portable build (see `none.rs`).
+/// to the general one. Each loop out of line, as the portable build (see `none.rs`). (The M4
+/// took the general loop for every page until its weights, weights × scales and scores from the
+/// sums were `asm!`: then the whole-page loop cost 7,170,480 instructions a step against
+/// 7,054,880; now 6,128,840 against 6,271,000.)
 #[cfg(not(feature = "small-code"))]
 #[inline(always)]
 pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    let whole = if cfg!(edgekv_arm_mve) {
-        whole_int8_rows::<Arm, F, 3>(l, keys)
-    } else {
-        None
-    };
+    // `None` unless [`Isa::PAGE_ROWS`] (the DSP or Helium builds).
+    let whole = whole_int8_rows::<Arm, F, 3>(l, keys);
     match whole {
         Some(n) => whole_int8_page(l, keys.kv, heads, n),
         None => general_page(l, keys, heads),
