@@ -205,6 +205,33 @@ pub(super) fn scores3(
     let (s0, rest) = scores.split_at_mut(p);
     let (s1, s2) = rest.split_at_mut(p);
     let n = rows.n;
+    // Heads of 64 codes in two groups of 32 (SmolLM2's, and many models'): one `asm!` loop
+    // from the codes to the scores.
+    let last = n - 1;
+    let fits = g == 32
+        && nb == 2
+        && rows.stride >= 64
+        && rows.vals.len() >= last * rows.stride + 64
+        && rows.scales.len() >= last * rows.sstride + 4;
+    if fits {
+        let out = [&mut *s0, &mut *s1, &mut *s2].map(|s| s.as_mut_ptr());
+        // SAFETY: each query row is 64 codes, 4-byte aligned (`dot3_takes`); rows `0..n` lie
+        // `stride ≥ 64` bytes apart within `rows.vals`, each with its two scales within
+        // `rows.scales` (checked above); each head's `n ≤ p` scores lie within its `p` floats.
+        unsafe {
+            dsp::page_scores3_g32(
+                qh.map(<[i16]>::as_ptr),
+                &[qs[0], qs[1]],
+                rows.vals.as_ptr(),
+                rows.stride,
+                rows.scales.as_ptr(),
+                rows.sstride,
+                out,
+                n,
+            )
+        };
+        return true;
+    }
     let mut isums = [[0i32; 3]; SUMS / 3];
     let chunk = (SUMS / 3 / nb).min(CHUNK);
     for r0 in (0..n).step_by(chunk) {
@@ -219,26 +246,6 @@ pub(super) fn scores3(
             nb,
             isums.as_flattened_mut(),
         );
-        // Two groups a row (SmolLM2's heads of 64 in groups of 32): one `asm!` loop.
-        let last = (r0 + m - 1) * rows.sstride + 4;
-        if nb == 2 && rows.scales.len() >= last && m <= p - r0 {
-            let qs = [qs[0], qs[1]];
-            let out = [&mut s0[r0..], &mut s1[r0..], &mut s2[r0..]].map(|s| s.as_mut_ptr());
-            // SAFETY: `isums` holds the `m` rows' two groups; rows `r0..r0 + m` have both
-            // scales within `rows.scales` (checked); each head's scores `r0..r0 + m` lie within
-            // its `p` (`m ≤ p − r0`).
-            unsafe {
-                dsp::scores3_2(
-                    isums.as_ptr(),
-                    &qs,
-                    rows.scales[r0 * rows.sstride..].as_ptr(),
-                    rows.sstride,
-                    out,
-                    m,
-                )
-            };
-            continue;
-        }
         let scales = rows.scales[r0 * rows.sstride..].chunks(rows.sstride);
         for (j, (isums, sc)) in isums.chunks_exact(nb).zip(scales).enumerate() {
             let mut s = [0f32; 3];
