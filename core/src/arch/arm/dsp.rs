@@ -232,7 +232,11 @@ pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mu
 /// word, which starts the sums).
 macro_rules! key_word3 {
     (start) => {
-        key_word3!("smuad r4, r9, r11", "smuad r5, r9, r11", "smuad r8, r9, r11")
+        key_word3!(
+            "smuad r4, r9, r11",
+            "smuad r5, r9, r11",
+            "smuad r8, r9, r11"
+        )
     };
     (add) => {
         key_word3!(
@@ -249,13 +253,16 @@ macro_rules! key_word3 {
             "pkhbt r9, r10, r11, lsl #16\n",
             "pkhtb r10, r11, r10, asr #16\n",
             "ldrd r11, r12, [r1], #8\n",
-            $h0, "\n",
+            $h0,
+            "\n",
             "smlad r4, r10, r12, r4\n",
             "ldrd r11, r12, [r2], #8\n",
-            $h1, "\n",
+            $h1,
+            "\n",
             "smlad r5, r10, r12, r5\n",
             "ldrd r11, r12, [r3], #8\n",
-            $h2, "\n",
+            $h2,
+            "\n",
             "smlad r8, r10, r12, r8\n",
         )
     };
