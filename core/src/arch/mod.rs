@@ -224,6 +224,14 @@ pub(crate) fn fp8_f16(x: &[f16], tile: usize, codes: &mut [u8], scales: &mut [u8
     tile % 8 == 0 && native::fp8_f16(x, tile, codes, scales)
 }
 
+/// Lays a quantized query's codes (groups of `g`) out as this build's int8 score kernels read
+/// them: on cores with the DSP extension, each quad in the order `SXTB16` gives a key word's
+/// codes (`query::interleave_quads`); elsewhere as they are.
+#[inline]
+pub(crate) fn arrange_query(codes: &mut [i16], g: usize) {
+    native::arrange_query(codes, g)
+}
+
 /// One page of keys for one query row (the attention page loop), in the best build this CPU runs
 /// (`small-code`: the portable build, the only one these builds have).
 #[inline(always)]

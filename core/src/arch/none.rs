@@ -17,3 +17,7 @@ pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
 pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
     portable_page::<Portable, F>(l, keys, heads)
 }
+
+/// The quantized query as it is (no ISA score kernel here reads it in another order).
+#[inline(always)]
+pub(super) fn arrange_query(_codes: &mut [i16], _g: usize) {}

@@ -302,6 +302,7 @@ pub(super) fn prepare_query(
     };
     if let Some(g) = query::int8_group(l.k_fmt) {
         query::quantize(q, g, l.scale, codes, scales);
+        arch::arrange_query(codes, g);
     }
 }
 

@@ -92,9 +92,71 @@ pub(crate) fn quantize(
     }
 }
 
+/// Each quad of codes `[a, b, c, d]` as `[a, c, b, d]`: the order in which `SXTB16` gives a key
+/// word's four codes (its even bytes, then, rotated, its odd ones), so that each word of two
+/// query codes pairs with one of them in an `SMLAD` without repacking the key's (what
+/// `arch::arrange_query` lays out for the DSP kernels). A tail of fewer than four stays.
+#[cfg_attr(
+    not(all(edgekv_arm_dsp, not(feature = "small-code"))),
+    allow(dead_code)
+)]
+pub(crate) fn interleave_quads(codes: &mut [i16]) {
+    for q in codes.chunks_exact_mut(4) {
+        q.swap(1, 2);
+    }
+}
+
+/// `Σ q_i · k_i` over a group whose query codes `q` are interleaved ([`interleave_quads`]) and
+/// key codes `k` are not: the DSP score kernels' sum where the query is not word-aligned.
+#[cfg_attr(
+    not(all(edgekv_arm_dsp, not(feature = "small-code"))),
+    allow(dead_code)
+)]
+pub(crate) fn dot_interleaved(q: &[i16], k: &[u8]) -> i32 {
+    let quad = |q: &[i16], k: &[u8]| {
+        [(0, 0), (1, 2), (2, 1), (3, 3)]
+            .iter()
+            .map(|&(i, j)| i32::from(q[i]) * i32::from(k[j] as i8))
+            .sum::<i32>()
+    };
+    let whole = q.len().min(k.len()) / 4 * 4;
+    let tail: i32 = (whole..q.len().min(k.len()))
+        .map(|i| i32::from(q[i]) * i32::from(k[i] as i8))
+        .sum();
+    q[..whole]
+        .chunks_exact(4)
+        .zip(k[..whole].chunks_exact(4))
+        .map(|(q, k)| quad(q, k))
+        .sum::<i32>()
+        + tail
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The DSP kernels' pairing, modelled: a key word's `SXTB16` halves (bytes 0 and 2, then 1
+    /// and 3) against the interleaved query's two words give the natural dot product.
+    #[test]
+    fn interleaved_quads_pair_with_sxtb16_halves() {
+        let q: [i16; 8] = [3, -7, 11, 32767, -32768, 5, 0, -1];
+        let k: [i8; 8] = [-128, 127, 9, -3, 1, -77, 64, 2];
+        let natural: i32 = q.iter().zip(&k).map(|(&q, &k)| q as i32 * k as i32).sum();
+        let mut qi = q;
+        interleave_quads(&mut qi);
+        let mut paired = 0i32;
+        for (qw, kw) in qi.chunks(4).zip(k.chunks(4)) {
+            let (even, odd) = ([kw[0], kw[2]], [kw[1], kw[3]]);
+            paired += qw[0] as i32 * even[0] as i32 + qw[1] as i32 * even[1] as i32;
+            paired += qw[2] as i32 * odd[0] as i32 + qw[3] as i32 * odd[1] as i32;
+        }
+        assert_eq!(paired, natural);
+        let keys: std::vec::Vec<u8> = k.iter().map(|&k| k as u8).collect();
+        assert_eq!(dot_interleaved(&qi, &keys), natural);
+        let mut tail = [1i16, 2, 3, 4, 5, 6];
+        interleave_quads(&mut tail);
+        assert_eq!(tail, [1, 3, 2, 4, 5, 6]);
+    }
 
     #[test]
     fn codes_span_the_range_and_scales_restore_the_values() {

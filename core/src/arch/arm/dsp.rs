@@ -24,30 +24,24 @@ pub(super) fn smlad(a: u32, b: u32, acc: i32) -> i32 {
     out
 }
 
-/// The four sign-extended bytes of `w` as two 16-bit pairs: `(b0, b1)`, `(b2, b3)` (low half
-/// first), as the query codes lie in their words.
+/// The four sign-extended bytes of `w` as two 16-bit pairs: `(b0, b2)`, `(b1, b3)` (low half
+/// first, `SXTB16`), the order an interleaved query's words take (`query::interleave_quads`).
 #[cfg(edgekv_arm_dsp)]
 #[inline(always)]
-pub(super) fn pairs(w: u32) -> (u32, u32) {
-    let (lo, hi): (u32, u32);
-    // SAFETY: four register-only DSP instructions; no memory, stack or flags are touched.
-    // `SXTB16` extends bytes 0 and 2 (then, rotated, 1 and 3) to halves; `PKHBT` / `PKHTB`
-    // pair them up in order.
+pub(super) fn halves(w: u32) -> (u32, u32) {
+    let (even, odd): (u32, u32);
+    // SAFETY: two register-only DSP instructions; no memory, stack or flags are touched.
     unsafe {
         asm!(
             "sxtb16 {e}, {w}",
             "sxtb16 {o}, {w}, ror #8",
-            "pkhbt {lo}, {e}, {o}, lsl #16",
-            "pkhtb {hi}, {o}, {e}, asr #16",
             w = in(reg) w,
-            e = out(reg) _,
-            o = out(reg) _,
-            lo = lateout(reg) lo,
-            hi = lateout(reg) hi,
+            e = lateout(reg) even,
+            o = lateout(reg) odd,
             options(pure, nomem, nostack, preserves_flags),
         );
     }
-    (lo, hi)
+    (even, odd)
 }
 
 /// `f16` bits to `f32` with the FPU's `VCVTB.F32.F16`: `half::f16::to_f32`'s bits (exact for
@@ -75,10 +69,11 @@ pub(super) fn f16_to_f32(h: u16) -> f32 {
 }
 
 /// `Σ q_h[i] · (k[i] as i8)` for three query heads `q_h` (codes two to a word) over the same
-/// key codes (bytes, read four at a time; any alignment): each key word loaded, sign-extended and
-/// paired
-/// once (`SXTB16`, `PKHBT` / `PKHTB`), then two `SMLAD` per head. Exact in `i32` for up to 256
-/// codes. One loop in `asm!`: as Rust, its twelve live values spill on a Cortex-M4.
+/// key codes (bytes, read four at a time; any alignment), the query interleaved
+/// (`query::interleave_quads`): each key word loaded and sign-extended once (`SXTB16`: its even,
+/// then its odd codes, as the query's words pair them), then two `SMLAD` per head. Exact in
+/// `i32` for up to 256 codes. One loop in `asm!`: as Rust, its twelve live values spill on a
+/// Cortex-M4.
 #[cfg(edgekv_arm_dsp)]
 #[inline(always)]
 pub(super) fn dot3(q: [&[u32]; 3], k: &[u8]) -> [i32; 3] {
@@ -96,18 +91,16 @@ pub(super) fn dot3(q: [&[u32]; 3], k: &[u8]) -> [i32; 3] {
             "2:",
             "ldr {k}, [{kp}], #4",
             "sxtb16 {e}, {k}",
-            "sxtb16 {o}, {k}, ror #8",
-            "pkhbt {k}, {e}, {o}, lsl #16",
-            "pkhtb {e}, {o}, {e}, asr #16",
+            "sxtb16 {k}, {k}, ror #8",
             "ldrd {o}, {w}, [{q0}], #8",
-            "smlad {a0}, {k}, {o}, {a0}",
-            "smlad {a0}, {e}, {w}, {a0}",
+            "smlad {a0}, {e}, {o}, {a0}",
+            "smlad {a0}, {k}, {w}, {a0}",
             "ldrd {o}, {w}, [{q1}], #8",
-            "smlad {a1}, {k}, {o}, {a1}",
-            "smlad {a1}, {e}, {w}, {a1}",
+            "smlad {a1}, {e}, {o}, {a1}",
+            "smlad {a1}, {k}, {w}, {a1}",
             "ldrd {o}, {w}, [{q2}], #8",
-            "smlad {a2}, {k}, {o}, {a2}",
-            "smlad {a2}, {e}, {w}, {a2}",
+            "smlad {a2}, {e}, {o}, {a2}",
+            "smlad {a2}, {k}, {w}, {a2}",
             "subs {n}, {n}, #1",
             "bne 2b",
             kp = inout(reg) k.as_ptr() => _,
@@ -166,10 +159,8 @@ pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mu
             "mov.w r10, #0",
             "2:",
             "ldr r11, [r1], #4",
-            "sxtb16 r12, r11",
-            "sxtb16 lr, r11, ror #8",
-            "pkhbt r11, r12, lr, lsl #16",
-            "pkhtb r12, lr, r12, asr #16",
+            "sxtb16 r12, r11, ror #8",
+            "sxtb16 r11, r11",
             "ldrd lr, r9, [r2], #8",
             "smlad r5, r11, lr, r5",
             "smlad r5, r12, r9, r5",
@@ -180,10 +171,8 @@ pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mu
             "smlad r10, r11, lr, r10",
             "smlad r10, r12, r9, r10",
             "ldr r11, [r1], #4",
-            "sxtb16 r12, r11",
-            "sxtb16 lr, r11, ror #8",
-            "pkhbt r11, r12, lr, lsl #16",
-            "pkhtb r12, lr, r12, asr #16",
+            "sxtb16 r12, r11, ror #8",
+            "sxtb16 r11, r11",
             "ldrd lr, r9, [r2], #8",
             "smlad r5, r11, lr, r5",
             "smlad r5, r12, r9, r5",
@@ -227,7 +216,7 @@ pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mu
 }
 
 /// One key word (four codes) of a Q8_0 row against three query heads' codes, in
-/// [`page_scores3_g32`]'s registers: the word's codes as two pairs (`SXTB16`, `PKHBT`/`PKHTB`),
+/// [`page_scores3_g32`]'s registers: the word's even and odd codes as two pairs (`SXTB16`),
 /// each head's two query words by `LDRD`, two `SMLAD`s per head (`SMUAD` for a group's first
 /// word, which starts the sums).
 macro_rules! key_word3 {
@@ -248,10 +237,8 @@ macro_rules! key_word3 {
     ($h0:literal, $h1:literal, $h2:literal) => {
         concat!(
             "ldr r9, [r0], #4\n",
-            "sxtb16 r10, r9\n",
-            "sxtb16 r11, r9, ror #8\n",
-            "pkhbt r9, r10, r11, lsl #16\n",
-            "pkhtb r10, r11, r10, asr #16\n",
+            "sxtb16 r10, r9, ror #8\n",
+            "sxtb16 r9, r9\n",
             "ldrd r11, r12, [r1], #8\n",
             $h0,
             "\n",

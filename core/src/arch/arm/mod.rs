@@ -48,7 +48,7 @@ use crate::attention::page::{
     whole_int8_rows,
 };
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
-use crate::attention::query::QueryCodes;
+use crate::attention::query::{self, QueryCodes};
 #[cfg(not(feature = "small-code"))]
 use crate::format::LANES;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
@@ -56,6 +56,26 @@ use crate::format::u16_at;
 
 // No ISA quantizers: the portable loops run.
 pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
+
+/// With the DSP extension, groups of a multiple of 4 codes up to 256 (those the `SMLAD` kernels
+/// take: `Arm::int8_scores`, `page::scores3`) interleaved quad by quad
+/// (`query::interleave_quads`), so that a key word's `SXTB16` halves pair with the query's words
+/// as they are. Every other group, and every other build, keeps its order.
+#[inline(always)]
+pub(super) fn arrange_query(codes: &mut [i16], g: usize) {
+    #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
+    if dsp_takes(g) {
+        crate::attention::query::interleave_quads(codes);
+    }
+    let _ = (codes, g);
+}
+
+/// Whether the DSP score kernels take groups of `g` codes (and so read the query interleaved).
+#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
+#[inline(always)]
+fn dsp_takes(g: usize) -> bool {
+    g % 4 == 0 && g <= 256
+}
 
 /// The attention page loop with the DSP and Helium kernels: a whole page of int8 rows whose
 /// query heads run three at a time goes to its own loop (`fast::attend_whole_int8`), other pages
@@ -168,8 +188,8 @@ impl Isa for Arm {
     }
 
     /// [`kernels::int8_scores`]'s bits: per group, each query head's integer dot product by
-    /// `SMLAD`, each key word decoded once for all the heads (groups not a multiple of 4, or over
-    /// 256 values, and query codes not word-aligned take the portable kernel).
+    /// `SMLAD`, each key word decoded once for all the heads. The groups these loops take
+    /// ([`dsp_takes`]) arrive interleaved (`arrange_query`); others take the portable kernel.
     #[cfg(edgekv_arm_dsp)]
     #[inline(always)]
     fn int8_scores<const G: usize>(
@@ -178,38 +198,46 @@ impl Isa for Arm {
         g: usize,
     ) -> [[f32; LANES]; G] {
         let hd = q.codes.len() / G;
-        // Query codes two to a word, two words to four codes.
-        let quads: Option<&[[u32; 2]]> = bytemuck::try_cast_slice(q.codes).ok();
-        let (Some(quads), true) = (quads, g % 4 == 0 && g <= 256 && hd % g == 0) else {
+        if !dsp_takes(g) || hd % g != 0 {
             return kernels::int8_scores::<Self, G>(q, rows, g);
-        };
+        }
+        // Query codes two to a word, two words to four codes: word-aligned, as the scratch's
+        // slots are (else each dot product by `query::dot_interleaved`).
+        let quads: Option<&[[u32; 2]]> = bytemuck::try_cast_slice(q.codes).ok();
         let nb = hd / g;
         let n = g / 4;
         let mut out = [[0f32; LANES]; G];
         // Group by group (each score still takes its groups in order), the query's slices and
         // scales taken once per group for all the rows.
         for b in 0..nb {
-            let qh: [&[[u32; 2]]; G] =
-                core::array::from_fn(|h| &quads[(h * hd + b * g) / 4..][..n]);
+            let qh: Option<[&[[u32; 2]]; G]> =
+                quads.map(|quads| core::array::from_fn(|h| &quads[(h * hd + b * g) / 4..][..n]));
             let qs: [f32; G] = core::array::from_fn(|h| q.scales[h * nb + b]);
             for (j, row) in rows.iter().enumerate().take(LANES) {
                 let ks = Self::one(u16_at(row.scales, b));
-                let kw: &[[u8; 4]] = bytemuck::cast_slice(&row.vals[b * g..][..g]);
-                let mut isum = [0i32; G];
-                if G == 3 {
+                let kb = &row.vals[b * g..][..g];
+                let isum: [i32; G] = match qh {
                     // SmolLM2's (and many models') group: one loop for the three heads.
-                    let kb: &[u8] = kw.as_flattened();
-                    let s = dsp::dot3([0, 1, 2].map(|h| qh[h].as_flattened()), kb);
-                    isum = core::array::from_fn(|h| s[h]);
-                } else {
-                    for (w, k) in kw.iter().enumerate() {
-                        let (lo, hi) = dsp::pairs(u32::from_le_bytes(*k));
-                        for (s, qh) in isum.iter_mut().zip(&qh) {
-                            let [q0, q1] = qh[w];
-                            *s = dsp::smlad(hi, q1, dsp::smlad(lo, q0, *s));
-                        }
+                    Some(qh) if G == 3 => {
+                        let s = dsp::dot3([0, 1, 2].map(|h| qh[h].as_flattened()), kb);
+                        core::array::from_fn(|h| s[h])
                     }
-                }
+                    Some(qh) => {
+                        let mut isum = [0i32; G];
+                        let kw: &[[u8; 4]] = bytemuck::cast_slice(kb);
+                        for (w, k) in kw.iter().enumerate() {
+                            let (even, odd) = dsp::halves(u32::from_le_bytes(*k));
+                            for (s, qh) in isum.iter_mut().zip(&qh) {
+                                let [q0, q1] = qh[w];
+                                *s = dsp::smlad(odd, q1, dsp::smlad(even, q0, *s));
+                            }
+                        }
+                        isum
+                    }
+                    None => core::array::from_fn(|h| {
+                        query::dot_interleaved(&q.codes[h * hd + b * g..][..g], kb)
+                    }),
+                };
                 for ((out, qs), isum) in out.iter_mut().zip(qs).zip(isum) {
                     out[j] += (qs * ks) * isum as f32;
                 }
