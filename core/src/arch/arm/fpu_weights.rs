@@ -4,13 +4,13 @@
 //!
 //! LLVM's build of `exp::scalar` cost 42 instructions per weight on the Cortex-M4: `VCMP` and
 //! `VMRS` for each range test and constants rebuilt with `MOVW`/`MOVT` inside the loop. Here the
-//! range tests are integer compares of `|x|`'s bits, the constants stay in S registers, and the
+//! range tests are integer compares of `x`'s bits, the constants stay in S registers, and the
 //! common argument (`−41.6 ≤ x < −1.04`, `k` from `libm`'s rounded quotient) runs straight through:
-//! 34 instructions. The steps are `libm`'s for `x ≤ 0`, in its order and unfused (`VMUL` then
+//! 31 instructions. The steps are `libm`'s for `x ≤ 0`, in its order and unfused (`VMUL` then
 //! `VADD`/`VSUB`): `k = trunc(x / ln 2 − 1/2)` (`VCVT` truncates), or `−1` for
 //! `x ≥ −1.5 ln 2`, or `0` for `x ≥ −ln 2 / 2` (then `hi = x − 0 · ln2_hi = x`, `lo = 0` and
-//! `r = x`, as `libm`'s unreduced branch), `1 + x` for `|x| ≤ 2^-14`, and `y · 2^k` as one
-//! multiplication (normal: `k ≥ −60`). Below [`exp::ZERO_BELOW`] (and `−∞`) the weight is zero:
+//! `r = x`, as `libm`'s unreduced branch), `1 + x` for `|x| ≤ 2^-14`, and `y · 2^k` as `k` added
+//! to `y`'s exponent bits (exact: `y` and the result are normal, `k ≥ −60`). Below [`exp::ZERO_BELOW`] (and `−∞`) the weight is zero:
 //! `weight(expf(x))` is zero exactly there. NaN stays NaN.
 
 use core::arch::asm;
@@ -54,12 +54,12 @@ pub(super) unsafe fn exp_rows(xs: *mut f32, row: usize, shifts: *const f32, head
             "3:",
             "vldr s0, [{xs}]",
             "vsub.f32 s0, s0, s25",
-            "vmov {hx}, s0",
-            "bic {hx}, {hx}, #0x80000000",
-            // Past the floor (or NaN): 6f. At most 1.5 ln 2 below zero: 5f.
-            "cmp {hx}, {zb}",
+            // x ≤ 0: its bits compare as |x|'s with the sign set. Past the floor (−∞ and
+            // negative NaNs too): 6f. At most 1.5 ln 2 below zero (zeros, positive NaNs): 5f.
+            "vmov {b}, s0",
+            "cmp {b}, {zb}",
             "bhi 6f",
-            "cmp {hx}, {three}",
+            "cmp {b}, {three}",
             "bls 5f",
             // k = trunc(x / ln 2 − 1/2).
             "vmul.f32 s1, s0, s16",
@@ -67,59 +67,66 @@ pub(super) unsafe fn exp_rows(xs: *mut f32, row: usize, shifts: *const f32, head
             "vcvt.s32.f32 s1, s1",
             "vmov {k}, s1",
             "vcvt.f32.s32 s1, s1",
-            // hi = x − k·ln2_hi, lo = k·ln2_lo, r = hi − lo.
+            // hi = x − k·ln2_hi (in place: `VMLS` rounds the product, then subtracts),
+            // lo = k·ln2_lo, r = hi − lo.
             "4:",
-            "vmul.f32 s2, s1, s18",
-            "vsub.f32 s2, s0, s2",
+            "vmls.f32 s0, s1, s18",
             "vmul.f32 s3, s1, s19",
-            "vsub.f32 s4, s2, s3",
+            "vsub.f32 s4, s0, s3",
             // c = r − r²·(P1 + r²·P2).
             "vmul.f32 s5, s4, s4",
             "vmul.f32 s6, s5, s21",
             "vadd.f32 s6, s6, s20",
             "vmul.f32 s6, s5, s6",
             "vsub.f32 s6, s4, s6",
-            // y = 1 + (r·c / (2 − c) − lo + hi), then y · 2^k (the bits (k + 127) << 23).
+            // y = 1 + (r·c / (2 − c) − lo + hi), then y · 2^k: k added to y's exponent (exact:
+            // y and the result are normal).
             "vmul.f32 s7, s4, s6",
             "vsub.f32 s6, s22, s6",
             "vdiv.f32 s7, s7, s6",
             "vsub.f32 s7, s7, s3",
-            "vadd.f32 s7, s7, s2",
+            "vadd.f32 s7, s7, s0",
             "vadd.f32 s7, s7, s23",
-            "add {k}, {one}, {k}, lsl #23",
-            "vmov s6, {k}",
-            "vmul.f32 s7, s7, s6",
+            "vmov {b}, s7",
+            "add {b}, {b}, {k}, lsl #23",
+            "str {b}, [{xs}], #4",
             "7:",
-            "vstmia {xs}!, {{s7}}",
             "subs {n}, {n}, #1",
             "bne 3b",
             "subs {heads}, {heads}, #1",
             "bne 2b",
             "b 9f",
-            // |x| ≤ 1.5 ln 2: k = −1 above ln 2 / 2, else 0 (or 1 + x at most 2^-14).
+            // |x| ≤ 1.5 ln 2 (or a positive NaN): k = −1 above ln 2 / 2, else 0 (or 1 + x at
+            // most 2^-14).
             "5:",
+            "bic {b}, {b}, #0x80000000",
+            "cmp {b}, #0x7f800000",
+            "bhi 6f",
             "movw {k}, #0x7218",
             "movt {k}, #0x3eb1",
-            "cmp {hx}, {k}",
+            "cmp {b}, {k}",
             "bls 8f",
             "mov {k}, #-1",
             "vmov.f32 s1, #-1.0",
             "b 4b",
             "8:",
-            "cmp {hx}, #0x39000000",
+            "cmp {b}, #0x39000000",
             "bls 10f",
             "mov {k}, #0",
             "vmov.f32 s1, s24",
             "b 4b",
             "10:",
             "vadd.f32 s7, s0, s23",
+            "vstmia {xs}!, {{s7}}",
             "b 7b",
             // Below the floor: zero; NaN stays.
             "6:",
-            "cmp {hx}, #0x7f800000",
+            "bic {b}, {b}, #0x80000000",
+            "cmp {b}, #0x7f800000",
             "ite hi",
             "vmovhi.f32 s7, s0",
             "vmovls.f32 s7, s24",
+            "vstmia {xs}!, {{s7}}",
             "b 7b",
             "9:",
             xs = inout(reg) xs => _,
@@ -127,11 +134,10 @@ pub(super) unsafe fn exp_rows(xs: *mut f32, row: usize, shifts: *const f32, head
             heads = inout(reg) heads => _,
             row = in(reg) row,
             tbl = in(reg) CONSTANTS.as_ptr(),
-            zb = in(reg) exp::ZERO_BELOW.to_bits() & 0x7fff_ffff,
-            three = in(reg) exp::THREE_HALVES_LN2,
-            one = in(reg) 1f32.to_bits(),
+            zb = in(reg) exp::ZERO_BELOW.to_bits(),
+            three = in(reg) exp::THREE_HALVES_LN2 | 0x8000_0000,
             n = out(reg) _,
-            hx = out(reg) _,
+            b = out(reg) _,
             k = out(reg) _,
             out("s0") _, out("s1") _, out("s2") _, out("s3") _,
             out("s4") _, out("s5") _, out("s6") _, out("s7") _,
