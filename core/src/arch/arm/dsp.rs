@@ -449,6 +449,67 @@ pub(super) unsafe fn weights3(
     }
 }
 
+/// [`weights3`] for rows of two groups at once: `pa[j]` with row `j`'s scale of group 0 (at
+/// `sc + j·sstride`), `pb[j]` with its scale of group 1 (two bytes on), each row's three weights
+/// loaded once.
+///
+/// # Safety
+///
+/// `m ≥ 1`; `pa` and `pb` are valid for writes of `m` rows, `w0`, `w1` and `w2` for reads of `m`
+/// floats each (4-byte aligned), and `sc + j·sstride` for reads of four bytes for every `j < m`.
+#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve)))]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn weights3x2(
+    pa: *mut [f32; 3],
+    pb: *mut [f32; 3],
+    w: [*const f32; 3],
+    sc: *const u8,
+    sstride: usize,
+    m: usize,
+) {
+    // SAFETY: the caller's contract: the loop runs `m` times, reading two halfwords at `sc`
+    // (unaligned halfwords are allowed) and one float of each weight row, and writing three
+    // floats to each of `pa` and `pb`. Only the declared registers and the flags are written.
+    unsafe {
+        asm!(
+            "2:",
+            "ldrh {t}, [{sc}]",
+            "ldrh {u}, [{sc}, #2]",
+            "add {sc}, {sc}, {ss}",
+            "vmov s0, s1, {t}, {u}",
+            "vcvtb.f32.f16 s0, s0",
+            "vcvtb.f32.f16 s1, s1",
+            "vldmia {w0}!, {{s2}}",
+            "vldmia {w1}!, {{s3}}",
+            "vldmia {w2}!, {{s4}}",
+            "vmul.f32 s5, s2, s0",
+            "vmul.f32 s6, s3, s0",
+            "vmul.f32 s7, s4, s0",
+            "vstmia {pa}!, {{s5-s7}}",
+            "vmul.f32 s5, s2, s1",
+            "vmul.f32 s6, s3, s1",
+            "vmul.f32 s7, s4, s1",
+            "vstmia {pb}!, {{s5-s7}}",
+            "subs {m}, {m}, #1",
+            "bne 2b",
+            pa = inout(reg) pa => _,
+            pb = inout(reg) pb => _,
+            w0 = inout(reg) w[0] => _,
+            w1 = inout(reg) w[1] => _,
+            w2 = inout(reg) w[2] => _,
+            sc = inout(reg) sc => _,
+            ss = in(reg) sstride,
+            m = inout(reg) m => _,
+            t = out(reg) _,
+            u = out(reg) _,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+            options(nostack),
+        );
+    }
+}
+
 /// `acc[h·d + l] += ps[ρ][h] · (row_ρ[l] as i8)` for three heads `h`, four lanes `l` and the
 /// rows `row_ρ = row + ρ·stride` in order: each product rounded, then added (`VMLA` does not
 /// fuse), as the portable kernel does. The twelve accumulators stay in `s16`–`s27` across the
@@ -458,19 +519,19 @@ pub(super) unsafe fn weights3(
 /// # Safety
 ///
 /// `acc` is valid for reads and writes of floats `[0, 4)`, `[d, d + 4)` and `[2d, 2d + 4)`;
-/// every `row_ρ` (ρ < `ps.len()`) for reads of bytes `[0, 4)`; no other reference to those
-/// floats is used meanwhile.
+/// `ps` for reads of `n` rows (initialized); every `row_ρ` (ρ < `n`) for reads of bytes
+/// `[0, 4)`; no other reference to those floats is used meanwhile.
 #[cfg(edgekv_arm_dsp)]
 #[cfg(edgekv_arm_f16cvt)]
 #[inline(always)]
 pub(super) unsafe fn add_rows3(
     acc: *mut f32,
     d: usize,
-    ps: &[[f32; 3]],
+    ps: *const [f32; 3],
+    n: usize,
     row: *const u8,
     stride: usize,
 ) {
-    let n = ps.len();
     if n == 0 {
         return;
     }
@@ -574,7 +635,7 @@ pub(super) unsafe fn add_rows3(
             d = in(reg) d,
             stride = in(reg) stride,
             rp = inout(reg) row => _,
-            pp = inout(reg) ps.as_ptr() => _,
+            pp = inout(reg) ps => _,
             n2 = inout(reg) n / 2 => _,
             odd = in(reg) n % 2,
             t = out(reg) _,

@@ -14,6 +14,9 @@ use super::dsp;
 use super::mve;
 #[cfg(not(edgekv_arm_mve))]
 use crate::arch::Isa;
+#[cfg(not(edgekv_arm_mve))]
+use core::mem::MaybeUninit;
+
 use crate::attention::page::PageRows;
 use crate::attention::query::QueryCodes;
 #[cfg(not(edgekv_arm_mve))]
@@ -341,28 +344,66 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
         return false;
     }
     let acc_ptr = acc.as_mut_ptr();
-    // `kernels::scale_weights`'s products, each chunk's and group's in turn.
+    // `kernels::scale_weights`'s products, each chunk's and group's in turn (without Helium,
+    // rows of two groups take both groups' at once: `pb` the second's); each written before it
+    // is read, so not cleared first.
+    #[cfg(edgekv_arm_mve)]
     let mut ps = [[0f32; PS]; CHUNK];
+    #[cfg(not(edgekv_arm_mve))]
+    let (mut pa, mut pb) = (
+        [MaybeUninit::<[f32; PS]>::uninit(); CHUNK],
+        [MaybeUninit::<[f32; PS]>::uninit(); CHUNK],
+    );
+    #[cfg(not(edgekv_arm_mve))]
+    let two = d / g == 2;
     for r0 in (0..n).step_by(CHUNK) {
         let m = (n - r0).min(CHUNK);
-        for (k, off) in (0..d).step_by(g).enumerate() {
-            #[cfg(edgekv_arm_mve)]
-            weights4(&mut ps, w, p, rows, r0, m, k);
-            // SAFETY: `ps` holds `m ≤ CHUNK` rows; the weights `w[h·p + r0..][..m]` lie within
-            // `w` (`r0 + m ≤ n ≤ p`, `w.len() ≥ 3p`); row `r0 + j`'s scale of group `k < d / g`
-            // lies at `(r0 + j)·sstride + 2k`, within `rows.scales` (checked above).
-            #[cfg(not(edgekv_arm_mve))]
+        // Every call below: `pa` and `pb` hold `m ≤ CHUNK` rows; the weights
+        // `w[h·p + r0..][..m]` lie within `w` (`r0 + m ≤ n ≤ p`, `w.len() ≥ 3p`); row `r0 + j`'s
+        // scale of group `k < d / g` lies at `(r0 + j)·sstride + 2k`, within `rows.scales`
+        // (checked above).
+        #[cfg(not(edgekv_arm_mve))]
+        let wr = [0, p, 2 * p].map(|h| w[h + r0..].as_ptr());
+        #[cfg(not(edgekv_arm_mve))]
+        if two {
+            let sc = rows.scales[r0 * rows.sstride..].as_ptr();
+            // SAFETY: as above, for groups 0 and 1.
             unsafe {
-                dsp::weights3(
-                    ps.as_mut_ptr(),
-                    w[r0..].as_ptr(),
-                    w[p + r0..].as_ptr(),
-                    w[2 * p + r0..].as_ptr(),
-                    rows.scales[r0 * rows.sstride + 2 * k..].as_ptr(),
+                dsp::weights3x2(
+                    pa.as_mut_ptr().cast(),
+                    pb.as_mut_ptr().cast(),
+                    wr,
+                    sc,
                     rows.sstride,
                     m,
                 )
             };
+        }
+        for (k, off) in (0..d).step_by(g).enumerate() {
+            #[cfg(edgekv_arm_mve)]
+            weights4(&mut ps, w, p, rows, r0, m, k);
+            #[cfg(not(edgekv_arm_mve))]
+            let ps = if !two {
+                let sc = rows.scales[r0 * rows.sstride + 2 * k..].as_ptr();
+                // SAFETY: as above, for group `k`.
+                unsafe {
+                    dsp::weights3(
+                        pa.as_mut_ptr().cast(),
+                        wr[0],
+                        wr[1],
+                        wr[2],
+                        sc,
+                        rows.sstride,
+                        m,
+                    )
+                };
+                pa.as_ptr()
+            } else if k == 0 {
+                pa.as_ptr()
+            } else {
+                pb.as_ptr()
+            }
+            .cast::<[f32; PS]>();
             let first = rows.vals[r0 * rows.stride + off..].as_ptr();
             // Helium: the group's blocks of lanes in one `asm!` loop nest.
             #[cfg(edgekv_arm_mve)]
@@ -392,8 +433,9 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
                 // function, no other reference to it in use), f32-aligned, and its three blocks
                 // lie within it (above); rows `r0..r0 + m` (≤ n) lie `rows.stride` apart from
                 // `row`, and each one's bytes `[off + at, off + at + V_LANES)` lie within its
-                // `d` bytes, within `rows.vals` (`fits`).
-                unsafe { add_rows3(base, d, &ps[..m], row, rows.stride) };
+                // `d` bytes, within `rows.vals` (`fits`); `ps` holds the `m` rows' products,
+                // written above.
+                unsafe { add_rows3(base, d, ps, m, row, rows.stride) };
             }
         }
     }
@@ -455,7 +497,14 @@ fn weights4(
 /// As `dsp::add_rows3`.
 #[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve)))]
 #[inline(always)]
-unsafe fn add_rows3(acc: *mut f32, d: usize, ps: &[[f32; PS]], row: *const u8, stride: usize) {
+unsafe fn add_rows3(
+    acc: *mut f32,
+    d: usize,
+    ps: *const [f32; PS],
+    n: usize,
+    row: *const u8,
+    stride: usize,
+) {
     // SAFETY: the caller's contract.
-    unsafe { dsp::add_rows3(acc, d, ps, row, stride) };
+    unsafe { dsp::add_rows3(acc, d, ps, n, row, stride) };
 }
