@@ -274,10 +274,14 @@ macro_rules! group32 {
 /// The scores of `n` Q8_0 rows (two groups of 32 codes: heads of 64) for three query heads, in
 /// one `asm!` loop: per row and group the three integer dot products by `SMLAD` (exact in an
 /// `i32`, each key word decoded once for the three heads), then
-/// `out_h[r] = (0 + (qs[0][h] · k_r0) · sum_r0h) + (qs[1][h] · k_r1) · sum_r1h`, `k_rb` row
-/// `r`'s f16 scale of group `b` (at `sc + r·sstride + 2b`, by `VCVTB`), each product rounded
-/// before it is added (`VMLA` does not fuse): `kernels::int8_scores`'s bits, group by group in
-/// order. The sums stay in registers: nothing goes through memory but the scores.
+/// `out_h[r] = (qs[0][h] · k_r0) · sum_r0h + (qs[1][h] · k_r1) · sum_r1h`, `k_rb` row `r`'s f16
+/// scale of group `b` (at `sc + r·sstride + 2b`, by `VCVTB`), each product rounded before it is
+/// added (`VMLA` does not fuse): `kernels::int8_scores`'s bits, group by group in order, but for
+/// the sign of a zero score, whose first term the portable kernel adds to `+0` (`+0 + −0` is
+/// `+0`). No weight sees that sign: a weight is `exp(score − max)` with `max ≥ score`, and
+/// `±0 − max` is `−max` for a nonzero `max`, `±0` (whose `exp` is 1) for a zero one; a zero
+/// maximum's sign is as free (`exp::max_of`). The sums stay in registers: nothing goes through
+/// memory but the scores.
 ///
 /// # Safety
 ///
@@ -312,8 +316,6 @@ pub(super) unsafe fn page_scores3_g32(
             "vmov s28, r4",
             "vmov s29, r5",
             "vldmia r8, {{s16-s21}}",
-            "mov r9, #0",
-            "vmov s22, r9",
             "2:",
             // The row's two scales.
             "vmov r9, s27",
@@ -326,7 +328,8 @@ pub(super) unsafe fn page_scores3_g32(
             "add r9, r9, r10",
             "vmov s27, r9",
             group32!(),
-            // Group 0: 0 + (qs · k) · sum.
+            // Group 0: (qs · k) · sum (the portable kernel's `0 + …` differs only in a zero's
+            // sign, which no weight sees: see above).
             "vmov s0, s1, r4, r5",
             "vmov s2, r8",
             "vcvt.f32.s32 s0, s0",
@@ -335,12 +338,9 @@ pub(super) unsafe fn page_scores3_g32(
             "vmul.f32 s10, s16, s8",
             "vmul.f32 s11, s17, s8",
             "vmul.f32 s12, s18, s8",
-            "vmov.f32 s4, s22",
-            "vmov.f32 s5, s22",
-            "vmov.f32 s6, s22",
-            "vmla.f32 s4, s10, s0",
-            "vmla.f32 s5, s11, s1",
-            "vmla.f32 s6, s12, s2",
+            "vmul.f32 s4, s10, s0",
+            "vmul.f32 s5, s11, s1",
+            "vmul.f32 s6, s12, s2",
             group32!(),
             // Group 1.
             "vmov s0, s1, r4, r5",
@@ -388,7 +388,7 @@ pub(super) unsafe fn page_scores3_g32(
             out("s4") _, out("s5") _, out("s6") _,
             out("s8") _, out("s9") _, out("s10") _, out("s11") _, out("s12") _,
             out("s16") _, out("s17") _, out("s18") _, out("s19") _,
-            out("s20") _, out("s21") _, out("s22") _,
+            out("s20") _, out("s21") _,
             out("s24") _, out("s25") _, out("s26") _, out("s27") _,
             out("s28") _, out("s29") _,
             options(nostack),
