@@ -6,7 +6,7 @@
 //! `VMRS` for each range test and constants rebuilt with `MOVW`/`MOVT` inside the loop. Here the
 //! range tests are integer compares of `x`'s bits, the constants stay in S registers, and the
 //! common argument (`−41.6 ≤ x < −1.04`, `k` from `libm`'s rounded quotient) runs straight through:
-//! 31 instructions. The steps are `libm`'s for `x ≤ 0`, in its order and unfused (`VMUL` then
+//! 30 instructions. The steps are `libm`'s for `x ≤ 0`, in its order and unfused (`VMUL` then
 //! `VADD`/`VSUB`): `k = trunc(x / ln 2 − 1/2)` (`VCVT` truncates), or `−1` for
 //! `x ≥ −1.5 ln 2`, or `0` for `x ≥ −ln 2 / 2` (then `hi = x − 0 · ln2_hi = x`, `lo = 0` and
 //! `r = x`, as `libm`'s unreduced branch), `1 + x` for `|x| ≤ 2^-14`, and `y · 2^k` as `k` added
@@ -54,13 +54,13 @@ pub(super) unsafe fn exp_rows(xs: *mut f32, row: usize, shifts: *const f32, head
             "3:",
             "vldr s0, [{xs}]",
             "vsub.f32 s0, s0, s25",
-            // x ≤ 0: its bits compare as |x|'s with the sign set. Past the floor (−∞ and
-            // negative NaNs too): 6f. At most 1.5 ln 2 below zero (zeros, positive NaNs): 5f.
+            // x ≤ 0: its bits compare as |x|'s with the sign set. The common range, more than
+            // 1.5 ln 2 below zero and not past the floor, by one unsigned compare of the bits
+            // minus its start (anything below it wraps above); the rest at 11f.
             "vmov {b}, s0",
-            "cmp {b}, {zb}",
-            "bhi 6f",
-            "cmp {b}, {three}",
-            "bls 5f",
+            "sub {k}, {b}, {lo}",
+            "cmp {k}, {span}",
+            "bhi 11f",
             // k = trunc(x / ln 2 − 1/2).
             "vmul.f32 s1, s0, s16",
             "vadd.f32 s1, s1, s17",
@@ -96,6 +96,12 @@ pub(super) unsafe fn exp_rows(xs: *mut f32, row: usize, shifts: *const f32, head
             "subs {heads}, {heads}, #1",
             "bne 2b",
             "b 9f",
+            // Past the floor (−∞ and negative NaNs too): 6f; else at most 1.5 ln 2 below zero
+            // (zeros, positive NaNs): on.
+            "11:",
+            "add {k}, {lo}, {span}",
+            "cmp {b}, {k}",
+            "bhi 6f",
             // |x| ≤ 1.5 ln 2 (or a positive NaN): k = −1 above ln 2 / 2, else 0 (or 1 + x at
             // most 2^-14).
             "5:",
@@ -134,8 +140,8 @@ pub(super) unsafe fn exp_rows(xs: *mut f32, row: usize, shifts: *const f32, head
             heads = inout(reg) heads => _,
             row = in(reg) row,
             tbl = in(reg) CONSTANTS.as_ptr(),
-            zb = in(reg) exp::ZERO_BELOW.to_bits(),
-            three = in(reg) exp::THREE_HALVES_LN2 | 0x8000_0000,
+            lo = in(reg) (exp::THREE_HALVES_LN2 | 0x8000_0000) + 1,
+            span = in(reg) exp::ZERO_BELOW.to_bits() - (exp::THREE_HALVES_LN2 | 0x8000_0000) - 1,
             n = out(reg) _,
             b = out(reg) _,
             k = out(reg) _,
