@@ -219,6 +219,7 @@ pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mu
 /// [`page_scores3_g32`]'s registers: the word's even and odd codes as two pairs (`SXTB16`),
 /// each head's two query words by `LDRD`, two `SMLAD`s per head (`SMUAD` for a group's first
 /// word, which starts the sums).
+#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve)))]
 macro_rules! key_word3 {
     (start) => {
         key_word3!(
@@ -256,6 +257,7 @@ macro_rules! key_word3 {
 }
 
 /// A group of 32 codes: its first word starts the three sums (`SMUAD`), seven more add to them.
+#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve)))]
 macro_rules! group32 {
     () => {
         concat!(

@@ -47,8 +47,10 @@ use crate::attention::page::{
     Heads, Keys, Layout, PageSlices, attend_page as portable_page, attend_whole_int8,
     whole_int8_rows,
 };
+#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
+use crate::attention::query;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
-use crate::attention::query::{self, QueryCodes};
+use crate::attention::query::QueryCodes;
 #[cfg(not(feature = "small-code"))]
 use crate::format::LANES;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
