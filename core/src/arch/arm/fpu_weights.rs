@@ -155,59 +155,51 @@ pub(super) unsafe fn exp_rows(xs: *mut f32, row: usize, shifts: *const f32, head
     }
 }
 
-/// The largest of `n` floats at `s` that are not NaN (−∞ if none), as `exp::max_of`'s fold:
-/// each `x > m` by `VCMP`, the larger kept (a NaN never compares larger). Sixteen loaded per
-/// `VLDM` (a page of SmolLM2's cache), then four at a time.
-///
-/// # Safety
-///
-/// `n` is a nonzero multiple of 4; `s` is valid for reads of `n` floats, 4-byte aligned.
-#[inline(always)]
-pub(super) unsafe fn max_of(s: *const f32, n: usize) -> f32 {
-    let mut m = f32::NEG_INFINITY.to_bits();
-    // SAFETY: the caller's contract: the first loop runs `n / 16` times, reading sixteen floats
-    // each, the second `n % 16 / 4` times, reading four. Only the declared registers and the
-    // flags are written. (The maximum passes through a core register: S-register operands need
-    // a target feature these builds do not name.)
-    unsafe {
-        asm!(
-            "vmov s16, {m}",
-            "cmp {big}, #0",
-            "beq 3f",
-            "2:",
-            "vldmia {s}!, {{s0-s15}}",
-            max_step!("s0"), max_step!("s1"), max_step!("s2"), max_step!("s3"),
-            max_step!("s4"), max_step!("s5"), max_step!("s6"), max_step!("s7"),
-            max_step!("s8"), max_step!("s9"), max_step!("s10"), max_step!("s11"),
-            max_step!("s12"), max_step!("s13"), max_step!("s14"), max_step!("s15"),
-            "subs {big}, {big}, #1",
-            "bne 2b",
-            "3:",
-            "cmp {small}, #0",
-            "beq 5f",
-            "4:",
-            "vldmia {s}!, {{s0-s3}}",
-            max_step!("s0"), max_step!("s1"), max_step!("s2"), max_step!("s3"),
-            "subs {small}, {small}, #1",
-            "bne 4b",
-            "5:",
-            "vmov {m}, s16",
-            s = inout(reg) s => _,
-            big = inout(reg) n / 16 => _,
-            small = inout(reg) n % 16 / 4 => _,
-            m = inout(reg) m,
-            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
-            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
-            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
-            out("s12") _, out("s13") _, out("s14") _, out("s15") _,
-            out("s16") _,
-            options(readonly, nostack),
-        );
-    }
-    f32::from_bits(m)
+/// The loop of [`max_of`] and [`sum`] over `{p}`'s floats: sixteen per `VLDM` into `s0`–`s15`
+/// while `{big}` counts down, then four while `{small}` does, `$step` (a macro of one S register
+/// naming an instruction string) for each float in order, the running value in `s16`.
+macro_rules! sixteens_then_fours {
+    ($step:ident) => {
+        concat!(
+            "cmp {big}, #0\n",
+            "beq 3f\n",
+            "2:\n",
+            "vldmia {p}!, {{s0-s15}}\n",
+            $step!("s0"),
+            $step!("s1"),
+            $step!("s2"),
+            $step!("s3"),
+            $step!("s4"),
+            $step!("s5"),
+            $step!("s6"),
+            $step!("s7"),
+            $step!("s8"),
+            $step!("s9"),
+            $step!("s10"),
+            $step!("s11"),
+            $step!("s12"),
+            $step!("s13"),
+            $step!("s14"),
+            $step!("s15"),
+            "subs {big}, {big}, #1\n",
+            "bne 2b\n",
+            "3:\n",
+            "cmp {small}, #0\n",
+            "beq 5f\n",
+            "4:\n",
+            "vldmia {p}!, {{s0-s3}}\n",
+            $step!("s0"),
+            $step!("s1"),
+            $step!("s2"),
+            $step!("s3"),
+            "subs {small}, {small}, #1\n",
+            "bne 4b\n",
+            "5:\n",
+        )
+    };
 }
 
-/// One step of [`max_of`]: `s16 = s_x` if `s_x > s16`.
+/// One step of [`max_of`]: `s16 = x` if `x > s16`.
 macro_rules! max_step {
     ($x:literal) => {
         concat!(
@@ -222,7 +214,46 @@ macro_rules! max_step {
         )
     };
 }
-use max_step;
+
+/// One step of [`sum`]: `s16 += x`.
+macro_rules! add_step {
+    ($x:literal) => {
+        concat!("vadd.f32 s16, s16, ", $x, "\n")
+    };
+}
+
+/// The largest of `n` floats at `s` that are not NaN (−∞ if none), as `exp::max_of`'s fold:
+/// each `x > m` by `VCMP`, the larger kept (a NaN never compares larger). Sixteen loaded per
+/// `VLDM` (a page of SmolLM2's cache), then four at a time.
+///
+/// # Safety
+///
+/// `n` is a nonzero multiple of 4; `s` is valid for reads of `n` floats, 4-byte aligned.
+#[inline(always)]
+pub(super) unsafe fn max_of(s: *const f32, n: usize) -> f32 {
+    let mut m = f32::NEG_INFINITY.to_bits();
+    // SAFETY: the caller's contract: the loops read `n` floats, sixteen then four at a time.
+    // Only the declared registers and the flags are written. (The maximum passes through a core
+    // register: S-register operands need a target feature these builds do not name.)
+    unsafe {
+        asm!(
+            "vmov s16, {m}",
+            sixteens_then_fours!(max_step),
+            "vmov {m}, s16",
+            p = inout(reg) s => _,
+            big = inout(reg) n / 16 => _,
+            small = inout(reg) n % 16 / 4 => _,
+            m = inout(reg) m,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
+            out("s12") _, out("s13") _, out("s14") _, out("s15") _,
+            out("s16") _,
+            options(readonly, nostack),
+        );
+    }
+    f32::from_bits(m)
+}
 
 /// `s + w[0] + w[1] + … + w[n − 1]`, added in that order (`VADD.F32`, IEEE as Rust's `f32`
 /// addition): a head's sum of weights, sixteen loaded per `VLDM`, then four at a time.
@@ -239,32 +270,9 @@ pub(super) unsafe fn sum(s: f32, w: *const f32, n: usize) -> f32 {
     unsafe {
         asm!(
             "vmov s16, {acc}",
-            "cmp {big}, #0",
-            "beq 3f",
-            "2:",
-            "vldmia {w}!, {{s0-s15}}",
-            "vadd.f32 s16, s16, s0", "vadd.f32 s16, s16, s1",
-            "vadd.f32 s16, s16, s2", "vadd.f32 s16, s16, s3",
-            "vadd.f32 s16, s16, s4", "vadd.f32 s16, s16, s5",
-            "vadd.f32 s16, s16, s6", "vadd.f32 s16, s16, s7",
-            "vadd.f32 s16, s16, s8", "vadd.f32 s16, s16, s9",
-            "vadd.f32 s16, s16, s10", "vadd.f32 s16, s16, s11",
-            "vadd.f32 s16, s16, s12", "vadd.f32 s16, s16, s13",
-            "vadd.f32 s16, s16, s14", "vadd.f32 s16, s16, s15",
-            "subs {big}, {big}, #1",
-            "bne 2b",
-            "3:",
-            "cmp {small}, #0",
-            "beq 5f",
-            "4:",
-            "vldmia {w}!, {{s0-s3}}",
-            "vadd.f32 s16, s16, s0", "vadd.f32 s16, s16, s1",
-            "vadd.f32 s16, s16, s2", "vadd.f32 s16, s16, s3",
-            "subs {small}, {small}, #1",
-            "bne 4b",
-            "5:",
+            sixteens_then_fours!(add_step),
             "vmov {acc}, s16",
-            w = inout(reg) w => _,
+            p = inout(reg) w => _,
             big = inout(reg) n / 16 => _,
             small = inout(reg) n % 16 / 4 => _,
             acc = inout(reg) acc,
