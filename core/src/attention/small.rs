@@ -55,10 +55,11 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
                         reduce(dot_lanes::<D, 1>(l.k_fmt, qh, row)[0]) * l.scale
                     }
                 };
-                page_max = page_max.max(*s);
+                // As `exp::max_of`: NaN never larger, a zero's sign free.
+                page_max = if *s > page_max { *s } else { page_max };
             }
         }
-        let new_max = max[h].max(page_max);
+        let new_max = if page_max > max[h] { page_max } else { max[h] };
         rescale(oh, &mut max[h], &mut sum[h], new_max);
         // Each weight goes into the sum and the outputs at once: each still takes the rows in
         // order.
