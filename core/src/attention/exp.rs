@@ -13,6 +13,7 @@
 //! because no no_std crate offers a batched `expf` with `libm`'s exact bits.
 
 use super::floor::weight;
+use super::page::larger;
 
 const LANES: usize = 8;
 
@@ -130,7 +131,7 @@ pub(crate) fn scalar(x: f32) -> f32 {
 #[inline(always)]
 pub(crate) fn max_of(s: &[f32]) -> f32 {
     // Not NaN in, not NaN out: `m` only ever takes a larger, hence non-NaN, `x`.
-    let step = |m: f32, x: f32| if x > m { x } else { m };
+    let step = larger;
     let mut m = [f32::NEG_INFINITY; 8];
     let mut blocks = s.chunks_exact(8);
     for b in &mut blocks {

@@ -7,7 +7,7 @@
 use super::exp::exp_shifted;
 use super::floor::exp_weight;
 use super::kernels::{Row, add_scaled, dot_lanes};
-use super::page::{Heads, Keys, Layout, PageRows, PageSlices, rescale};
+use super::page::{Heads, Keys, Layout, PageRows, PageSlices, larger, rescale};
 use super::query::{self, QueryCodes};
 use crate::arch::Isa;
 use crate::format::{ElementFormat, LANES};
@@ -224,10 +224,7 @@ fn page_softmax<D: Isa, R: Iterator<Item = usize>>(
         } else {
             rows().fold(f32::NEG_INFINITY, |m, r| m.max(scores[h * p + r]))
         };
-        // Neither is NaN (a page maximum skips NaN; the state's starts at −∞): the larger, by
-        // one compare (`f32::max` is a call of `fmaxf` on cores without `VMAXNM`). Where both
-        // are zeros the sign may differ from `f32::max`'s, which changes no weight (`exp::max_of`).
-        let new_max = if page_max > max[h] { page_max } else { max[h] };
+        let new_max = larger(max[h], page_max);
         rescale(oh, &mut max[h], &mut sum[h], new_max);
         if D::SCALAR_EXP {
             // Scalar cores: `libm`'s branches cost less than eight lanes of selects.

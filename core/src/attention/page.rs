@@ -336,6 +336,16 @@ pub(crate) fn merge(
     }
 }
 
+/// The larger of a running maximum `m` and `x`, by one compare: `x` only where it is larger (a
+/// NaN never is). The page loops' maxima, rather than `f32::max` (a call of `fmaxf` on cores
+/// without `VMAXNM`). Where both are zeros the sign may differ from `f32::max`'s, which changes
+/// no weight: a maximum only enters `exp(score − max)` with `max ≥ score`, where `±0 − max` is
+/// `−max` for a nonzero `max` and `±0` (whose `exp` is 1) for a zero one.
+#[inline(always)]
+pub(crate) fn larger(m: f32, x: f32) -> f32 {
+    if x > m { x } else { m }
+}
+
 /// One head's online-softmax step to a page's new maximum `new_max`: its outputs and sum
 /// rescaled by the weight `exp(max − new_max)` (products floored, see `floor`), then the maximum
 /// moved. The one rescale of both page kernels (`attention::fast`, `attention::small`).

@@ -16,7 +16,7 @@
 
 use super::floor::exp_weight;
 use super::kernels::{Row, add_scaled, dot_lanes, int_dot};
-use super::page::{Heads, Keys, Layout, rescale};
+use super::page::{Heads, Keys, Layout, larger, rescale};
 use super::query::{self, QueryCodes};
 use crate::arch::{Isa, reduce};
 use crate::format::u16_at;
@@ -55,11 +55,10 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
                         reduce(dot_lanes::<D, 1>(l.k_fmt, qh, row)[0]) * l.scale
                     }
                 };
-                // As `exp::max_of`: NaN never larger, a zero's sign free.
-                page_max = if *s > page_max { *s } else { page_max };
+                page_max = larger(page_max, *s);
             }
         }
-        let new_max = if page_max > max[h] { page_max } else { max[h] };
+        let new_max = larger(max[h], page_max);
         rescale(oh, &mut max[h], &mut sum[h], new_max);
         // Each weight goes into the sum and the outputs at once: each still takes the rows in
         // order.

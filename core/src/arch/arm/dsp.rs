@@ -398,22 +398,19 @@ pub(super) unsafe fn page_scores3_g32(
     }
 }
 
-/// `ps[j] = [w0[j] · s_j, w1[j] · s_j, w2[j] · s_j]` for `j < m`, `s_j` the f16 at
+/// `ps[j] = [w[0][j] · s_j, w[1][j] · s_j, w[2][j] · s_j]` for `j < m`, `s_j` the f16 at
 /// `sc + j·sstride` converted by `VCVTB` (as [`f16_to_f32`]): the value kernel's weights × scales
 /// of a chunk's rows for three heads (`kernels::scale_weights`'s products).
 ///
 /// # Safety
 ///
-/// `m ≥ 1`; `ps` is valid for writes of `m` rows, `w0`, `w1` and `w2` for reads of `m` floats
-/// each (4-byte aligned), and `sc + j·sstride` for reads of two bytes for every `j < m`.
+/// `m ≥ 1`; `ps` is valid for writes of `m` rows, each `w[h]` for reads of `m` floats (4-byte
+/// aligned), and `sc + j·sstride` for reads of two bytes for every `j < m`.
 #[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve)))]
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn weights3(
     ps: *mut [f32; 3],
-    w0: *const f32,
-    w1: *const f32,
-    w2: *const f32,
+    w: [*const f32; 3],
     sc: *const u8,
     sstride: usize,
     m: usize,
@@ -438,9 +435,9 @@ pub(super) unsafe fn weights3(
             "subs {m}, {m}, #1",
             "bne 2b",
             ps = inout(reg) ps => _,
-            w0 = inout(reg) w0 => _,
-            w1 = inout(reg) w1 => _,
-            w2 = inout(reg) w2 => _,
+            w0 = inout(reg) w[0] => _,
+            w1 = inout(reg) w[1] => _,
+            w2 = inout(reg) w[2] => _,
             sc = inout(reg) sc => _,
             ss = in(reg) sstride,
             m = inout(reg) m => _,

@@ -63,14 +63,19 @@ pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
 /// take: `Arm::int8_scores`, `page::scores3`) interleaved quad by quad
 /// (`query::interleave_quads`), so that a key word's `SXTB16` halves pair with the query's words
 /// as they are. Every other group, and every other build, keeps its order.
+#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 #[inline(always)]
 pub(super) fn arrange_query(codes: &mut [i16], g: usize) {
-    #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
     if dsp_takes(g) {
-        crate::attention::query::interleave_quads(codes);
+        query::interleave_quads(codes);
     }
-    let _ = (codes, g);
 }
+
+/// Without the DSP loops (Helium, or only the FPU's f16 conversion; `small-code`): the
+/// quantized query as it is.
+#[cfg(not(all(edgekv_arm_dsp, not(feature = "small-code"))))]
+#[inline(always)]
+pub(super) fn arrange_query(_codes: &mut [i16], _g: usize) {}
 
 /// Whether the DSP score kernels take groups of `g` codes (and so read the query interleaved).
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
@@ -159,7 +164,10 @@ impl Isa for Arm {
         }
         // SAFETY: `n` is a nonzero multiple of 4 within `s`.
         let m = unsafe { weights::max_of(s.as_ptr(), n) };
-        s[n..].iter().fold(m, |m, &x| if x > m { x } else { m })
+        s[n..]
+            .iter()
+            .copied()
+            .fold(m, crate::attention::page::larger)
     }
 
     /// Hard-float builds: `weights::sum` over whole blocks of four, the rest in order after them.

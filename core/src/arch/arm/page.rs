@@ -386,17 +386,7 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
             let ps = if !two {
                 let sc = rows.scales[r0 * rows.sstride + 2 * k..].as_ptr();
                 // SAFETY: as above, for group `k`.
-                unsafe {
-                    dsp::weights3(
-                        pa.as_mut_ptr().cast(),
-                        wr[0],
-                        wr[1],
-                        wr[2],
-                        sc,
-                        rows.sstride,
-                        m,
-                    )
-                };
+                unsafe { dsp::weights3(pa.as_mut_ptr().cast(), wr, sc, rows.sstride, m) };
                 pa.as_ptr()
             } else if k == 0 {
                 pa.as_ptr()
