@@ -2,7 +2,7 @@
 //! digests, byte for byte; it restores a snapshot image the host wrote (at build time) from
 //! flash and must decode after it as the host does; its counted decode step over 2,048 keys must
 //! give the host's output; then its demo session must pass. The Cortex-M55 firmware's parity
-//! binary must print the same case digests too. Needs
+//! binary must print the same case digests too, and so must the M4 firmware built `small-code`. Needs
 //! qemu-system-arm (`cargo test-all`'s setup stage installs it; the defmt log is decoded in
 //! process by `edgekv_xtask::qemu`); without it the test fails and says how to install.
 
@@ -72,6 +72,49 @@ fn m55_case_digests_equal_the_hosts() {
     let mut buffers = HostBuffers::new();
     let digests = run.digests();
     assert_case_digests(&digests, &mut buffers.arenas(), "M55", &text);
+}
+
+/// The Cortex-M4 firmware built with `small-code` (the size-first page loop, with the FPU's f16
+/// conversion) runs the same parity cases and counted decode step: the host's digests. Built
+/// into its own target directory, so the default firmware the other tests run stays as it is.
+#[test]
+fn small_code_firmware_digests_equal_the_hosts() {
+    let root = qemu::repo_root();
+    let target = qemu::boards_target_dir(&root).with_file_name("boards-small-code");
+    let status = qemu::board_cargo(&root.join(qemu::Board::An386.dir()))
+        .args(["build", "--release", "--quiet", "--features", "small-code"])
+        .arg("--target-dir")
+        .arg(&target)
+        .status()
+        .expect("cargo build the small-code an386 firmware");
+    assert!(status.success(), "small-code an386 build: {status}");
+    let elf = target
+        .join(qemu::Board::An386.target())
+        .join("release")
+        .join(qemu::AN386_MAIN);
+    let mut log = Vec::new();
+    let run =
+        qemu::run(qemu::Board::An386, &elf, Duration::from_secs(300), &mut log).expect("run QEMU");
+    let text = String::from_utf8_lossy(&log);
+    assert_eq!(run.code, 0, "firmware exit code; log:\n{text}");
+    let mut buffers = HostBuffers::new();
+    let mut arenas = buffers.arenas();
+    let mut digests = run.digests();
+    let (name, restored) = digests.pop().expect("digests");
+    assert_eq!(name, "snapshot_restored", "log:\n{text}");
+    let cold = assert_case_digests(&digests, &mut arenas, "small-code M4", &text);
+    assert_eq!(Some(restored), cold, "restored == cold prefill");
+    let step = run
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix("decode_step keys 2048 instructions "))
+        .unwrap_or_else(|| panic!("a decode_step line; log:\n{text}"));
+    let mut arena = vec![MaybeUninit::uninit(); edgekv_parity::STEP_ARENA_BYTES];
+    let host = edgekv_parity::decode_step(&mut arena, arenas.work, &mut || 0).expect("host step");
+    assert!(
+        step.ends_with(&format!("crc32 {:08x}", host.crc32)),
+        "small-code decode step: {step}"
+    );
 }
 
 /// The host's buffers for the parity cases.

@@ -1,9 +1,7 @@
 //! No ISA-specific kernels in this build (another target, or Miri, which does not model the
 //! intrinsics): every kernel family takes the portable reference.
 
-#[cfg(not(feature = "small-code"))]
 use super::Portable;
-#[cfg(not(feature = "small-code"))]
 use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
 
 // No ISA quantizers: the portable loops run.
@@ -14,6 +12,13 @@ pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
 /// +170 KB on the an386 firmware); one call per page costs nothing beside a page's work.
 #[cfg(not(feature = "small-code"))]
 #[inline(never)]
+pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
+    portable_page::<Portable, F>(l, keys, heads)
+}
+
+/// `small-code` builds: the one page loop (`attention::small`), portable.
+#[cfg(feature = "small-code")]
+#[inline(always)]
 pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
     portable_page::<Portable, F>(l, keys, heads)
 }

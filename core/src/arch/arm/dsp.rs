@@ -1,5 +1,5 @@
-//! The DSP extension's packed 16-bit instructions the kernels use, and the FPU's f16 conversion,
-//! one `asm!` each (their Rust intrinsics are unstable).
+//! The DSP extension's packed 16-bit instructions the kernels use, one `asm!` each (their Rust
+//! intrinsics are unstable), and the `asm!` loops built on them.
 
 use core::arch::asm;
 
@@ -42,30 +42,6 @@ pub(super) fn halves(w: u32) -> (u32, u32) {
         );
     }
     (even, odd)
-}
-
-/// `f16` bits to `f32` with the FPU's `VCVTB.F32.F16`: `half::f16::to_f32`'s bits (exact for
-/// every number; NaNs keep their payload and become quiet) under the FPSCR the Cortex-M runtime
-/// leaves at reset (IEEE half precision, `AHP` = 0; `DN` = 0, which keeps NaN payloads).
-#[cfg(edgekv_arm_f16cvt)]
-#[inline(always)]
-pub(super) fn f16_to_f32(h: u16) -> f32 {
-    let out: u32;
-    // SAFETY: moves between a core and an FPU register and a conversion, register-only
-    // (hard-float targets have the FPU with half-precision conversion; `s15` is declared
-    // clobbered); no memory or stack is touched, and no code of this crate reads the FPU's flags.
-    unsafe {
-        asm!(
-            "vmov s15, {h}",
-            "vcvtb.f32.f16 s15, s15",
-            "vmov {o}, s15",
-            h = in(reg) u32::from(h),
-            o = lateout(reg) out,
-            out("s15") _,
-            options(pure, nomem, nostack),
-        );
-    }
-    f32::from_bits(out)
 }
 
 /// `Σ q_h[i] · (k[i] as i8)` for three query heads `q_h` (codes two to a word) over the same
@@ -219,7 +195,7 @@ pub(super) unsafe fn dot3_page(p: &super::page::Dot3Page, k: *const u8, out: *mu
 /// [`page_scores3_g32`]'s registers: the word's even and odd codes as two pairs (`SXTB16`),
 /// each head's two query words by `LDRD`, two `SMLAD`s per head (`SMUAD` for a group's first
 /// word, which starts the sums).
-#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve)))]
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
 macro_rules! key_word3 {
     (start) => {
         key_word3!(
@@ -257,7 +233,7 @@ macro_rules! key_word3 {
 }
 
 /// A group of 32 codes: its first word starts the three sums (`SMUAD`), seven more add to them.
-#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve)))]
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
 macro_rules! group32 {
     () => {
         concat!(
@@ -290,7 +266,7 @@ macro_rules! group32 {
 /// `n ≥ 1`; `q[h]` is 4-byte aligned and valid for reads of 64 codes; row `r < n` (at
 /// `k + r·stride`, `stride ≥ 64`) for reads of 64 bytes and its scales (at `sc + r·sstride`) of
 /// four; `out[h]` for writes of `n` floats (4-byte aligned).
-#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve)))]
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn page_scores3_g32(
@@ -399,14 +375,14 @@ pub(super) unsafe fn page_scores3_g32(
 }
 
 /// `ps[j] = [w[0][j] · s_j, w[1][j] · s_j, w[2][j] · s_j]` for `j < m`, `s_j` the f16 at
-/// `sc + j·sstride` converted by `VCVTB` (as [`f16_to_f32`]): the value kernel's weights × scales
+/// `sc + j·sstride` converted by `VCVTB` (as `f16::to_f32`): the value kernel's weights × scales
 /// of a chunk's rows for three heads (`kernels::scale_weights`'s products).
 ///
 /// # Safety
 ///
 /// `m ≥ 1`; `ps` is valid for writes of `m` rows, each `w[h]` for reads of `m` floats (4-byte
 /// aligned), and `sc + j·sstride` for reads of two bytes for every `j < m`.
-#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve)))]
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
 #[inline(always)]
 pub(super) unsafe fn weights3(
     ps: *mut [f32; 3],
@@ -456,7 +432,7 @@ pub(super) unsafe fn weights3(
 ///
 /// `m ≥ 1`; `pa` and `pb` are valid for writes of `m` rows, `w0`, `w1` and `w2` for reads of `m`
 /// floats each (4-byte aligned), and `sc + j·sstride` for reads of four bytes for every `j < m`.
-#[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve)))]
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn weights3x2(

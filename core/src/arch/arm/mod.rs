@@ -18,10 +18,12 @@
 //! the portable kernels' own, in their order. Helium's vector floats run under Arm's standard
 //! FPSCR value (subnormals flushed, default NaN) whatever the FPSCR says, so float code that LLVM
 //! vectorizes for them must not form subnormals (see `format::fp8::e4m3_code`). `small-code`
-//! builds have only the portable page loop, so none of this.
+//! builds have only the portable page loop, with the FPU's f16 conversion, so none of the rest.
 
-#[cfg(not(feature = "small-code"))]
+#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 mod dsp;
+#[cfg(edgekv_arm_f16cvt)]
+mod f16;
 #[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
 mod fpu_weights;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
@@ -36,22 +38,20 @@ use mve_weights as weights;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 mod page;
 
-#[cfg(not(feature = "small-code"))]
-use super::{Isa, Portable};
+use super::Isa;
+#[cfg(any(not(feature = "small-code"), not(edgekv_arm_f16cvt)))]
+use super::Portable;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::kernels::{self, Row};
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::page::PageRows;
+use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
 #[cfg(not(feature = "small-code"))]
-use crate::attention::page::{
-    Heads, Keys, Layout, PageSlices, attend_page as portable_page, attend_whole_int8,
-    whole_int8_rows,
-};
+use crate::attention::page::{PageSlices, attend_whole_int8, whole_int8_rows};
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 use crate::attention::query;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::query::QueryCodes;
-#[cfg(not(feature = "small-code"))]
 use crate::format::LANES;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::format::u16_at;
@@ -115,9 +115,33 @@ fn general_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads
     portable_page::<Arm, F>(l, keys, heads)
 }
 
+/// `small-code` builds: the one page loop (`attention::small`), with [`Arm`]'s f16 conversion.
+#[cfg(feature = "small-code")]
+#[inline(always)]
+pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
+    portable_page::<Arm, F>(l, keys, heads)
+}
+
 /// [`Isa`] of Cortex-M cores.
-#[cfg(not(feature = "small-code"))]
 pub(crate) struct Arm;
+
+/// `small-code` builds: f16 by the FPU's `VCVTB` on hard-float targets, out of line (24 bytes
+/// of Cortex-M4 code against the portable decoder's 116), else the portable decoder.
+#[cfg(feature = "small-code")]
+impl Isa for Arm {
+    #[inline(never)]
+    fn one(h: u16) -> f32 {
+        #[cfg(edgekv_arm_f16cvt)]
+        return f16::to_f32(h);
+        #[cfg(not(edgekv_arm_f16cvt))]
+        return Portable::one(h);
+    }
+
+    #[inline(always)]
+    fn block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
+        core::array::from_fn(|i| Self::one(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])))
+    }
+}
 
 /// Lanes of the value kernel's accumulators (three heads' worth stay in the FPU's registers).
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
@@ -138,7 +162,7 @@ impl Isa for Arm {
     #[inline(always)]
     fn one(h: u16) -> f32 {
         #[cfg(edgekv_arm_f16cvt)]
-        return dsp::f16_to_f32(h);
+        return f16::to_f32(h);
         #[cfg(not(edgekv_arm_f16cvt))]
         return Portable::one(h);
     }
