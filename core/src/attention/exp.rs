@@ -27,7 +27,7 @@ pub(crate) const P1: f32 = f32::from_bits(0x3e2a_aa8f);
 pub(crate) const P2: f32 = f32::from_bits(0xbb35_5215);
 
 /// `|x|` bit patterns: from here on (|x| ≥ 87.33655, infinities, NaN) `libm` decides.
-const EDGE: u32 = 0x42ae_ac50;
+pub(crate) const EDGE: u32 = 0x42ae_ac50;
 /// Above `ln 2 / 2`: reduce by `k · ln 2`.
 pub(crate) const HALF_LN2: u32 = 0x3eb1_7218;
 /// Above `1.5 ln 2`: `k` from rounding `x / ln 2`; at or below, `k = ±1`.

@@ -117,7 +117,9 @@ pub(crate) fn whole_int8_rows<D: Isa, F: Fn(u32) -> bool, const G: usize>(
     let n = (keys.j1 - keys.j0) as usize;
     let int8 =
         query::int8_group(l.k_fmt).is_some() && matches!(l.v_fmt, ElementFormat::Int8 { .. });
-    let runs = l.max_run::<D>() == G && l.group % G == 0;
+    // Runs of `G` heads need not be the general loop's runs: each head's arithmetic is the same
+    // in any run, so any `G` up to the ISA's longest run that divides the group will do.
+    let runs = G <= l.max_run::<D>() && l.group % G == 0;
     (D::PAGE_ROWS && int8 && runs && n > 0 && (keys.j0..keys.j1).all(keys.kept)).then_some(n)
 }
 

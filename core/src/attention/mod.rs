@@ -24,7 +24,7 @@ mod block;
 pub(crate) mod exp;
 #[cfg(not(feature = "small-code"))]
 mod fast;
-mod floor;
+pub(crate) mod floor;
 pub(crate) mod kernels;
 pub(crate) mod page;
 mod params;

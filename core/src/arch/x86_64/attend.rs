@@ -57,9 +57,15 @@ fn portable_only() -> bool {
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn attend_page_avx2<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
+    // Whole pages of int8 rows, query heads four at a time where the group allows, else three
+    // (SmolLM2's group): the lean page loop.
+    if let Some(n) = whole_int8_rows::<Avx2F16c, F, 4>(l, keys) {
+        // SAFETY: the caller's contract (AVX2 and F16C).
+        return unsafe { whole_int8_page_avx2::<4>(l, keys.kv, heads, n) };
+    }
     match whole_int8_rows::<Avx2F16c, F, 3>(l, keys) {
         // SAFETY: the caller's contract (AVX2 and F16C).
-        Some(n) => unsafe { whole_int8_page_avx2(l, keys.kv, heads, n) },
+        Some(n) => unsafe { whole_int8_page_avx2::<3>(l, keys.kv, heads, n) },
         None => page::<Avx2F16c, F>(l, keys, heads),
     }
 }
@@ -72,8 +78,13 @@ unsafe fn attend_page_avx2<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, h
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 #[inline(never)]
-unsafe fn whole_int8_page_avx2(l: &Layout, kv: &PageSlices<'_>, heads: Heads<'_>, n: usize) {
-    attend_whole_int8::<Avx2F16c, 3>(l, kv, heads, n)
+unsafe fn whole_int8_page_avx2<const G: usize>(
+    l: &Layout,
+    kv: &PageSlices<'_>,
+    heads: Heads<'_>,
+    n: usize,
+) {
+    attend_whole_int8::<Avx2F16c, G>(l, kv, heads, n)
 }
 
 /// [`Isa`] with F16C and AVX horizontal adds. Private to this module and used only inside
@@ -140,6 +151,16 @@ impl Isa for Avx2F16c {
             unsafe { q8_add_rows::<G>(acc, p, rows) }
         } else {
             kernels::int8_add_scaled_rows::<Self, G>(acc, p, rows, g)
+        }
+    }
+
+    /// A page's weights in AVX2 intrinsics (`exp::exp_rows`), the portable lanes for rows that
+    /// are not whole blocks of eight.
+    #[inline(always)]
+    fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
+        // SAFETY: only reached from `attend_page_avx2`, which requires AVX2.
+        if !unsafe { super::exp::exp_rows(xs, row, shifts) } {
+            crate::attention::exp::exp_shifted_rows(xs, row, shifts);
         }
     }
 
@@ -552,7 +573,7 @@ pub(crate) mod tests {
             let row = 3 * hd as usize;
             let k: Vec<f32> = (0..tokens as usize * row).map(|_| next() * 3.0).collect();
             let v: Vec<f32> = (0..tokens as usize * row).map(|_| next()).collect();
-            let q: Vec<f32> = (0..8 * 3 * row).map(|_| next()).collect();
+            let q: Vec<f32> = (0..8 * 4 * row).map(|_| next()).collect();
             for &fmt in fmts {
                 for (k_fmt, v_fmt) in [(fmt, fmt), (ElementFormat::F16, fmt)] {
                     let cfg = CacheConfig::new(shape)
@@ -566,6 +587,8 @@ pub(crate) mod tests {
                     c.write_kv(s, 0, 0, &k, &v).unwrap();
                     for params in [
                         AttentionParams::new(shape, 9),
+                        // Groups of four: whole int8 pages four heads at a time.
+                        AttentionParams::new(shape, 12),
                         AttentionParams::new(shape, 6).with_window(4, 40),
                     ] {
                         let n = params.q_heads as usize * hd as usize;

@@ -16,6 +16,8 @@
 #[cfg(not(feature = "small-code"))]
 mod attend;
 mod detect;
+#[cfg(not(feature = "small-code"))]
+mod exp;
 mod fp8;
 mod int8;
 mod lanes;
