@@ -169,6 +169,18 @@ for c in ctxs:
     g8, e8, g16, e16, mc = m
     print(f"| {c} | {g8:.2f} | {e8:.2f} | {g8 / e8:.2f} | {g16:.2f} | {e16:.2f} | "
           f"{g16 / e16:.2f} | {mc:.2f} | {mc / e8:.2f} |")
+# On a noisy machine the rounds drift together: each round's own ratios, then their median.
+print()
+print("median of each round's ratios (the two sides of a ratio measured a second apart):")
+hdr = ("ctx", "ggml/edgekv q8_0", "ggml/edgekv f16", "memcpy/edgekv q8_0")
+print("| " + " | ".join(hdr) + " |")
+print("|" + "|".join("---:" for _ in hdr) + "|")
+for c in ctxs:
+    rs = [[float(v) for v in r[2:7]] for r in rows if int(r[1]) == c]
+    q8 = statistics.median(g8 / e8 for g8, e8, _, _, _ in rs)
+    f16 = statistics.median(g16 / e16 for _, _, g16, e16, _ in rs)
+    mem = statistics.median(mc / e8 for _, e8, _, _, mc in rs)
+    print(f"| {c} | {q8:.2f} | {f16:.2f} | {mem:.2f} |")
 EOF2
 echo "load before: $load_before"
 echo "load after:  $load_after"
