@@ -23,13 +23,8 @@ fn firmware_digests_equal_the_hosts() {
 
     let mut buffers = HostBuffers::new();
     let mut arenas = buffers.arenas();
-    let mut board = run.digests();
-    // Last: the snapshot image the host wrote at build time, restored from flash on the board.
-    let (name, restored) = board.pop().expect("digests");
-    assert_eq!(name, "snapshot_restored", "log:\n{text}");
-    let cold = assert_case_digests(&board, &mut arenas, "board", &text);
-    // The host restores the same image (rebuilt here by the same code) to the same bits, which
-    // equal decoding after a cold prefill.
+    let restored = assert_m4_digests(&run, &mut arenas, "board", &text);
+    // The host restores the same image (rebuilt here by the same code) to the same bits.
     let mut mem = vec![0u8; snapshot::IMAGE_MAX];
     let image = snapshot::write_image_into(&mut arenas, &mut mem).expect("image");
     let host = snapshot::decode_after_image(image, &mut arenas).expect("host restore");
@@ -37,19 +32,6 @@ fn firmware_digests_equal_the_hosts() {
         restored, host.crc32,
         "restored snapshot: board {restored:08x}, host {:08x}",
         host.crc32
-    );
-    assert_eq!(Some(restored), cold, "restored == cold prefill");
-    // The counted decode step at 2,048 keys: the host's output bits.
-    let step = run
-        .lines
-        .iter()
-        .find_map(|l| l.strip_prefix("decode_step keys 2048 instructions "))
-        .unwrap_or_else(|| panic!("a decode_step line; log:\n{text}"));
-    let mut arena = vec![MaybeUninit::uninit(); edgekv_parity::STEP_ARENA_BYTES];
-    let host = edgekv_parity::decode_step(&mut arena, arenas.work, &mut || 0).expect("host step");
-    assert!(
-        step.ends_with(&format!("crc32 {:08x}", host.crc32)),
-        "decode step: {step}"
     );
     assert!(
         run.lines.iter().any(|l| l.starts_with("demo ok")),
@@ -98,23 +80,31 @@ fn small_code_firmware_digests_equal_the_hosts() {
     let text = String::from_utf8_lossy(&log);
     assert_eq!(run.code, 0, "firmware exit code; log:\n{text}");
     let mut buffers = HostBuffers::new();
-    let mut arenas = buffers.arenas();
-    let mut digests = run.digests();
-    let (name, restored) = digests.pop().expect("digests");
-    assert_eq!(name, "snapshot_restored", "log:\n{text}");
-    let cold = assert_case_digests(&digests, &mut arenas, "small-code M4", &text);
-    assert_eq!(Some(restored), cold, "restored == cold prefill");
+    assert_m4_digests(&run, &mut buffers.arenas(), "small-code M4", &text);
+}
+
+/// What the M4 parity firmware printed (`who`: its name in messages, `log` its log), checked
+/// against the host: one digest per case, the host's; last, the snapshot restored from flash,
+/// equal to the cold prefill's; the counted decode step at 2,048 keys, the host's output bits.
+/// Returns the restored snapshot's digest.
+fn assert_m4_digests(run: &qemu::Run, arenas: &mut Arenas<'_>, who: &str, log: &str) -> u32 {
+    let mut board = run.digests();
+    let (name, restored) = board.pop().expect("digests");
+    assert_eq!(name, "snapshot_restored", "log:\n{log}");
+    let cold = assert_case_digests(&board, arenas, who, log);
+    assert_eq!(Some(restored), cold, "{who}: restored == cold prefill");
     let step = run
         .lines
         .iter()
         .find_map(|l| l.strip_prefix("decode_step keys 2048 instructions "))
-        .unwrap_or_else(|| panic!("a decode_step line; log:\n{text}"));
+        .unwrap_or_else(|| panic!("a decode_step line; log:\n{log}"));
     let mut arena = vec![MaybeUninit::uninit(); edgekv_parity::STEP_ARENA_BYTES];
     let host = edgekv_parity::decode_step(&mut arena, arenas.work, &mut || 0).expect("host step");
     assert!(
         step.ends_with(&format!("crc32 {:08x}", host.crc32)),
-        "small-code decode step: {step}"
+        "{who} decode step: {step}"
     );
+    restored
 }
 
 /// The host's buffers for the parity cases.

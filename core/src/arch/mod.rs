@@ -233,8 +233,12 @@ pub(crate) fn arrange_query(codes: &mut [i16], g: usize) {
 }
 
 /// One page of keys for one query row (the attention page loop), in the best build this CPU runs
-/// (`small-code`: the one small loop, with the target's f16 conversion).
+/// (`small-code`: the one small loop, with the ISA module's `SmallCode`, for its f16
+/// conversion).
 #[inline(always)]
 pub(crate) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
+    #[cfg(not(feature = "small-code"))]
     native::attend_page(l, keys, heads);
+    #[cfg(feature = "small-code")]
+    crate::attention::page::attend_page::<native::SmallCode, F>(l, keys, heads);
 }

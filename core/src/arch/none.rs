@@ -2,6 +2,7 @@
 //! intrinsics): every kernel family takes the portable reference.
 
 use super::Portable;
+#[cfg(not(feature = "small-code"))]
 use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
 
 // No ISA quantizers: the portable loops run.
@@ -16,12 +17,9 @@ pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, he
     portable_page::<Portable, F>(l, keys, heads)
 }
 
-/// `small-code` builds: the one page loop (`attention::small`), portable.
+/// The `Isa` of `small-code` builds' one page loop (`attention::small`): the portable one.
 #[cfg(feature = "small-code")]
-#[inline(always)]
-pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    portable_page::<Portable, F>(l, keys, heads)
-}
+pub(super) type SmallCode = Portable;
 
 /// The quantized query as it is (no ISA score kernel here reads it in another order).
 #[inline(always)]

@@ -45,9 +45,11 @@ use super::Portable;
 use crate::attention::kernels::{self, Row};
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::page::PageRows;
-use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
 #[cfg(not(feature = "small-code"))]
-use crate::attention::page::{PageSlices, attend_whole_int8, whole_int8_rows};
+use crate::attention::page::{
+    Heads, Keys, Layout, PageSlices, attend_page as portable_page, attend_whole_int8,
+    whole_int8_rows,
+};
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 use crate::attention::query;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
@@ -115,31 +117,42 @@ fn general_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads
     portable_page::<Arm, F>(l, keys, heads)
 }
 
-/// `small-code` builds: the one page loop (`attention::small`), with [`Arm`]'s f16 conversion.
+/// The `Isa` of `small-code` builds' one page loop (`attention::small`): [`Arm`], for its f16
+/// conversion.
 #[cfg(feature = "small-code")]
-#[inline(always)]
-pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    portable_page::<Arm, F>(l, keys, heads)
-}
+pub(super) type SmallCode = Arm;
 
 /// [`Isa`] of Cortex-M cores.
 pub(crate) struct Arm;
 
-/// `small-code` builds: f16 by the FPU's `VCVTB` on hard-float targets, out of line (24 bytes
-/// of Cortex-M4 code against the portable decoder's 116), else the portable decoder.
+/// An f16 to f32: the FPU's `VCVTB` where it has one (hard-float targets), else the portable
+/// decoder. Both builds' [`Arm::one`].
+#[inline(always)]
+fn f16_one(h: u16) -> f32 {
+    #[cfg(edgekv_arm_f16cvt)]
+    return f16::to_f32(h);
+    #[cfg(not(edgekv_arm_f16cvt))]
+    return Portable::one(h);
+}
+
+/// Eight little-endian f16s to f32, each by `D::one`. Both builds' [`Arm::block`].
+#[inline(always)]
+fn f16_block<D: Isa>(b: &[u8; 2 * LANES]) -> [f32; LANES] {
+    core::array::from_fn(|i| D::one(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])))
+}
+
+/// `small-code` builds: [`f16_one`] out of line (on a Cortex-M4, 24 bytes of code against the
+/// portable decoder's 116).
 #[cfg(feature = "small-code")]
 impl Isa for Arm {
     #[inline(never)]
     fn one(h: u16) -> f32 {
-        #[cfg(edgekv_arm_f16cvt)]
-        return f16::to_f32(h);
-        #[cfg(not(edgekv_arm_f16cvt))]
-        return Portable::one(h);
+        f16_one(h)
     }
 
     #[inline(always)]
     fn block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
-        core::array::from_fn(|i| Self::one(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])))
+        f16_block::<Self>(b)
     }
 }
 
@@ -158,18 +171,15 @@ impl Isa for Arm {
     /// Whole pages of int8 rows to `page.rs` (DSP or Helium).
     const PAGE_ROWS: bool = cfg!(any(edgekv_arm_dsp, edgekv_arm_mve));
 
-    /// The FPU's `VCVTB` where it has one (hard-float targets), else the portable decoder.
+    /// [`f16_one`], inline.
     #[inline(always)]
     fn one(h: u16) -> f32 {
-        #[cfg(edgekv_arm_f16cvt)]
-        return f16::to_f32(h);
-        #[cfg(not(edgekv_arm_f16cvt))]
-        return Portable::one(h);
+        f16_one(h)
     }
 
     #[inline(always)]
     fn block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
-        core::array::from_fn(|i| Self::one(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])))
+        f16_block::<Self>(b)
     }
 
     #[inline(always)]

@@ -59,13 +59,16 @@ fn portable_only() -> bool {
 unsafe fn attend_page_avx2<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
     // Whole pages of int8 rows, query heads four at a time where the group allows, else three
     // (SmolLM2's group): the lean page loop.
-    if let Some(n) = whole_int8_rows::<Avx2F16c, F, 4>(l, keys) {
+    let whole = if l.group % 4 == 0 {
+        whole_int8_rows::<Avx2F16c, F, 4>(l, keys).map(|n| (4, n))
+    } else {
+        whole_int8_rows::<Avx2F16c, F, 3>(l, keys).map(|n| (3, n))
+    };
+    match whole {
         // SAFETY: the caller's contract (AVX2 and F16C).
-        return unsafe { whole_int8_page_avx2::<4>(l, keys.kv, heads, n) };
-    }
-    match whole_int8_rows::<Avx2F16c, F, 3>(l, keys) {
+        Some((4, n)) => unsafe { whole_int8_page_avx2::<4>(l, keys.kv, heads, n) },
         // SAFETY: the caller's contract (AVX2 and F16C).
-        Some(n) => unsafe { whole_int8_page_avx2::<3>(l, keys.kv, heads, n) },
+        Some((_, n)) => unsafe { whole_int8_page_avx2::<3>(l, keys.kv, heads, n) },
         None => page::<Avx2F16c, F>(l, keys, heads),
     }
 }

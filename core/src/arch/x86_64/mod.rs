@@ -26,17 +26,12 @@ mod page;
 #[cfg(test)]
 mod tests;
 
-#[cfg(feature = "small-code")]
-use crate::attention::page::{Heads, Keys, Layout};
 #[cfg(not(feature = "small-code"))]
 pub(super) use attend::attend_page;
 
-/// `small-code` builds: the one page loop (`attention::small`), portable.
+/// The `Isa` of `small-code` builds' one page loop (`attention::small`): the portable one.
 #[cfg(feature = "small-code")]
-#[inline(always)]
-pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    crate::attention::page::attend_page::<super::Portable, F>(l, keys, heads)
-}
+pub(super) type SmallCode = super::Portable;
 use half::f16;
 
 /// Whether the AVX2/F16C kernels run here (this CPU, this build).
