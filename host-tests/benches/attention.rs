@@ -189,8 +189,19 @@ fn with_cache(
     v: &[f32],
     f: impl FnOnce(&KvCache<'_, FreeList<'_>>, SeqId),
 ) {
+    with_layers(fmt, k, v, 1, f)
+}
+
+/// [`with_cache`] with `layers` layers, each holding the same `k`, `v`.
+fn with_layers(
+    fmt: ElementFormat,
+    k: &[f32],
+    v: &[f32],
+    layers: u16,
+    f: impl FnOnce(&KvCache<'_, FreeList<'_>>, SeqId),
+) {
     let tokens = k.len() / KV_ROW;
-    let cfg = CacheConfig::new(SHAPE)
+    let cfg = CacheConfig::new(Shape { layers, ..SHAPE })
         .with_page_tokens(PAGE_TOKENS)
         .with_formats(fmt, fmt)
         .with_sequences(1, tokens as u32);
@@ -199,7 +210,9 @@ fn with_cache(
     let mut cache: KvCache<'_, FreeList<'_>> = arenas.cache(cfg).expect("cache");
     let s = cache.create_sequence(SeqMode::Paged).expect("sequence");
     cache.reserve(s, tokens as u32).expect("reserve");
-    cache.write_kv(s, 0, 0, k, v).expect("write");
+    for layer in 0..layers {
+        cache.write_kv(s, layer, 0, k, v).expect("write");
+    }
     f(&cache, s);
 }
 
@@ -439,11 +452,19 @@ fn median_best(t: &mut [f64]) -> (f64, f64) {
 /// other settings as above), and a `memcpy` of exactly the bytes the Q8_0 pages hold for K and V
 /// (values and scales, from the cache's page geometry). `EDGEKV_PEER_WHAT` picks one of `q8_0`,
 /// `f16`, `memcpy` (default: all three, in that order); `EDGEKV_PEER_BATCHES` is the number of
-/// timed batches (default 10). One machine-readable line per measurement:
-/// `edgekv-peer ctx=… what=… median_us=… best_us=… iters=… batches=… bytes=…`, where `bytes` is
-/// the K+V page bytes the measurement reads.
+/// timed batches (default 10); `EDGEKV_PEER_LAYERS=<n>` (default 1) runs a whole decode step's
+/// attention over `n` layers (each its own pages, the same rows) and copies `n` times the bytes,
+/// so that with the model's 30 layers the KV no longer fits in the last-level cache, as in a real
+/// decode step (times are then per layer). One machine-readable line per measurement:
+/// `edgekv-peer ctx=… what=… median_us=… best_us=… iters=… batches=… bytes=… layers=…`, where
+/// `bytes` is the K+V page bytes the measurement reads per layer.
 fn peer(ctx: usize) {
     let batches = env_num("EDGEKV_PEER_BATCHES", 10);
+    let layers = env_num("EDGEKV_PEER_LAYERS", 1);
+    let layers16 = u16::try_from(layers)
+        .ok()
+        .filter(|&l| l > 0)
+        .expect("EDGEKV_PEER_LAYERS: 1 to 65535");
     let what = std::env::var("EDGEKV_PEER_WHAT").unwrap_or_else(|_| "q8_0,f16,memcpy".into());
     assert!(
         ctx > 0 && ctx % PAGE_TOKENS as usize == 0,
@@ -474,9 +495,12 @@ fn peer(ctx: usize) {
         per_token * ctx
     };
     let report = |name: &str, (median, best, iters): (f64, f64, usize), bytes: usize| {
+        let per = layers as f64;
         println!(
-            "edgekv-peer ctx={ctx} what={name} median_us={median:.3} best_us={best:.3} \
-             iters={iters} batches={batches} bytes={bytes}"
+            "edgekv-peer ctx={ctx} what={name} median_us={:.3} best_us={:.3} \
+             iters={iters} batches={batches} bytes={bytes} layers={layers}",
+            median / per,
+            best / per
         );
     };
     for name in what.split(',').map(str::trim) {
@@ -487,20 +511,31 @@ fn peer(ctx: usize) {
                 } else {
                     ElementFormat::F16
                 };
-                with_cache(fmt, &k, &v, |cache, s| {
+                with_layers(fmt, &k, &v, layers16, |cache, s| {
                     let mut out = vec![0f32; Q_ROW];
                     let t = time_batches(batches, || {
-                        cache
-                            .attention(s, 0, last, black_box(&q), &mut out, &params, &mut scratch)
-                            .expect("attention");
-                        black_box(&out);
+                        for layer in 0..layers16 {
+                            cache
+                                .attention(
+                                    s,
+                                    layer,
+                                    last,
+                                    black_box(&q),
+                                    &mut out,
+                                    &params,
+                                    &mut scratch,
+                                )
+                                .expect("attention");
+                            black_box(&out);
+                        }
                     });
                     assert!(out.iter().all(|x| x.is_finite()), "{name} {ctx}");
                     report(name, t, page_bytes(fmt));
                 });
             }
             "memcpy" => {
-                let bytes = page_bytes(ElementFormat::Q8_0);
+                let layer_bytes = page_bytes(ElementFormat::Q8_0);
+                let bytes = layer_bytes * layers;
                 // Both buffers page-aligned: glibc's memcpy on AMD Zen (`rep movsb`) runs about
                 // 15x slower when the destination is 1 to 16 bytes past the source modulo 4096,
                 // which heap placement alone can produce.
@@ -517,7 +552,7 @@ fn peer(ctx: usize) {
                     dst.copy_from_slice(black_box(src));
                     black_box(&mut *dst);
                 });
-                report(name, t, bytes);
+                report(name, t, layer_bytes);
             }
             other => panic!("EDGEKV_PEER_WHAT: unknown measurement {other:?}"),
         }

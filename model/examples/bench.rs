@@ -1,7 +1,9 @@
 //! Prefill and decode speed, and time to first token for a 769-token prompt whose first 670
 //! tokens are cached vs cold, for edgekv (int8 pages) and, in the same run, candle-transformers'
 //! quantized llama (dense f32 KV; reuse = keeping its KV of the first 670 tokens, as llama.cpp
-//! does). `cargo run --release --example bench [-- ROUNDS]`; prints medians over the rounds.
+//! does). `cargo run --release --example bench [-- ROUNDS]`; prints medians over the rounds and,
+//! for time to first token, the median and range of each round's own cold / warm ratio (its two
+//! times are taken seconds apart, so a shared machine's drift between rounds cancels out of it).
 
 use std::time::{Duration, Instant};
 
@@ -24,12 +26,29 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// Each round's cold / warm ratio: `median (lowest–highest)`.
+fn round_ratios(cold: &[Duration], warm: &[Duration]) -> String {
+    let mut r: Vec<f64> = cold
+        .iter()
+        .zip(warm)
+        .map(|(c, w)| secs(*c) / secs(*w))
+        .collect();
+    r.sort_by(f64::total_cmp);
+    format!(
+        "{:.2}x ({:.2}-{:.2}x)",
+        r[r.len() / 2],
+        r[0],
+        r[r.len() - 1]
+    )
+}
+
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 /// Medians of one configuration's rounds: cold prefill, warm (reusing) prefill, one decode step.
 fn report(who: &str, cold: Vec<Duration>, warm: Vec<Duration>, decode: Vec<Duration>, reuse: &str) {
+    let per_round = round_ratios(&cold, &warm);
     let (cold, warm) = (median(cold), median(warm));
     let decode = if decode.is_empty() {
         String::new()
@@ -37,7 +56,7 @@ fn report(who: &str, cold: Vec<Duration>, warm: Vec<Duration>, decode: Vec<Durat
         format!(", decode {:.1} tok/s", 1.0 / secs(median(decode)))
     };
     println!(
-        "{who}: prefill {PROMPT} tokens {:.2} s ({:.1} tok/s){decode}; TTFT cold {:.0} ms, {reuse} {:.0} ms: {:.2}x",
+        "{who}: prefill {PROMPT} tokens {:.2} s ({:.1} tok/s){decode}; TTFT cold {:.0} ms, {reuse} {:.0} ms: {:.2}x; per round {per_round}",
         secs(cold),
         PROMPT as f64 / secs(cold),
         secs(cold) * 1e3,
@@ -135,9 +154,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .all(|(a, b)| a.to_bits() == b.to_bits());
         assert!(same, "logits after reuse differ from cold");
     }
+    let per_round = round_ratios(&cold_t, &warm_t);
     let (cold, warm) = (median(cold_t), median(warm_t));
     println!(
-        "edgekv int8, one conversation kept, token granularity: TTFT cold {:.0} ms, reused {reused} of {CACHED} cached tokens {:.0} ms: {:.2}x, logits bit-identical",
+        "edgekv int8, one conversation kept, token granularity: TTFT cold {:.0} ms, reused {reused} of {CACHED} cached tokens {:.0} ms: {:.2}x; per round {per_round}; logits bit-identical",
         secs(cold) * 1e3,
         secs(warm) * 1e3,
         secs(cold) / secs(warm)

@@ -109,6 +109,14 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
 /// The rows of a whole page of int8 K and V rows (no window drops any) whose query heads run
 /// `G` at a time, where `D` has page kernels for them ([`Isa::PAGE_ROWS`]): what
 /// [`attend_whole_int8`] takes.
+// Only the ISA modules with page kernels (x86-64, Arm with DSP or f16 conversion) call it.
+#[cfg_attr(
+    not(any(
+        all(target_arch = "x86_64", not(miri), not(feature = "portable")),
+        all(target_arch = "arm", any(edgekv_arm_dsp, edgekv_arm_f16cvt))
+    )),
+    allow(dead_code)
+)]
 #[inline(always)]
 pub(crate) fn whole_int8_rows<D: Isa, F: Fn(u32) -> bool, const G: usize>(
     l: &Layout,
@@ -128,6 +136,14 @@ pub(crate) fn whole_int8_rows<D: Isa, F: Fn(u32) -> bool, const G: usize>(
 /// and row batches. The ISAs call it out of line: inlined with the general loop, whose set-up
 /// (row offsets of every path, spilled) runs for every page, it cost a sixth of a Cortex-M
 /// decode step.
+// Only the ISA modules with page kernels (x86-64, Arm with DSP or f16 conversion) call it.
+#[cfg_attr(
+    not(any(
+        all(target_arch = "x86_64", not(miri), not(feature = "portable")),
+        all(target_arch = "arm", any(edgekv_arm_dsp, edgekv_arm_f16cvt))
+    )),
+    allow(dead_code)
+)]
 #[inline(always)]
 pub(crate) fn attend_whole_int8<D: Isa, const G: usize>(
     l: &Layout,

@@ -17,6 +17,13 @@ pub(crate) use super::fast::attend_page;
 /// A whole page of int8 K and V rows, for ISAs that run it in its own loop (see
 /// [`fast::attend_whole_int8`](super::fast::attend_whole_int8)).
 #[cfg(not(feature = "small-code"))]
+#[cfg_attr(
+    not(any(
+        all(target_arch = "x86_64", not(miri), not(feature = "portable")),
+        all(target_arch = "arm", any(edgekv_arm_dsp, edgekv_arm_f16cvt))
+    )),
+    allow(unused_imports)
+)]
 pub(crate) use super::fast::{attend_whole_int8, whole_int8_rows};
 #[cfg(feature = "small-code")]
 pub(crate) use super::small::attend_page;
