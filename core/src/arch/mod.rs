@@ -109,6 +109,11 @@ pub(crate) trait Isa {
     /// way.
     #[cfg(not(feature = "small-code"))]
     const PAGE_ROWS: bool = false;
+    /// Whether the page kernel hands a whole page of f16 K and V rows to its own loop, with
+    /// [`Isa::f16_page_scores`] and [`Isa::f16_page_values`], rather than to the general one. The
+    /// same bits either way.
+    #[cfg(not(feature = "small-code"))]
+    const F16_PAGE_ROWS: bool = false;
     /// The largest of `s` not NaN (−∞ if none), as `exp::max_of` (which see for the zero's
     /// sign).
     #[cfg(not(feature = "small-code"))]
@@ -190,6 +195,40 @@ pub(crate) trait Isa {
         _p: usize,
         _rows: &PageRows<'_>,
         _g: usize,
+    ) -> bool
+    where
+        Self: Sized,
+    {
+        false
+    }
+    /// `scores[h·p + r] = scale · q[h] · rows[r]` for every row `r` of `rows` (f16 K rows, a
+    /// whole page) and `G` query heads (`q` holds `G` query rows side by side):
+    /// [`kernels::dot_lanes`]'s lanes summed by [`Isa::reduce8`], times the scale, as the general
+    /// page loop. `false`, nothing written, where this ISA has no page kernel for them.
+    #[cfg(not(feature = "small-code"))]
+    #[inline(always)]
+    fn f16_page_scores<const G: usize>(
+        _q: &[f32],
+        _rows: &PageRows<'_>,
+        _scores: &mut [f32],
+        _p: usize,
+        _scale: f32,
+    ) -> bool
+    where
+        Self: Sized,
+    {
+        false
+    }
+    /// `acc[h·d + i] += w[h·p + r] · rows[r][i]` for every row `r` of `rows` (f16 V rows, a
+    /// whole page) in order and `G` heads: [`kernels::add_scaled`]'s bits. `false`, nothing
+    /// written, where this ISA has no page kernel for them.
+    #[cfg(not(feature = "small-code"))]
+    #[inline(always)]
+    fn f16_page_values<const G: usize>(
+        _acc: &mut [f32],
+        _w: &[f32],
+        _p: usize,
+        _rows: &PageRows<'_>,
     ) -> bool
     where
         Self: Sized,

@@ -106,9 +106,9 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
     }
 }
 
-/// The rows of a whole page of int8 K and V rows (no window drops any) whose query heads run
-/// `G` at a time, where `D` has page kernels for them ([`Isa::PAGE_ROWS`]): what
-/// [`attend_whole_int8`] takes.
+/// The rows of a whole page (no window drops any) whose query heads run `G` at a time, where
+/// `D` has page kernels for its formats: int8 K and V rows ([`Isa::PAGE_ROWS`]) or f16 K and V
+/// rows ([`Isa::F16_PAGE_ROWS`]). What [`attend_whole_page`] takes.
 // Only the ISA modules with page kernels (x86-64, Arm with DSP or f16 conversion) call it.
 #[cfg_attr(
     not(any(
@@ -118,20 +118,22 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
     allow(dead_code)
 )]
 #[inline(always)]
-pub(crate) fn whole_int8_rows<D: Isa, F: Fn(u32) -> bool, const G: usize>(
+pub(crate) fn whole_page_rows<D: Isa, F: Fn(u32) -> bool, const G: usize>(
     l: &Layout,
     keys: &Keys<'_, F>,
 ) -> Option<usize> {
     let n = (keys.j1 - keys.j0) as usize;
-    let int8 =
-        query::int8_group(l.k_fmt).is_some() && matches!(l.v_fmt, ElementFormat::Int8 { .. });
+    let int8 = D::PAGE_ROWS
+        && query::int8_group(l.k_fmt).is_some()
+        && matches!(l.v_fmt, ElementFormat::Int8 { .. });
+    let f16 = D::F16_PAGE_ROWS && l.k_fmt == ElementFormat::F16 && l.v_fmt == ElementFormat::F16;
     // Runs of `G` heads need not be the general loop's runs: each head's arithmetic is the same
     // in any run, so any `G` up to the ISA's longest run that divides the group will do.
     let runs = G <= l.max_run::<D>() && l.group % G == 0;
-    (D::PAGE_ROWS && int8 && runs && n > 0 && (keys.j0..keys.j1).all(keys.kept)).then_some(n)
+    ((int8 || f16) && runs && n > 0 && (keys.j0..keys.j1).all(keys.kept)).then_some(n)
 }
 
-/// [`attend_page`] for a page of `n` rows that [`whole_int8_rows`] takes: the same steps in the
+/// [`attend_page`] for a page of `n` rows that [`whole_page_rows`] takes: the same steps in the
 /// same order (the same bits), without the general loop's other formats, windows, run lengths
 /// and row batches. The ISAs call it out of line: inlined with the general loop, whose set-up
 /// (row offsets of every path, spilled) runs for every page, it cost a sixth of a Cortex-M
@@ -145,35 +147,41 @@ pub(crate) fn whole_int8_rows<D: Isa, F: Fn(u32) -> bool, const G: usize>(
     allow(dead_code)
 )]
 #[inline(always)]
-pub(crate) fn attend_whole_int8<D: Isa, const G: usize>(
+pub(crate) fn attend_whole_page<D: Isa, const G: usize>(
     l: &Layout,
     kv: &PageSlices<'_>,
     heads: Heads<'_>,
     n: usize,
 ) {
     let Heads {
-        q: _,
+        q,
         qc,
         out,
         max,
         sum,
         scores,
     } = heads;
-    let (Some(g), ElementFormat::Int8 { group }) = (query::int8_group(l.k_fmt), l.v_fmt) else {
-        return;
-    };
     let (hd, p) = (l.head_dim, l.page_tokens);
-    let nb = hd / g;
+    let int8_k = query::int8_group(l.k_fmt);
     for kh in 0..l.kv_heads {
         let pr = l.page_rows(kv, false, kh, n);
         let (h0, end) = l.run_of(kh);
         for h0 in (h0..end).step_by(G) {
-            let qh = QueryCodes {
-                codes: &qc.codes[h0 * hd..(h0 + G) * hd],
-                scales: &qc.scales[h0 * nb..(h0 + G) * nb],
-            };
-            if !D::int8_page_scores::<G>(qh, &pr, g, &mut scores[h0 * p..(h0 + G) * p], p) {
-                score_rows_int8::<D, G>(l, kv, kh, qc, scores, h0, 0..n, g);
+            let s = &mut scores[h0 * p..(h0 + G) * p];
+            if let Some(g) = int8_k {
+                let nb = hd / g;
+                let qh = QueryCodes {
+                    codes: &qc.codes[h0 * hd..(h0 + G) * hd],
+                    scales: &qc.scales[h0 * nb..(h0 + G) * nb],
+                };
+                if !D::int8_page_scores::<G>(qh, &pr, g, s, p) {
+                    score_rows_int8::<D, G>(l, kv, kh, qc, scores, h0, 0..n, g);
+                }
+            } else if D::F16_PAGE_ROWS
+                && !D::f16_page_scores::<G>(&q[h0 * hd..(h0 + G) * hd], &pr, s, p, l.scale)
+            {
+                // (A constant test first: ISAs without f16 pages build no f16 branch here.)
+                score_rows_of::<D, G>(l, l.k_fmt, kv, kh, q, scores, h0, 0..n);
             }
         }
     }
@@ -186,7 +194,13 @@ pub(crate) fn attend_whole_int8<D: Isa, const G: usize>(
         let pr = l.page_rows(kv, true, kh, n);
         let (h0, end) = l.run_of(kh);
         for h0 in (h0..end).step_by(G) {
-            page_values::<D, G>(l, &pr, &mut st, h0, group as usize);
+            match l.v_fmt {
+                ElementFormat::Int8 { group } => {
+                    page_values::<D, G>(l, &pr, &mut st, h0, group as usize)
+                }
+                _ if D::F16_PAGE_ROWS => page_values_f16::<D, G>(l, &pr, &mut st, h0),
+                _ => {}
+            }
         }
     }
 }
@@ -548,6 +562,25 @@ fn page_values<D: Isa, const G: usize>(
         let ws: [[f32; G]; 8] =
             core::array::from_fn(|j| core::array::from_fn(|h| w[h * p + (r0 + j).min(pr.n - 1)]));
         D::int8_add_rows::<G>(acc, &ws[..m], &vrows[..m], g);
+    }
+}
+
+/// Heads `h0..h0 + G`: `out += w · vrow` for every f16 row of a whole page `pr`, in order: the
+/// ISA's page kernel, or row by row.
+#[inline(always)]
+fn page_values_f16<D: Isa, const G: usize>(
+    l: &Layout,
+    pr: &PageRows<'_>,
+    st: &mut Accum<'_>,
+    h0: usize,
+) {
+    let (hd, p) = (l.head_dim, l.page_tokens);
+    let acc = &mut st.out[h0 * hd..(h0 + G) * hd];
+    if D::f16_page_values::<G>(acc, &st.weights[h0 * p..(h0 + G) * p], p, pr) {
+        return;
+    }
+    for r in 0..pr.n {
+        accumulate::<D, G, 1>(l, [pr.row(r, 2 * hd)], st, h0, [r]);
     }
 }
 

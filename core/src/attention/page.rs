@@ -14,8 +14,8 @@ use crate::format::{ElementFormat, Rotation};
 /// the fast kernels, or with `small-code` one rolled path per step (the same bits).
 #[cfg(not(feature = "small-code"))]
 pub(crate) use super::fast::attend_page;
-/// A whole page of int8 K and V rows, for ISAs that run it in its own loop (see
-/// [`fast::attend_whole_int8`](super::fast::attend_whole_int8)).
+/// A whole page of int8 (or f16) K and V rows, for ISAs that run it in its own loop (see
+/// [`fast::attend_whole_page`](super::fast::attend_whole_page)).
 #[cfg(not(feature = "small-code"))]
 #[cfg_attr(
     not(any(
@@ -24,7 +24,7 @@ pub(crate) use super::fast::attend_page;
     )),
     allow(unused_imports)
 )]
-pub(crate) use super::fast::{attend_whole_int8, whole_int8_rows};
+pub(crate) use super::fast::{attend_whole_page, whole_page_rows};
 #[cfg(feature = "small-code")]
 pub(crate) use super::small::attend_page;
 

@@ -47,8 +47,8 @@ use crate::attention::kernels::{self, Row};
 use crate::attention::page::PageRows;
 #[cfg(not(feature = "small-code"))]
 use crate::attention::page::{
-    Heads, Keys, Layout, PageSlices, attend_page as portable_page, attend_whole_int8,
-    whole_int8_rows,
+    Heads, Keys, Layout, PageSlices, attend_page as portable_page, attend_whole_page,
+    whole_page_rows,
 };
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 use crate::attention::query;
@@ -87,7 +87,7 @@ fn dsp_takes(g: usize) -> bool {
 }
 
 /// The attention page loop with the DSP and Helium kernels: a whole page of int8 rows whose
-/// query heads run three at a time goes to its own loop (`fast::attend_whole_int8`), other pages
+/// query heads run three at a time goes to its own loop (`fast::attend_whole_page`), other pages
 /// to the general one. Each loop out of line, as the portable build (see `none.rs`). (The M4
 /// took the general loop for every page until its weights, weights × scales and scores from the
 /// sums were `asm!`: then the whole-page loop cost 7,170,480 instructions a step against
@@ -96,18 +96,18 @@ fn dsp_takes(g: usize) -> bool {
 #[inline(always)]
 pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
     // `None` unless [`Isa::PAGE_ROWS`] (the DSP or Helium builds).
-    let whole = whole_int8_rows::<Arm, F, 3>(l, keys);
+    let whole = whole_page_rows::<Arm, F, 3>(l, keys);
     match whole {
         Some(n) => whole_int8_page(l, keys.kv, heads, n),
         None => general_page(l, keys, heads),
     }
 }
 
-/// [`attend_whole_int8`] with the Helium kernels.
+/// [`attend_whole_page`] with the Helium kernels.
 #[cfg(not(feature = "small-code"))]
 #[inline(never)]
 fn whole_int8_page(l: &Layout, kv: &PageSlices<'_>, heads: Heads<'_>, n: usize) {
-    attend_whole_int8::<Arm, 3>(l, kv, heads, n)
+    attend_whole_page::<Arm, 3>(l, kv, heads, n)
 }
 
 /// The general page loop with the DSP kernels.

@@ -17,11 +17,12 @@ use core::arch::x86_64::{
 };
 
 use super::page::{add_row16, group_sums8, q8_scores, q8_values};
+use super::page_f16::{f16_scores, f16_values};
 use crate::arch::{Isa, Portable};
 use crate::attention::kernels::{self, Row};
 use crate::attention::page::{
-    Heads, Keys, Layout, PageRows, PageSlices, attend_page as page, attend_whole_int8,
-    whole_int8_rows,
+    Heads, Keys, Layout, PageRows, PageSlices, attend_page as page, attend_whole_page,
+    whole_page_rows,
 };
 use crate::attention::query::QueryCodes;
 use crate::format::u16_at;
@@ -57,23 +58,23 @@ fn portable_only() -> bool {
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn attend_page_avx2<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    // Whole pages of int8 rows, query heads four at a time where the group allows, else three
-    // (SmolLM2's group): the lean page loop.
+    // Whole pages of int8 (or f16) rows, query heads four at a time where the group allows,
+    // else three (SmolLM2's group): the lean page loop.
     let whole = if l.group % 4 == 0 {
-        whole_int8_rows::<Avx2F16c, F, 4>(l, keys).map(|n| (4, n))
+        whole_page_rows::<Avx2F16c, F, 4>(l, keys).map(|n| (4, n))
     } else {
-        whole_int8_rows::<Avx2F16c, F, 3>(l, keys).map(|n| (3, n))
+        whole_page_rows::<Avx2F16c, F, 3>(l, keys).map(|n| (3, n))
     };
     match whole {
         // SAFETY: the caller's contract (AVX2 and F16C).
-        Some((4, n)) => unsafe { whole_int8_page_avx2::<4>(l, keys.kv, heads, n) },
+        Some((4, n)) => unsafe { whole_page_avx2::<4>(l, keys.kv, heads, n) },
         // SAFETY: the caller's contract (AVX2 and F16C).
-        Some((_, n)) => unsafe { whole_int8_page_avx2::<3>(l, keys.kv, heads, n) },
+        Some((_, n)) => unsafe { whole_page_avx2::<3>(l, keys.kv, heads, n) },
         None => page::<Avx2F16c, F>(l, keys, heads),
     }
 }
 
-/// [`attend_whole_int8`] built with AVX2 and F16C enabled, out of line (its own set-up, not
+/// [`attend_whole_page`] built with AVX2 and F16C enabled, out of line (its own set-up, not
 /// the general page loop's).
 ///
 /// # Safety
@@ -81,13 +82,13 @@ unsafe fn attend_page_avx2<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, h
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 #[inline(never)]
-unsafe fn whole_int8_page_avx2<const G: usize>(
+unsafe fn whole_page_avx2<const G: usize>(
     l: &Layout,
     kv: &PageSlices<'_>,
     heads: Heads<'_>,
     n: usize,
 ) {
-    attend_whole_int8::<Avx2F16c, G>(l, kv, heads, n)
+    attend_whole_page::<Avx2F16c, G>(l, kv, heads, n)
 }
 
 /// [`Isa`] with F16C and AVX horizontal adds. Private to this module and used only inside
@@ -96,6 +97,7 @@ struct Avx2F16c;
 
 impl Isa for Avx2F16c {
     const PAGE_ROWS: bool = true;
+    const F16_PAGE_ROWS: bool = true;
 
     #[inline(always)]
     fn one(h: u16) -> f32 {
@@ -177,6 +179,30 @@ impl Isa for Avx2F16c {
     ) -> bool {
         // SAFETY: only reached from `attend_page_avx2`, which requires AVX2 and F16C.
         g == 32 && unsafe { q8_scores::<G>(q, rows, scores, p) }
+    }
+
+    #[inline(always)]
+    fn f16_page_scores<const G: usize>(
+        q: &[f32],
+        rows: &PageRows<'_>,
+        scores: &mut [f32],
+        p: usize,
+        scale: f32,
+    ) -> bool {
+        // SAFETY: only reached from `attend_page_avx2`, which requires AVX2 and F16C (as does
+        // this type's `reduce8`).
+        unsafe { f16_scores::<Self, G>(q, rows, scores, p, scale) }
+    }
+
+    #[inline(always)]
+    fn f16_page_values<const G: usize>(
+        acc: &mut [f32],
+        w: &[f32],
+        p: usize,
+        rows: &PageRows<'_>,
+    ) -> bool {
+        // SAFETY: only reached from `attend_page_avx2`, which requires AVX2 and F16C.
+        unsafe { f16_values::<G>(acc, w, p, rows) }
     }
 
     #[inline(always)]

@@ -23,6 +23,8 @@ mod int8;
 mod lanes;
 #[cfg(not(feature = "small-code"))]
 mod page;
+#[cfg(not(feature = "small-code"))]
+mod page_f16;
 #[cfg(test)]
 mod tests;
 
