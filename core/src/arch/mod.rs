@@ -20,30 +20,18 @@ pub(crate) use portable::Portable;
 #[cfg(any(test, feature = "small-code"))]
 pub(crate) use portable::reduce;
 
-// The one place that names a target: which ISA module this build dispatches to (`edgekv_arm_*`
-// come from the build script, which leaves them out with the feature `portable`).
-#[cfg_attr(
-    all(target_arch = "x86_64", not(miri), not(feature = "portable")),
-    path = "x86_64/mod.rs"
-)]
-#[cfg_attr(
-    all(target_arch = "arm", any(edgekv_arm_dsp, edgekv_arm_f16cvt)),
-    path = "arm/mod.rs"
-)]
-#[cfg_attr(
-    not(any(
-        all(target_arch = "x86_64", not(miri), not(feature = "portable")),
-        all(target_arch = "arm", any(edgekv_arm_dsp, edgekv_arm_f16cvt))
-    )),
-    path = "none.rs"
-)]
+// Which ISA module this build dispatches to: the build script names it (`edgekv_x86_kernels`,
+// `edgekv_arm_kernels`; neither with the feature `portable` or under Miri).
+#[cfg_attr(edgekv_x86_kernels, path = "x86_64/mod.rs")]
+#[cfg_attr(edgekv_arm_kernels, path = "arm/mod.rs")]
+#[cfg_attr(not(any(edgekv_x86_kernels, edgekv_arm_kernels)), path = "none.rs")]
 // The only unsafe code of the kernels: intrinsics behind run-time detection.
 #[allow(unsafe_code)]
 mod native;
 
 /// The quantizer entries of an ISA module without quantizer kernels (`none.rs`, `arm/`):
 /// nothing written, the portable loops run.
-#[cfg(not(all(target_arch = "x86_64", not(miri), not(feature = "portable"))))]
+#[cfg(not(edgekv_x86_kernels))]
 mod portable_quantizers {
     use half::f16;
 

@@ -110,13 +110,7 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
 /// `D` has page kernels for its formats: int8 K and V rows ([`Isa::PAGE_ROWS`]) or f16 K and V
 /// rows ([`Isa::F16_PAGE_ROWS`]). What [`attend_whole_page`] takes.
 // Only the ISA modules with page kernels (x86-64, Arm with DSP or f16 conversion) call it.
-#[cfg_attr(
-    not(any(
-        all(target_arch = "x86_64", not(miri), not(feature = "portable")),
-        all(target_arch = "arm", any(edgekv_arm_dsp, edgekv_arm_f16cvt))
-    )),
-    allow(dead_code)
-)]
+#[cfg_attr(not(any(edgekv_x86_kernels, edgekv_arm_kernels)), allow(dead_code))]
 #[inline(always)]
 pub(crate) fn whole_page_rows<D: Isa, F: Fn(u32) -> bool, const G: usize>(
     l: &Layout,
@@ -139,13 +133,7 @@ pub(crate) fn whole_page_rows<D: Isa, F: Fn(u32) -> bool, const G: usize>(
 /// (row offsets of every path, spilled) runs for every page, it cost a sixth of a Cortex-M
 /// decode step.
 // Only the ISA modules with page kernels (x86-64, Arm with DSP or f16 conversion) call it.
-#[cfg_attr(
-    not(any(
-        all(target_arch = "x86_64", not(miri), not(feature = "portable")),
-        all(target_arch = "arm", any(edgekv_arm_dsp, edgekv_arm_f16cvt))
-    )),
-    allow(dead_code)
-)]
+#[cfg_attr(not(any(edgekv_x86_kernels, edgekv_arm_kernels)), allow(dead_code))]
 #[inline(always)]
 pub(crate) fn attend_whole_page<D: Isa, const G: usize>(
     l: &Layout,

@@ -18,10 +18,7 @@ pub(crate) use super::fast::attend_page;
 /// [`fast::attend_whole_page`](super::fast::attend_whole_page)).
 #[cfg(not(feature = "small-code"))]
 #[cfg_attr(
-    not(any(
-        all(target_arch = "x86_64", not(miri), not(feature = "portable")),
-        all(target_arch = "arm", any(edgekv_arm_dsp, edgekv_arm_f16cvt))
-    )),
+    not(any(edgekv_x86_kernels, edgekv_arm_kernels)),
     allow(unused_imports)
 )]
 pub(crate) use super::fast::{attend_whole_page, whole_page_rows};

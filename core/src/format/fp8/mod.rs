@@ -29,7 +29,7 @@ use crate::format::{Element, ElementFormat};
 /// 2^-120: moves an f32 holding an e4m3 value to where its bits `>> 20` are the e4m3 code (the
 /// e4m3 exponent bias is 7, f32's 127; e4m3 subnormals land exactly on f32 subnormals). The
 /// AVX2 encoder's last step; the portable one takes [`e4m3_code`], which forms no subnormal.
-#[cfg(all(target_arch = "x86_64", not(miri), not(feature = "portable")))]
+#[cfg(edgekv_x86_kernels)]
 pub(crate) const TWO_POW_M120: f32 = f32::from_bits((127 - 120) << 23);
 /// The smallest normal e4m3 value, 2^-6.
 const MIN_NORMAL: f32 = 0.015_625;
