@@ -277,7 +277,7 @@ pub(super) unsafe fn add_row16<const G: usize>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::vec::Vec;
 
     use super::*;
@@ -340,7 +340,8 @@ mod tests {
         }
     }
 
-    fn xorshift() -> impl FnMut() -> u64 {
+    /// A xorshift64 stream for the page kernels' tests (`page_f16`'s too).
+    pub(crate) fn xorshift() -> impl FnMut() -> u64 {
         let mut x = 0x2545_f491_4f6c_dd1du64;
         move || {
             x ^= x << 13;
@@ -350,7 +351,8 @@ mod tests {
         }
     }
 
-    fn same(a: &[f32], b: &[f32]) -> bool {
+    /// The same bits, any NaN equal to any NaN.
+    pub(crate) fn same(a: &[f32], b: &[f32]) -> bool {
         a.len() == b.len()
             && a.iter()
                 .zip(b)

@@ -172,8 +172,9 @@ unsafe fn values_at<const G: usize, const B: usize>(
 mod tests {
     use std::vec::Vec;
 
+    use super::super::page::tests::{same, xorshift};
     use super::*;
-    use crate::arch::Portable;
+    use crate::arch::{Portable, reduce};
     use crate::attention::kernels::{Row, add_scaled, dot_lanes};
     use crate::format::ElementFormat;
 
@@ -207,23 +208,6 @@ mod tests {
             sstride: 0,
             n,
         }
-    }
-
-    fn xorshift() -> impl FnMut() -> u64 {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        }
-    }
-
-    fn same(a: &[f32], b: &[f32]) -> bool {
-        a.len() == b.len()
-            && a.iter()
-                .zip(b)
-                .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()))
     }
 
     #[target_feature(enable = "avx2,f16c")]
@@ -276,9 +260,7 @@ mod tests {
                     };
                     let lanes = dot_lanes::<Portable, G>(ElementFormat::F16, &q, row);
                     for (h, lanes) in lanes.iter().enumerate() {
-                        let mut eight = [[0f32; LANES]; LANES];
-                        eight[0] = *lanes;
-                        want[h * p + r] = Portable::reduce8(&eight)[0] * scale;
+                        want[h * p + r] = reduce(*lanes) * scale;
                     }
                 }
                 assert!(same(&wide, &want), "G {G} d {d} n {n}");
