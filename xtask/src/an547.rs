@@ -38,7 +38,7 @@ pub fn cache_config(model: &Llama<'_>) -> Result<CacheConfig, String> {
 }
 
 /// The model file, fetched into its cache outside the repository if missing
-/// (`model/fetch-model.sh`; `$EDGEKV_MODEL` names another file).
+/// (`model/fetch-model.sh`, which says what it downloads; `$EDGEKV_MODEL` names another file).
 pub fn model_path(root: &Path) -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("EDGEKV_MODEL") {
         return Ok(PathBuf::from(p));
@@ -50,15 +50,16 @@ pub fn model_path(root: &Path) -> Result<PathBuf, String> {
     ))
 }
 
-/// What `cmd` printed on stdout; its stderr in the error when it fails.
+/// What `cmd` printed on stdout; its stderr goes to ours as it comes (progress, errors).
 fn stdout_of(mut cmd: Command, what: &str) -> Result<String, String> {
     let out = cmd
+        .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot run {what}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "{what} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+            "{what} failed ({}; its message is above)",
+            out.status
         ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -189,11 +190,20 @@ pub fn loader_args(
 /// Reads the model file and parses it; returns its bytes with it (leaked: the model lives for
 /// the run).
 pub fn load_model(path: &Path) -> Result<(&'static [u8], Llama<'static>), String> {
-    let bytes: &'static [u8] = std::fs::read(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .leak();
-    let gguf = Gguf::parse(bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    let model = Llama::new(&gguf).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bad = |e: &dyn std::fmt::Display| {
+        let fix = if std::env::var_os("EDGEKV_MODEL").is_some() {
+            "unset EDGEKV_MODEL to use the fetched SmolLM2-135M"
+        } else {
+            "delete it and run again to fetch it anew"
+        };
+        format!(
+            "{} is not a usable SmolLM2-135M GGUF ({e}): {fix}",
+            path.display()
+        )
+    };
+    let bytes: &'static [u8] = std::fs::read(path).map_err(|e| bad(&e))?.leak();
+    let gguf = Gguf::parse(bytes).map_err(|e| bad(&e))?;
+    let model = Llama::new(&gguf).map_err(|e| bad(&e))?;
     Ok((bytes, model))
 }
 
@@ -247,8 +257,19 @@ pub fn run(
     timeout: Duration,
     line: &mut dyn FnMut(&str),
 ) -> Result<Run, String> {
+    let started = std::time::Instant::now();
+    eprintln!(
+        "demo: writing the system prompt's snapshot image: {} tokens prefilled by the host build of \
+         the same forward pass (about 15 s) ...",
+        script.system.len()
+    );
     let image = system_image(model, script.system)?;
     let args = loader_args(root, model_path, image, script)?;
+    eprintln!(
+        "demo: image written in {:.0} s; starting the Cortex-M55 on qemu-system-arm -machine mps3-an547 \
+         (the restore and the first answer take about 40 s, the whole chat about 2.5 minutes) ...",
+        started.elapsed().as_secs_f64()
+    );
     qemu::run_with(Board::An547, elf, &args, timeout, line)
 }
 
@@ -304,10 +325,11 @@ pub fn asked_turns(root: &Path, questions: &[String]) -> Result<Vec<TurnText>, S
         })
         .collect();
     eprintln!(
-        "demo: tokenizing the questions with model/'s tokenizer (cargo run --release --bin tokenize) ..."
+        "demo: tokenizing the questions with model/'s tokenizer (cargo run --release --bin tokenize in model/; \
+         its first build compiles the tokenizers crate, about four minutes) ..."
     );
     let mut cmd = crate::qemu::board_cargo(&root.join("model"));
-    cmd.args(["run", "--quiet", "--release", "--bin", "tokenize", "--"])
+    cmd.args(["run", "--release", "--bin", "tokenize", "--"])
         .args(&texts);
     let stdout = stdout_of(cmd, "the tokenizer (cargo run --bin tokenize in model/)")?;
     let ids: Vec<Vec<u32>> = stdout

@@ -78,7 +78,11 @@ fn demo_flags(flags: &[&str]) -> Result<(bool, Vec<String>), String> {
         match f {
             "--cold" => cold = true,
             "--ask" => asked.push(it.next().ok_or("--ask needs a question")?.to_string()),
-            _ => return Err(format!("unknown flag {f}\n{USAGE}")),
+            _ => {
+                return Err(format!(
+                    "unknown flag {f}: cargo demo takes --cold, --ask QUESTION (repeatable), --parity or --host"
+                ));
+            }
         }
     }
     Ok((cold, asked))
@@ -89,8 +93,7 @@ fn demo_flags(flags: &[&str]) -> Result<(bool, Vec<String>), String> {
 fn chat_demo(cold: bool, asked: &[String]) -> Result<(), String> {
     let (start, elf) = demo_build(Board::An547, qemu::AN547_MAIN, "three")?;
     eprintln!(
-        "demo: fetching the model, writing the system prompt's snapshot image on the host, running on \
-         qemu-system-arm -machine mps3-an547 ({:.0} s since the start) ...",
+        "demo: firmware built ({:.0} s since the start); the model next (98 MB, fetched once)",
         start.elapsed().as_secs_f64()
     );
     let code = chat(&elf, cold, asked)?;
@@ -176,10 +179,12 @@ fn board_demo() -> Result<(), String> {
 
 /// The host-only demo session (`host-tests/examples/host_demo.rs`).
 fn host_demo() -> Result<(), String> {
+    eprintln!(
+        "demo: building and running host-tests' host_demo example (release; the first build takes about two minutes) ..."
+    );
     checks::cargo(
         &[
             "run",
-            "--quiet",
             "--release",
             "-p",
             "edgekv-host-tests",
@@ -254,7 +259,12 @@ fn test(flags: &[&str]) -> Result<(), String> {
             "--no-targets" => skip.extend(["no-std".into(), "boards".into()]),
             "--no-fuzz" => skip.push("fuzz".into()),
             "--no-model" => skip.push("model".into()),
-            _ => return Err(format!("unknown flag {f}\n{USAGE}")),
+            _ => {
+                return Err(format!(
+                    "unknown flag {f}: cargo test-all takes --only STAGE, --skip STAGE, --no-miri, \
+                     --no-targets, --no-fuzz, --no-model"
+                ));
+            }
         }
     }
     let mut stages = Stages::new(only, skip);
