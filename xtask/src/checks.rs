@@ -9,10 +9,13 @@ use edgekv_xtask::setup;
 use edgekv_xtask::stages::Stages;
 
 /// Every stage name, in running order.
-pub const STAGES: [&str; 11] = [
-    "setup", "fmt", "clippy", "doc", "no-std", "boards", "miri", "fuzz", "doctests", "model",
-    "tests",
+pub const STAGES: [&str; 12] = [
+    "setup", "fmt", "clippy", "doc", "package", "no-std", "boards", "miri", "fuzz", "doctests",
+    "model", "tests",
 ];
+
+/// The crates published for users (`edgekv = "0.1"` in a firmware's Cargo.toml).
+const PUBLISHED: [&str; 4] = ["edgekv", "edgekv-hal", "edgekv-capi", "edgekv-llm"];
 
 /// no_std targets the libraries must build for.
 const TARGETS: [&str; 4] = [
@@ -88,6 +91,7 @@ pub fn setup() -> Result<(), String> {
     targets.dedup();
     setup::targets(&targets)?;
     setup::nightly()?;
+    setup::msrv_toolchain(&qemu::repo_root(), MSRV_TARGET)?;
     setup::cargo_fuzz()?;
     setup::cargo_nextest()?;
     setup::qemu()
@@ -241,6 +245,7 @@ pub fn all(stages: &mut Stages) -> Result<(), String> {
             &[("RUSTDOCFLAGS", "-D warnings")],
         )
     })?;
+    stages.run("package", package)?;
     stages.run("no-std", no_std)?;
     stages.run("boards", boards)?;
     stages.run("miri", miri)?;
@@ -340,6 +345,49 @@ fn no_std() -> Result<(), String> {
         all.extend(targets.iter().map(|t| format!("--target={t}")));
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
         cargo(&all, &[])?;
+    }
+    Ok(())
+}
+
+/// The no_std target the declared `rust-version` is built for (the `package` stage).
+const MSRV_TARGET: &str = "thumbv7em-none-eabihf";
+
+/// What a user of the published crates gets: `cargo publish --dry-run` packages [`PUBLISHED`]
+/// and builds each from its packaged sources (the unpublished ones resolved from a local
+/// registry of the others), then the no_std crates (the C ABI as firmware links it) are checked
+/// with the toolchain of the workspace's declared `rust-version` for an ARMv7E-M target, in
+/// their own target directory.
+fn package() -> Result<(), String> {
+    let mut args = vec!["publish", "--dry-run", "--allow-dirty"];
+    for p in PUBLISHED {
+        args.extend(["-p", p]);
+    }
+    cargo(&args, &[])?;
+    let msrv = format!("+{}", setup::rust_version(&qemu::repo_root())?);
+    let target = format!("--target={MSRV_TARGET}");
+    let env = [("CARGO_TARGET_DIR", "target/msrv")];
+    let core = [
+        "check",
+        "-p",
+        "edgekv",
+        "-p",
+        "edgekv-hal",
+        "-p",
+        "edgekv-llm",
+    ];
+    let capi = [
+        "check",
+        "-p",
+        "edgekv-capi",
+        "--no-default-features",
+        "--features",
+        "ethosu",
+    ];
+    for set in [&core[..], &capi[..]] {
+        let mut all = vec![msrv.as_str()];
+        all.extend(set);
+        all.push(&target);
+        run_in(None, "cargo", &all, &env)?;
     }
     Ok(())
 }

@@ -109,6 +109,43 @@ pub fn nightly() -> Result<(), String> {
     )
 }
 
+/// The workspace's declared `rust-version` (`[workspace.package]` in `root`'s Cargo.toml), a
+/// rustup toolchain name such as `1.85`.
+pub fn rust_version(root: &std::path::Path) -> Result<String, String> {
+    let path = root.join("Cargo.toml");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("rust-version = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .map(str::to_owned)
+        .ok_or_else(|| format!("{}: no rust-version = \"…\" line", path.display()))
+}
+
+/// Installs the toolchain of the declared `rust-version` (minimal, with `target`), unless it
+/// and the target are present.
+pub fn msrv_toolchain(root: &std::path::Path, target: &str) -> Result<(), String> {
+    let version = rust_version(root)?;
+    let installed = output(
+        "rustup",
+        &["target", "list", "--installed", "--toolchain", &version],
+    );
+    if installed.lines().any(|l| l.trim() == target) {
+        return Ok(());
+    }
+    sh(
+        "rustup",
+        &[
+            "toolchain",
+            "install",
+            &version,
+            "--profile",
+            "minimal",
+            "--target",
+            target,
+        ],
+    )
+}
+
 /// Installs cargo-fuzz, unless present.
 pub fn cargo_fuzz() -> Result<(), String> {
     if output("cargo", &["fuzz", "--version"]).starts_with("cargo-fuzz") {
