@@ -43,35 +43,62 @@
 // Most windows an `EKV_MAP_TABLE` map may have.
 #define EKV_MAP_MAX_ENTRIES 16
 
-// `ekv_format_t.kind`: IEEE binary32 pages.
+// `ekv_format_t.kind`: IEEE binary32 pages: f32 rows are stored bit for bit, f16 rows widened
+// exactly; reads give the stored values.
 #define EKV_FORMAT_F32 0
 
-// `ekv_format_t.kind`: IEEE binary16 pages.
+// `ekv_format_t.kind`: IEEE binary16 pages: f32 values are rounded to nearest even (beyond the
+// f16 range to +-inf; NaN stays NaN), f16 rows (`ekv_write_f16`) stored bit for bit; reads
+// widen exactly.
 #define EKV_FORMAT_F16 1
 
-// `ekv_format_t.kind`: bfloat16 pages.
+// `ekv_format_t.kind`: bfloat16 pages: f32 (and widened f16) values are rounded to nearest
+// even; reads widen exactly.
 #define EKV_FORMAT_BF16 2
 
-// `ekv_format_t.kind`: int8 codes with one f16 scale per `group` values (ggml Q8_0 math for
-// `group` = 32).
+// `ekv_format_t.kind`: int8 codes with one f16 scale per `group` values along head_dim, ggml
+// Q8_0 math (for `group` = 32 bit for bit ggml's `quantize_row_q8_0_ref`): per group
+// `amax = max|x|`, `d = amax / 127` in f32, codes `round_half_away_from_zero(x * (1 / d))`
+// (f32, saturated to int8; 0 when `d` is 0), stored scale `d` rounded to f16 (nearest even; 0
+// or inf where `d` under- or overflows f16, as in ggml). A value reads back as
+// `code * (float)scale`. A group holding an inf or a NaN gets codes 0 and scale inf or NaN: the
+// whole group reads back NaN. Keys in this format score against the query rounded to 16-bit
+// codes per group (see `ekv_attention`).
 #define EKV_FORMAT_INT8 3
 
-// `ekv_format_t.kind`: FP8 E4M3 tiles (`dv`, `tile`, `bf16`), SGLang NSA rows.
+// `ekv_format_t.kind`: FP8 E4M3 (`float8_e4m3fn`) tiles, SGLang NSA rows: the first `dv`
+// values of each head row in tiles of `tile` values, each tile with an f32 scale
+// `s = amax / 448` and codes `e4m3(x / s)` (computed in f32, rounded to nearest even, saturating
+// at +-448), then the `head_dim - dv` tail values raw (f32; bf16 if `bf16`). With `bf16` = 1 the
+// values are first rounded to bf16, each scale is rounded to bf16 and the tail is stored as
+// bf16. A value reads back as `e4m3 value * s` (the tail as stored). An all-zero tile gets
+// codes 0 (the reference writes NaN codes); a tile holding a NaN or an inf gets scale NaN or
+// inf and reads back NaN throughout.
 #define EKV_FORMAT_FP8_TILE 4
 
-// `ekv_format_t.kind`: ggml Q4_0 blocks (32 values, f16 scale, 4-bit codes); head_dim a
-// multiple of 32.
+// `ekv_format_t.kind`: ggml Q4_0 blocks (32 values, f16 scale, 4-bit codes: 18 bytes, exactly
+// ggml's); head_dim a multiple of 32. Bit for bit ggml's `quantize_row_q4_0_ref`: `max` is the
+// block's first value of largest magnitude (sign kept), `d = max / -8`, codes
+// `min(15, trunc(x * (1 / d) + 8.5))` with `1 / d` in f32 before `d` is rounded to f16; a value
+// reads back as `(code - 8) * d`.
 #define EKV_FORMAT_Q4_0 5
 
-// `ekv_format_t.kind`: ggml Q4_1 blocks (32 values, f16 scale and minimum, 4-bit codes);
-// head_dim a multiple of 32.
+// `ekv_format_t.kind`: ggml Q4_1 blocks (32 values, f16 scale and minimum, 4-bit codes: 20
+// bytes, exactly ggml's); head_dim a multiple of 32. Bit for bit ggml's
+// `quantize_row_q4_1_ref`: `d = (max - min) / 15`, codes
+// `min(15, trunc((x - min) * (1 / d) + 0.5))` with `1 / d` in f32, `d` and `m = min` stored as
+// f16; a value reads back as `code * d + m`.
 #define EKV_FORMAT_Q4_1 6
 
 // `ekv_format_t.rotation`: rows stored as written.
 #define EKV_ROTATION_NONE 0
 
 // `ekv_format_t.rotation`: rows stored after an orthonormal Walsh-Hadamard transform (queries
-// rotated alike for K, outputs rotated back for V; reads give the rows rotated back).
+// rotated alike for K, outputs rotated back for V; reads give the rows rotated back). The
+// transform runs in f32 before the format rounds or quantizes: butterflies, then one multiply
+// by `1 / sqrt(head_dim)` (a power of two for head_dim 4, 16, 64, 256), the same bits on every
+// target. Reads and attention match the unrotated rows up to the format's rounding and f32
+// rounding (an f32 page reads back within f32 rounding of what was written, not bit for bit).
 #define EKV_ROTATION_HADAMARD 1
 
 // `ekv_format_t.rotation`: as `EKV_ROTATION_HADAMARD` after a fixed +-1 sign per element (bit
@@ -84,11 +111,13 @@
 // Values (`kv` arguments).
 #define EKV_V 1
 
-// Sequence mode: pages allocated one at a time, shared on fork.
+// Sequence mode: pages allocated one at a time, shared on fork (copy-on-write).
 #define EKV_SEQ_PAGED 0
 
 // Sequence mode: one run of consecutive pages growing geometrically (needs
-// `EKV_ALLOC_BITMAP`).
+// `EKV_ALLOC_BITMAP`): its capacity doubles, in place when the pages after it are free, else
+// the run moves (used pages copied). Forks copy the run; truncation keeps it as capacity;
+// `ekv_seq_slide` and `ekv_prefix_attach` need paged sequences (`EKV_ERR_NOT_PAGED`).
 #define EKV_SEQ_CONTIGUOUS 1
 
 // `ekv_config_t.allocator`: LIFO free list (O(1), single pages).
@@ -118,9 +147,10 @@ typedef struct {
   uint32_t kind;
   // `EKV_FORMAT_INT8`: values per scale (at least 2, divides head_dim; 32 = Q8_0).
   uint16_t group;
-  // `EKV_FORMAT_FP8_TILE`: quantized values at the start of each head row.
+  // `EKV_FORMAT_FP8_TILE`: quantized values at the start of each head row (a nonzero multiple
+  // of `tile`, at most head_dim).
   uint16_t dv;
-  // `EKV_FORMAT_FP8_TILE`: values per scale.
+  // `EKV_FORMAT_FP8_TILE`: values per scale (nonzero).
   uint16_t tile;
   // `EKV_FORMAT_FP8_TILE`: 1 for a bf16 model (bf16 scales rounding and tail), else 0.
   uint8_t bf16;
@@ -143,25 +173,40 @@ typedef struct {
   ekv_format_t k_format;
   // Storage format of value pages (default f32).
   ekv_format_t v_format;
-  // Data-arena alignment in bytes: a power of two >= 64 (default 64).
+  // Data-arena alignment in bytes: a power of two >= 64 and >= the target's data-cache line
+  // (default 64). Also the pool-stride granule: every page starts at a multiple of it, so no
+  // two pages share a cache line.
   uint32_t align;
-  // Longest sequence in tokens (default 8192).
+  // Longest sequence in tokens (default 8192; sizes each page table).
   uint32_t max_seq_tokens;
   // Sequence slots (default 8).
   uint16_t max_seqs;
-  // Prefill chunk size C, a multiple of `page_tokens`; 0 = one page (default 0).
+  // Prefill chunk size C, a multiple of `page_tokens`; 0 = one page (default 0). Prompts are
+  // to be prefilled in chunks aligned to absolute multiples of C, and prefix reuse is aligned
+  // down to C, so a reused prefix holds what a cold prefill writes.
   uint16_t chunk_tokens;
-  // 1 to keep a prefix index (default), 0 for none.
+  // 1 to keep a prefix index (default), 0 for none. It takes about `28 + 4 x page_tokens`
+  // metadata bytes per page; without it `ekv_prefix_lookup` / `ekv_prefix_attach` fail with
+  // `EKV_ERR_NO_PREFIX_INDEX` (`ekv_reuse_prefix` still works).
   uint8_t prefix_index;
   // Must be 0.
   uint8_t reserved[3];
   // `EKV_ALLOC_FREE_LIST` (default) or `EKV_ALLOC_BITMAP` (needed for contiguous sequences).
   uint32_t allocator;
-  // Prefix namespace: fingerprint of model, adapter and salt (default 0).
+  // Prefix namespace: fingerprint of model, adapter and salt (default 0): the seed of the
+  // prefix hash chain and the identity of every first page. First pages are linked by its low
+  // 63 bits and hashed with all 64: use namespaces that differ in their low 63 bits.
   uint64_t namespace_;
 } ekv_config_t;
 
 // A plan: how many pages a configuration gets and how big each arena must be.
+//
+// The data arena's layout (part of the ABI: device views address it): for each layer in order,
+// four pools (K values, K scales, V values, V scales), each `num_pages` slots of its own stride
+// (a page's bytes rounded up to `align`; 0 for the scale pools of formats without scales). A
+// value page is token-major `[page_tokens][kv_heads][head_dim]` in the format's bytes
+// (little-endian; FP8 and 4-bit: per head row, as their formats say); an int8 scale page is
+// `[page_tokens][kv_heads][head_dim / group]` f16.
 typedef struct {
   // Pages in the pool.
   uint32_t num_pages;
@@ -181,7 +226,8 @@ typedef struct {
   size_t data_align;
   // Alignment the metadata arena needs.
   size_t meta_align;
-  // 1 when a run of pages is one linear `[tokens][kv_heads][head_dim]` tensor.
+  // 1 when every pool's page size is already a multiple of `align`: a run of consecutive
+  // pages is then one linear `[tokens][kv_heads][head_dim]` tensor.
   uint8_t natural;
   // Zero.
   uint8_t reserved[7];
@@ -296,9 +342,10 @@ typedef uint64_t ekv_seq_t;
 
 // A prefix hit from `ekv_prefix_lookup`, to pass to `ekv_prefix_attach` with the same prompt.
 typedef struct {
-  // Tokens to reuse (prefill continues from here).
+  // Tokens to reuse (prefill continues from here): verified token for token, aligned down to
+  // the chunk size, below the prompt's length (the last prompt token is always recomputed).
   uint32_t tokens;
-  // Leading tokens matched by verified pages, before chunk alignment.
+  // Leading tokens matched by verified pages (up to that cap), before chunk alignment.
   uint32_t matched;
   // Pages holding the reused tokens.
   uint16_t pages;
@@ -312,11 +359,15 @@ typedef struct {
   uint16_t q_heads;
   // Zero.
   uint16_t reserved;
-  // Score scale (`ekv_attention_params_init` sets `1 / sqrt(head_dim)`).
+  // Score scale (`ekv_attention_params_init` sets `1 / sqrt(head_dim)`); with int8 keys it is
+  // folded into the query's per-group scales (see `ekv_attention`).
   float scale;
-  // Sliding window: leading positions always kept (needs `window_size` > 0).
+  // Sliding window: leading positions always kept (needs `window_size` > 0, else
+  // `EKV_ERR_INVALID_ARGUMENT`).
   uint32_t window_sinks;
   // Sliding window: most recent positions kept, the query's own included; 0 = full causal.
+  // Query position `t` sees key `j <= t` when `j < window_sinks` or `t - j < window_size`
+  // (positions keep their absolute values).
   uint32_t window_size;
 } ekv_attention_params_t;
 
@@ -326,7 +377,8 @@ typedef struct {
   uint32_t len;
   // Tokens the held pages take without allocating.
   uint32_t capacity;
-  // Leading positions committed as prompt.
+  // Leading positions committed as prompt (`ekv_commit_prompt`, `ekv_prefix_attach`, a
+  // restore with a prefix index; truncation lowers it to the new length).
   uint32_t prompt;
   // Pages in its page table (the length `ekv_bind_region` outputs need).
   uint16_t pages;
@@ -335,7 +387,9 @@ typedef struct {
 } ekv_seq_info_t;
 
 // A run of a sequence's pages that are neighbours in the arena and on the device: one DMA
-// descriptor. Always whole cache lines.
+// descriptor. Pages are whole pool slots (the pool stride: page bytes rounded up to
+// `config.align`, padding included), so a segment is always whole cache lines; its bytes are
+// laid out as `ekv_plan_t` describes.
 typedef struct {
   // CPU address of the first byte.
   size_t cpu;
@@ -343,7 +397,8 @@ typedef struct {
   uint64_t dev;
   // Bytes: `pages` x the pool stride.
   size_t len;
-  // Index in the sequence's page table of the first page.
+  // Index in the sequence's page table of the first page (its first position is
+  // `first_page x page_tokens`).
   uint32_t first_page;
   // Pages in the run.
   uint32_t pages;
@@ -443,7 +498,8 @@ typedef int32_t (*ekv_maint_fn)(void *ctx, void *addr, size_t len);
 // The sequence would exceed `max_seq_tokens`.
 #define EKV_ERR_SEQUENCE_FULL (-112)
 
-// A token position lies outside the sequence's reserved range.
+// A token position lies outside the sequence's reserved range, or in a page released by
+// `ekv_seq_slide`.
 #define EKV_ERR_POSITION_OUT_OF_RANGE (-113)
 
 // The layer index is not below `layers`.
@@ -504,7 +560,7 @@ typedef int32_t (*ekv_maint_fn)(void *ctx, void *addr, size_t len);
 // A snapshot was written for another model or namespace.
 #define EKV_ERR_FINGERPRINT_MISMATCH (-132)
 
-// A snapshot's shape, formats or page size differ from the cache's.
+// A snapshot's shape, formats (rotations included) or page size differ from the cache's.
 #define EKV_ERR_CONFIG_MISMATCH (-133)
 
 // A snapshot does not fit the flash at that offset, or the flash geometry is unsupported.
@@ -568,6 +624,12 @@ ekv_status_t ekv_config_init(ekv_config_t *config,
 
 // The plan for a data arena of `data_bytes`: as many pages as fit (at most 65535), and the
 // metadata bytes they need.
+//
+// Errors (all `ekv_plan*`): `EKV_ERR_NULL`, `EKV_ERR_INVALID_ARGUMENT` (enumerations, reserved
+// fields), `EKV_ERR_ZERO_SIZE`, `EKV_ERR_PAGE_TOKENS_NOT_POWER_OF_TWO`,
+// `EKV_ERR_INVALID_ALIGNMENT`, `EKV_ERR_INVALID_CHUNK_SIZE`, `EKV_ERR_INVALID_FORMAT` (format
+// parameters that do not fit head_dim; a rotation needs head_dim a power of two up to 256),
+// `EKV_ERR_FORMAT_DISABLED`, `EKV_ERR_OVERFLOW`, `EKV_ERR_ARENA_TOO_SMALL` (not one page fits).
 //
 // # Safety
 //
@@ -676,7 +738,11 @@ ekv_status_t ekv_cache_stats(ekv_cache_t *cache, ekv_stats_t *out);
 // As `ekv_cache_stats`.
 ekv_status_t ekv_cache_plan(ekv_cache_t *cache, ekv_plan_t *out);
 
-// Switches the prefix namespace (e.g. another adapter is loaded).
+// Switches the prefix namespace (e.g. another adapter is loaded): later lookups and commits
+// chain from `namespace`. Pages published under the old one are never found under the new one
+// (the namespace is part of every first page's identity) and are evicted in time; committing a
+// sequence whose published pages belong to the old namespace fails with
+// `EKV_ERR_PROMPT_MISMATCH`.
 //
 // # Safety
 //
@@ -701,9 +767,17 @@ ekv_status_t ekv_ethosu_register(const ekv_ethosu_hooks_t *hooks);
 ekv_status_t ekv_ethosu_last_error(void);
 #endif
 
-// Commits positions `[0, n)` of a sequence as prompt with these token ids (prefilled in
-// chunk-aligned steps) and publishes its whole chunks for reuse; writes the pages newly
-// published to `published` (optional: may be NULL).
+// Commits positions `[0, n)` of a sequence as prompt with these token ids and publishes its
+// whole chunks for reuse; writes the pages newly published to `published` (optional: may be
+// NULL). The positions must have been prefilled in chunks aligned to absolute multiples of the
+// chunk size C (`chunk_tokens`). Pages an equal published page already covers stay
+// unpublished; published pages are shared (a later write copies first) and stay cached after
+// the sequence is freed. A contiguous sequence, or a cache without a prefix index, only records
+// the length. Call it again after each prefill of a longer prompt (each chat turn).
+//
+// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_PROMPT_MISMATCH` (`n` above the sequence's
+// length, tokens that differ from those its published pages hold, or pages published under
+// another namespace, see `ekv_set_namespace`).
 //
 // # Safety
 //
@@ -715,8 +789,13 @@ ekv_status_t ekv_commit_prompt(ekv_cache_t *cache,
                                size_t n,
                                uint16_t *published);
 
-// Looks up the longest published prefix of a prompt that may be reused (verified, chunk
-// aligned, below the prompt's length). Changes nothing.
+// Looks up the longest published prefix of a prompt that may be reused: verified page by page
+// and token for token (a hash collision never matches), aligned down to the chunk size C,
+// capped at `n - 1` (the last prompt token is always recomputed: its logits are needed).
+// Changes nothing; an empty prompt or index gives 0 tokens. Prefill continues from
+// `hit.tokens` in chunks aligned to multiples of C, which write what a cold prefill writes.
+//
+// Errors: `EKV_ERR_NO_PREFIX_INDEX`, `EKV_ERR_NULL`, `EKV_ERR_OVERLAP`.
 //
 // # Safety
 //
@@ -728,11 +807,14 @@ ekv_status_t ekv_prefix_lookup(ekv_cache_t *cache,
                                ekv_prefix_hit_t *hit);
 
 // Attaches a hit of `ekv_prefix_lookup` for the same prompt to an empty paged sequence: its
-// first `hit.tokens` positions become the hit's pages (shared), committed as prompt. Writes the
-// positions attached to `attached` (optional: may be NULL); prefill continues from there.
+// first `hit.tokens` positions become the hit's pages (shared by reference count: a write into
+// them copies first; cached pages are revived), committed as prompt. Writes the positions
+// attached to `attached` (optional: may be NULL); prefill continues from there.
 //
 // The hit is verified again: the prompt is looked up anew and must give the same hit, else
-// `EKV_ERR_STALE_HIT` (pages evicted meanwhile, or another prompt).
+// `EKV_ERR_STALE_HIT` (pages evicted meanwhile, or another prompt). Other errors:
+// `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_NOT_PAGED`, `EKV_ERR_SEQUENCE_NOT_EMPTY`,
+// `EKV_ERR_NO_PREFIX_INDEX`; on error the sequence is unchanged.
 //
 // # Safety
 //
@@ -748,7 +830,11 @@ ekv_status_t ekv_prefix_attach(ekv_cache_t *cache,
 // The single-conversation path: `held` are the token ids at the sequence's positions, `prompt`
 // the new prompt. Keeps the longest reusable common prefix (chunk aligned, below the prompt's
 // length, inside the committed prompt), truncates the sequence there and writes the positions
-// kept to `kept` (optional: may be NULL).
+// kept to `kept` (optional: may be NULL). Decode positions are never kept. Works without a
+// prefix index and for contiguous sequences.
+//
+// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_PROMPT_MISMATCH` (`held` longer than the
+// sequence).
 //
 // # Safety
 //
@@ -764,8 +850,17 @@ ekv_status_t ekv_reuse_prefix(ekv_cache_t *cache,
 
 // Writes `elems` f32 values (`n` whole token rows of `kv_heads x head_dim`) to positions
 // `[start, start + n)` of layer `layer`'s K or V (`EKV_K` / `EKV_V`); positions must be
-// reserved. Rows are converted (rounded to nearest even) or quantized to the page format;
-// shared pages are copied first.
+// reserved. Rows are converted (rounded to nearest even) or quantized to the page format, as
+// each `EKV_FORMAT_*` states (per group, block or tile of each head row: a row's stored bytes
+// depend on that row alone), after the half's rotation if any. A page shared with another
+// sequence (fork, attached prefix) or published for prefix reuse is copied first
+// (copy-on-write): the write is never seen through another sequence.
+//
+// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_LAYER_OUT_OF_RANGE`, `EKV_ERR_LENGTH_MISMATCH`
+// (`elems` not whole rows), `EKV_ERR_POSITION_OUT_OF_RANGE` (past the reserved positions, or in
+// pages released by `ekv_seq_slide`), `EKV_ERR_OUT_OF_PAGES` (no page for a copy-on-write; writes
+// into positions `ekv_seq_reserve` just reserved never need one, see there). All or nothing: on
+// error no row was written.
 //
 // # Safety
 //
@@ -779,7 +874,9 @@ ekv_status_t ekv_write_f32(ekv_cache_t *cache,
                            const float *rows,
                            size_t elems);
 
-// As `ekv_write_f32`, with IEEE binary16 values given as their `uint16_t` bit patterns.
+// As `ekv_write_f32`, with IEEE binary16 values given as their `uint16_t` bit patterns: stored
+// bit for bit in f16 pages; for other formats widened to f32 exactly first (the same bytes as
+// `ekv_write_f32` of the widened values).
 //
 // # Safety
 //
@@ -792,7 +889,9 @@ ekv_status_t ekv_write_f16(ekv_cache_t *cache,
                            const uint16_t *rows,
                            size_t elems);
 
-// Writes K and V rows (f32, `elems` each) of one layer for the same positions in one call.
+// Writes K and V rows (f32, `elems` each) of one layer for the same positions in one call,
+// converted as `ekv_write_f32` does. Both are checked before either is written: on error
+// neither K nor V changed.
 //
 // # Safety
 //
@@ -819,7 +918,15 @@ ekv_status_t ekv_write_kv_f16(ekv_cache_t *cache,
                               size_t elems);
 
 // Reads `elems` f32 values (whole rows) of positions `[start, start + n)` of one layer's K or
-// V, converted (dequantized) from the page format.
+// V, converted (dequantized) from the page format as each `EKV_FORMAT_*` states: f32, f16 and
+// bf16 exactly; int8 `code * scale`, Q4_0 `(code - 8) * d`, Q4_1 `code * d + m`, FP8
+// `e4m3 value * s` (exact in f32); rotated halves rotated back in f32. These are the values
+// `ekv_attention` computes over (see there for the int8-key query rounding). Reserved positions
+// never written read as whatever their page last held (zeros in a fresh arena).
+//
+// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_LAYER_OUT_OF_RANGE`, `EKV_ERR_LENGTH_MISMATCH`
+// (`elems` not whole rows), `EKV_ERR_POSITION_OUT_OF_RANGE` (past the reserved positions, or in
+// pages released by `ekv_seq_slide`); on error `out` is untouched.
 //
 // # Safety
 //
@@ -833,7 +940,8 @@ ekv_status_t ekv_read_f32(ekv_cache_t *cache,
                           float *out,
                           size_t elems);
 
-// As `ekv_read_f32`, into f16 bit patterns.
+// As `ekv_read_f32`, into f16 bit patterns: each value as `ekv_read_f32` gives it, rounded to
+// nearest even (f16 pages: their bits as stored).
 //
 // # Safety
 //
@@ -847,7 +955,8 @@ ekv_status_t ekv_read_f16(ekv_cache_t *cache,
                           size_t elems);
 
 // Fills `params` for full causal attention with `q_heads` query heads and scale
-// `1 / sqrt(head_dim)`.
+// `1 / sqrt(head_dim)` (`1.0f / sqrtf((float)head_dim)`, correctly rounded: the Rust API's
+// default bits).
 //
 // # Safety
 //
@@ -858,11 +967,10 @@ ekv_status_t ekv_attention_params_init(ekv_attention_params_t *params,
 
 // The `float`s of scratch `ekv_attention` needs without rotated keys:
 // `q_heads x (page_tokens + 4 + 2 x head_dim)` (running maxima and sums, a page of scores, a
-// later key segment's state for rows over 2,048 keys, the query quantized for int8 keys). `ekv_cache_attention_scratch_len` answers for a cache, rotated
-// keys included (`q_heads x head_dim` more).
-size_t ekv_attention_scratch_len(uint16_t q_heads,
-                                 uint16_t page_tokens,
-                                 uint16_t head_dim);
+// later key segment's state for rows over 2,048 keys, the query quantized for int8 keys: 16-bit
+// codes and per-group scales). `ekv_cache_attention_scratch_len` answers for a cache, rotated
+// keys included (`q_heads x head_dim` more). The scratch's contents on return are unspecified.
+size_t ekv_attention_scratch_len(uint16_t q_heads, uint16_t page_tokens, uint16_t head_dim);
 
 // The `float`s of scratch beyond `ekv_attention_scratch_len` (or
 // `ekv_cache_attention_scratch_len`) with which `ekv_attention` computes up to `rows` query rows
@@ -889,11 +997,46 @@ size_t ekv_attention_block_scratch_len(uint16_t q_heads,
 ekv_status_t ekv_cache_attention_scratch_len(ekv_cache_t *cache, uint16_t q_heads, size_t *out);
 
 // Causal attention of `n` query rows at absolute positions `[start, start + n)` of `seq` over
-// its keys and values in `layer`. `q` and `out` are `[n][q_heads][head_dim]` floats (`q_elems`
+// its keys and values in `layer`: query position `t` attends to keys `[0, t]` (or the window's
+// subset, see `ekv_attention_params_t`), query head `h` to KV head
+// `h / (q_heads / kv_heads)`. `q` and `out` are `[n][q_heads][head_dim]` floats (`q_elems`
 // each: `out_elems` must equal `q_elems`); `scratch` holds at least
-// `ekv_attention_scratch_len(q_heads, page_tokens, head_dim)` floats (more, by
-// `ekv_attention_block_scratch_len`, computes several rows together). Results do not depend on how a
-// prompt is chunked.
+// `ekv_attention_scratch_len(q_heads, page_tokens, head_dim)` floats
+// (`ekv_cache_attention_scratch_len` with rotated keys; more, by
+// `ekv_attention_block_scratch_len`, computes up to 8 rows together).
+//
+// Numerics, for a C reference to model:
+// * Keys and values are the stored ones, as `ekv_read_f32` returns them (f16, bf16, FP8 and
+//   4-bit pages are dequantized inside the dot products, int8 and 4-bit values as they are
+//   accumulated). Rotated keys: each query row is rotated alike; rotated values: each output
+//   row is rotated back.
+// * Int8 keys (`EKV_FORMAT_INT8`) score against the query rounded once per row to 16-bit codes
+//   per key group: per head and group of `group` values, with `amax = max|x|`, codes
+//   `round_half_away_from_zero(x * (32767 / amax))` and group scale `amax / 32767 * scale`
+//   (f32); a score is the sum over the groups, in order, of (query scale x key scale) x the
+//   exact integer sum of query code x key code. Each query element is so off by up to
+//   `amax / 65534` (1.5e-5 of its group's largest magnitude): a dense f32 reference with the
+//   exact query differs by about that much (relative errors near 1e-4 are expected), one with
+//   the query so rounded agrees within f32 rounding. A group with `amax` below 2^-60 counts as
+//   zero; one holding an inf or a NaN gives NaN scores. Other key formats use the f32 query.
+// * Softmax runs online in f32, one rescale per page, with libm's `expf` bits; a weight below
+//   2^-60 of the row's largest is 0, and accumulator elements below 2^-125 become zeros of
+//   their sign (no subnormals on any target).
+// * Keys are visited in a fixed order, sums run in eight fixed lanes combined in a fixed tree,
+//   and a row over 2,048 keys is computed in segments of 2,048 merged in order: a row's result
+//   depends only on the row, its position and the keys and values, never on how a prompt is
+//   chunked, on the rows computed with it, or on the CPU (x86-64 with or without AVX2/F16C,
+//   Cortex-M: the same bits). It is not a sequential f32 loop: compare with a tolerance.
+// * Keys and values at reserved positions never written are whatever their page last held.
+//
+// Errors: `EKV_ERR_NULL`, `EKV_ERR_OVERLAP`, `EKV_ERR_INVALID_ARGUMENT` (`reserved` nonzero,
+// sinks without a window), `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_LAYER_OUT_OF_RANGE`,
+// `EKV_ERR_HEAD_MISMATCH` (`q_heads` not a nonzero multiple of `kv_heads`),
+// `EKV_ERR_LENGTH_MISMATCH` (`q_elems` not whole rows, `out_elems` != `q_elems`, scratch too
+// short), `EKV_ERR_POSITION_OUT_OF_RANGE` (queries past the reserved positions, or a key the
+// window keeps in a page released by `ekv_seq_slide`). Everything, every key page any query
+// needs included, is checked before anything is computed: on error neither `out` nor
+// `scratch` was written.
 //
 // # Safety
 //
@@ -915,21 +1058,30 @@ ekv_status_t ekv_attention(ekv_cache_t *cache,
 // Creates an empty sequence of `mode` (`EKV_SEQ_PAGED` or `EKV_SEQ_CONTIGUOUS`) and writes its
 // handle to `out`.
 //
+// Errors: `EKV_ERR_INVALID_ARGUMENT` (`mode`), `EKV_ERR_TOO_MANY_SEQUENCES`,
+// `EKV_ERR_CONTIGUOUS_UNSUPPORTED` (contiguous without `EKV_ALLOC_BITMAP`).
+//
 // # Safety
 //
 // `cache` is NULL or points to readable `ekv_cache_t` storage; `out` (required) is NULL or
 // writable.
 ekv_status_t ekv_seq_create(ekv_cache_t *cache, uint32_t mode, ekv_seq_t *out);
 
-// Frees a sequence, releasing its pages (published pages stay cached for reuse).
+// Frees a sequence: each of its pages loses this sequence's reference; a page no other
+// sequence holds returns to the allocator, or, if published for prefix reuse, stays cached
+// (evictable, least recently cached first) for later lookups. The handle is then
+// `EKV_ERR_UNKNOWN_SEQUENCE` everywhere.
 //
 // # Safety
 //
 // `cache` is NULL or points to readable `ekv_cache_t` storage.
 ekv_status_t ekv_seq_free(ekv_cache_t *cache, ekv_seq_t seq);
 
-// Forks a sequence: the child (written to `out`) sees the same positions and data; full pages
-// are shared, the partial tail page is copied. Forking a sequence with pages released by
+// Forks a sequence: the child (written to `out`) sees the same positions and data. A paged
+// child shares the full pages (reference counted: a later write to either sequence copies the
+// page first) and gets a copy of the partial tail page; a contiguous child gets its own run (a
+// copy). Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_TOO_MANY_SEQUENCES`,
+// `EKV_ERR_OUT_OF_PAGES`, `EKV_ERR_NO_CONTIGUOUS_RUN`. Forking a sequence with pages released by
 // `ekv_seq_slide` is allowed: the child has the same released positions (attention under the
 // same window, or a narrower one, works; reads of released positions are
 // `EKV_ERR_POSITION_OUT_OF_RANGE` as for the parent).
@@ -939,18 +1091,24 @@ ekv_status_t ekv_seq_free(ekv_cache_t *cache, ekv_seq_t seq);
 // As `ekv_seq_create`.
 ekv_status_t ekv_seq_fork(ekv_cache_t *cache, ekv_seq_t seq, ekv_seq_t *out);
 
-// Shortens a sequence to `len` positions.
+// Shortens a sequence to `len` positions: a paged sequence releases the pages past `len`
+// (published ones stay cached), a contiguous one keeps its run as capacity; the committed
+// prompt is cut to `len`. A page kept shared is copied by the next write into it.
+//
+// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_TRUNCATE_BEYOND_LENGTH` (`len` above the
+// length), `EKV_ERR_POSITION_OUT_OF_RANGE` (the new last page was released by `ekv_seq_slide`).
 //
 // # Safety
 //
 // As `ekv_seq_free`.
 ekv_status_t ekv_seq_truncate(ekv_cache_t *cache, ekv_seq_t seq, uint32_t len);
 
-// Reserves `n` more positions at the end of a sequence (all or nothing) and writes the first
-// new position to `first` (optional: may be NULL). It also secures the pages the writes into
-// the new positions need: a shared or published tail page is copied now, so writing the
-// reserved positions cannot fail with `EKV_ERR_OUT_OF_PAGES` (until the sequence is forked or
-// its pages are published by `ekv_commit_prompt` again).
+// Reserves `n` more positions at the end of a sequence (all or nothing), allocating pages for
+// every layer, and writes the first new position to `first` (optional: may be NULL). It also
+// secures the pages the writes into the new positions need: a shared or published tail page is
+// copied now, so writing the reserved positions cannot fail with `EKV_ERR_OUT_OF_PAGES` (until
+// the sequence is forked or its pages are published by `ekv_commit_prompt` again; rewriting
+// positions before `first` may still need a copy).
 //
 // Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_SEQUENCE_FULL` past `max_seq_tokens` (however
 // far, even past `UINT32_MAX`), `EKV_ERR_OUT_OF_PAGES` (new pages plus the tail copy),
@@ -962,8 +1120,20 @@ ekv_status_t ekv_seq_truncate(ekv_cache_t *cache, ekv_seq_t seq, uint32_t len);
 ekv_status_t ekv_seq_reserve(ekv_cache_t *cache, ekv_seq_t seq, uint32_t n, uint32_t *first);
 
 // Releases the pages of a paged sequence that no query at a position >= `from` can see under
-// the window (`sinks` leading positions, `window` most recent); writes the pages released to
-// `released` (optional: may be NULL).
+// the window (`sinks` leading positions, `window` most recent, as `ekv_attention_params_t`):
+// those wholly inside `[sinks, from + 1 - window)`. Writes the pages released to `released`
+// (optional: may be NULL). Call it once attention for every position below `from` is done
+// (typically `from` = length after each decode step), with the window attention uses.
+//
+// Released pages read 0xFFFF in `ekv_seq_page_table` (0xFFFFFFFF offsets in
+// `ekv_bind_region`, left out of segment lists); positions keep their absolute values, and
+// reading, writing or gathering a released position, or attending to one as a kept key, is
+// `EKV_ERR_POSITION_OUT_OF_RANGE`. A shared page loses this sequence's reference only, a
+// published one becomes cached. A sequence with released pages cannot be snapshotted
+// (`EKV_ERR_WINDOWED_SEQUENCE`).
+//
+// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_NOT_PAGED`, `EKV_ERR_ZERO_SIZE` (`window` 0),
+// `EKV_ERR_POSITION_OUT_OF_RANGE` (`from` past the length).
 //
 // # Safety
 //
@@ -1015,6 +1185,12 @@ ekv_status_t ekv_snapshot_size(ekv_cache_t *cache, ekv_seq_t seq, size_t *out);
 // `image_bytes` (optional: may be NULL). The cache is not changed. Everything is checked
 // before `buf` is written: on error it is untouched.
 //
+// The image (little-endian): a 64-byte header (magic "EKVS", layout version, the fingerprint,
+// shape, K and V formats and rotations, page_tokens, token / page / payload / image sizes), the
+// token ids, the pages' bytes in every layer (rows past the length zero; independent of the
+// cache's alignment and pool size), then a CRC-32 (ISO-HDLC) of everything before it. Version
+// 1 unless pages are 4-bit or rotated (then 2, which older libraries refuse).
+//
 // Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_BUFFER_TOO_SMALL` (`buf_bytes` below
 // `ekv_snapshot_size`; `image_bytes` then holds the bytes needed), `EKV_ERR_LENGTH_MISMATCH`
 // (`n_tokens` not the sequence's length), `EKV_ERR_WINDOWED_SEQUENCE` (pages released by
@@ -1039,8 +1215,16 @@ ekv_status_t ekv_snapshot_to_buffer(ekv_cache_t *cache,
 // entries) and their number to `n_tokens` (optional: may be NULL). Everything is verified
 // before the pool is touched (magic, version, header, CRC-32, `fingerprint`, shape / formats /
 // page size), then the pages are allocated all or nothing; with a prefix index the image's
-// whole chunks are published as a committed prompt. On error the cache and the outputs are as
-// they were.
+// tokens are committed as prompt and its whole chunks published. On error the cache and the
+// outputs are as they were.
+//
+// Compatible caches: the same layers, kv_heads, head_dim, page_tokens, K and V formats and
+// rotations as the cache that wrote the image (else `EKV_ERR_CONFIG_MISMATCH`); alignment,
+// pool size, sequence limits, allocator and namespace may differ. `fingerprint` must equal the
+// one it was written with (`EKV_ERR_FINGERPRINT_MISMATCH`): use one that names the model and
+// namespace. The sequence is paged (even if the saved one was contiguous) and its pages hold
+// the saved bytes bit for bit, so reads and attention give what they gave before the save.
+// Every single-bit flip of an image is detected.
 //
 // Errors: `EKV_ERR_TRUNCATED`, `EKV_ERR_BAD_MAGIC`, `EKV_ERR_UNSUPPORTED_VERSION`,
 // `EKV_ERR_CORRUPT_SNAPSHOT`, `EKV_ERR_CRC_MISMATCH`, `EKV_ERR_FINGERPRINT_MISMATCH`,
@@ -1066,7 +1250,9 @@ ekv_status_t ekv_restore_from_buffer(ekv_cache_t *cache,
 // Copies positions `[start, start + n)` of `(seq, layer, kv)` into `staging`, head-major
 // `[kv_heads][n][head_dim]` f32 (`n = staging_elems / (kv_heads x head_dim)`, whole cache
 // lines), using `row` (`kv_heads x head_dim` floats) as scratch, then cleans `staging`
-// through `maint` (NULL: no cache). Writes `n` to `rows` (optional: may be NULL).
+// through `maint` (NULL: no cache). Writes `n` to `rows` (optional: may be NULL). Values are
+// converted from the page format as `ekv_read_f32` converts them (`ekv_gather_f16`: then
+// rounded to nearest even).
 //
 // Errors: `EKV_ERR_SHAPE_MISMATCH` (`staging_elems` not a whole number >= 1 of rows,
 // `row_elems` not one row), `EKV_ERR_MISALIGNED` (`staging` not whole cache lines),
@@ -1111,8 +1297,9 @@ ekv_status_t ekv_gather_f16(ekv_cache_t *cache,
 
 // Takes f32 K or V rows a device wrote into `staging` (token-major `[n][kv_heads][head_dim]`,
 // whole cache lines): invalidates `staging` through `maint` (NULL: no cache), then writes the
-// rows to positions `[start, start + n)` of `(seq, layer, kv)` (reserved), quantizing to the
-// page format. Writes `n` to `rows` (optional: may be NULL).
+// rows to positions `[start, start + n)` of `(seq, layer, kv)` (reserved), converting or
+// quantizing to the page format as `ekv_write_f32` does (shared pages copied first). Writes `n`
+// to `rows` (optional: may be NULL).
 //
 // Errors: `EKV_ERR_SHAPE_MISMATCH` (`staging_elems` not a whole number >= 1 of rows),
 // `EKV_ERR_MISALIGNED`, and the errors of `ekv_write_f32` for the same range
@@ -1133,7 +1320,7 @@ ekv_status_t ekv_ingest_f32(ekv_cache_t *cache,
                             size_t staging_elems,
                             uint32_t *rows);
 
-// As `ekv_ingest_f32`, from f16 bit patterns.
+// As `ekv_ingest_f32`, from f16 bit patterns (as `ekv_write_f16` takes them).
 //
 // # Safety
 //
@@ -1155,7 +1342,14 @@ const char *ekv_strerror(ekv_status_t status);
 // Writes the segments of `seq`'s pages in `pool` (`EKV_POOL_*`) of `layer` to `out`
 // (`capacity` entries) and their number to `count`. No cache maintenance. With `capacity`
 // too small: `EKV_ERR_BUFFER_TOO_SMALL`, `count` = entries needed, `out` untouched. `map` NULL
-// is the identity.
+// is the identity. Segments come in position order: consecutive page-table entries holding
+// consecutive page ids merge while the device sees the merged range as one block; pages
+// released by `ekv_seq_slide` are left out (they end a segment). A segment covers whole pages:
+// rows past the sequence's length hold whatever the page last held. Scale pools of formats
+// without scales give no segments.
+//
+// Errors: `EKV_ERR_INVALID_ARGUMENT` (`pool`), `EKV_ERR_UNKNOWN_SEQUENCE`,
+// `EKV_ERR_LAYER_OUT_OF_RANGE`, the map's (`EKV_ERR_UNMAPPED`...), `EKV_ERR_BUFFER_TOO_SMALL`.
 //
 // # Safety
 //
@@ -1174,8 +1368,9 @@ ekv_status_t ekv_segments(ekv_cache_t *cache,
 // through `maint` (NULL: no cache), then the value segments are written to `values`, scale
 // segments (int8 formats) to `scales` and their counts to `n_values` / `n_scales`. With a
 // capacity too small: `EKV_ERR_BUFFER_TOO_SMALL`, both counts hold the entries needed, the
-// arrays are untouched and no maintenance ran. On any other error (`EKV_ERR_MAINTENANCE`
-// included) nothing is written.
+// arrays are untouched and no maintenance ran. `EKV_ERR_MISALIGNED` when a segment is not
+// whole lines of `maint->line_size` (a line above `config.align`), checked before any line is
+// cleaned. On any other error (`EKV_ERR_MAINTENANCE` included) nothing is written.
 //
 // # Safety
 //
@@ -1200,7 +1395,11 @@ ekv_status_t ekv_read_view(ekv_cache_t *cache,
 // for pages released by a window; cleans the bound pages; writes the region to `out`. Each
 // array needs the sequence's page count (`ekv_seq_info().pages`) entries; with fewer:
 // `EKV_ERR_BUFFER_TOO_SMALL` and `out->pages` = entries needed. The pages are cleaned before
-// anything is written: on any other error nothing is.
+// anything is written: on any other error nothing is. The offsets follow the arena layout of
+// `ekv_plan_t`. Other errors: the map's when the arena is not one device block
+// (`EKV_ERR_UNMAPPED`...), `EKV_ERR_ADDRESS_OVERFLOW` (an offset past `UINT32_MAX`),
+// `EKV_ERR_MISALIGNED` (a page not whole lines of `maint->line_size`, checked before any
+// maintenance), `EKV_ERR_MAINTENANCE`.
 //
 // The region is the data arena: for `ekv_cache_create` the `data` pointer given, for
 // `ekv_cache_create_split` the data part of the buffer, which starts after the metadata at

@@ -67,6 +67,12 @@ unsafe fn plan_call(
 /// The plan for a data arena of `data_bytes`: as many pages as fit (at most 65535), and the
 /// metadata bytes they need.
 ///
+/// Errors (all `ekv_plan*`): `EKV_ERR_NULL`, `EKV_ERR_INVALID_ARGUMENT` (enumerations, reserved
+/// fields), `EKV_ERR_ZERO_SIZE`, `EKV_ERR_PAGE_TOKENS_NOT_POWER_OF_TWO`,
+/// `EKV_ERR_INVALID_ALIGNMENT`, `EKV_ERR_INVALID_CHUNK_SIZE`, `EKV_ERR_INVALID_FORMAT` (format
+/// parameters that do not fit head_dim; a rotation needs head_dim a power of two up to 256),
+/// `EKV_ERR_FORMAT_DISABLED`, `EKV_ERR_OVERFLOW`, `EKV_ERR_ARENA_TOO_SMALL` (not one page fits).
+///
 /// # Safety
 ///
 /// `config` is NULL or points to an `ekv_config_t`; `out` (required) is NULL or points to
@@ -334,7 +340,11 @@ pub unsafe extern "C" fn ekv_cache_plan(cache: *mut EkvCache, out: *mut EkvPlan)
     })
 }
 
-/// Switches the prefix namespace (e.g. another adapter is loaded).
+/// Switches the prefix namespace (e.g. another adapter is loaded): later lookups and commits
+/// chain from `namespace`. Pages published under the old one are never found under the new one
+/// (the namespace is part of every first page's identity) and are evicted in time; committing a
+/// sequence whose published pages belong to the old namespace fails with
+/// `EKV_ERR_PROMPT_MISMATCH`.
 ///
 /// # Safety
 ///

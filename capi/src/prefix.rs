@@ -8,9 +8,17 @@ use super::ptr::{Buf, Out, disjoint, input, opt_span};
 use super::status::{EKV_ERR_INVALID_ARGUMENT, EKV_ERR_STALE_HIT, EkvStatus, Fail, status};
 use super::types::{EkvPrefixHit, EkvSeq};
 
-/// Commits positions `[0, n)` of a sequence as prompt with these token ids (prefilled in
-/// chunk-aligned steps) and publishes its whole chunks for reuse; writes the pages newly
-/// published to `published` (optional: may be NULL).
+/// Commits positions `[0, n)` of a sequence as prompt with these token ids and publishes its
+/// whole chunks for reuse; writes the pages newly published to `published` (optional: may be
+/// NULL). The positions must have been prefilled in chunks aligned to absolute multiples of the
+/// chunk size C (`chunk_tokens`). Pages an equal published page already covers stay
+/// unpublished; published pages are shared (a later write copies first) and stay cached after
+/// the sequence is freed. A contiguous sequence, or a cache without a prefix index, only records
+/// the length. Call it again after each prefill of a longer prompt (each chat turn).
+///
+/// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_PROMPT_MISMATCH` (`n` above the sequence's
+/// length, tokens that differ from those its published pages hold, or pages published under
+/// another namespace, see `ekv_set_namespace`).
 ///
 /// # Safety
 ///
@@ -45,8 +53,13 @@ pub unsafe extern "C" fn ekv_commit_prompt(
     status(r)
 }
 
-/// Looks up the longest published prefix of a prompt that may be reused (verified, chunk
-/// aligned, below the prompt's length). Changes nothing.
+/// Looks up the longest published prefix of a prompt that may be reused: verified page by page
+/// and token for token (a hash collision never matches), aligned down to the chunk size C,
+/// capped at `n - 1` (the last prompt token is always recomputed: its logits are needed).
+/// Changes nothing; an empty prompt or index gives 0 tokens. Prefill continues from
+/// `hit.tokens` in chunks aligned to multiples of C, which write what a cold prefill writes.
+///
+/// Errors: `EKV_ERR_NO_PREFIX_INDEX`, `EKV_ERR_NULL`, `EKV_ERR_OVERLAP`.
 ///
 /// # Safety
 ///
@@ -85,11 +98,14 @@ pub unsafe extern "C" fn ekv_prefix_lookup(
 }
 
 /// Attaches a hit of `ekv_prefix_lookup` for the same prompt to an empty paged sequence: its
-/// first `hit.tokens` positions become the hit's pages (shared), committed as prompt. Writes the
-/// positions attached to `attached` (optional: may be NULL); prefill continues from there.
+/// first `hit.tokens` positions become the hit's pages (shared by reference count: a write into
+/// them copies first; cached pages are revived), committed as prompt. Writes the positions
+/// attached to `attached` (optional: may be NULL); prefill continues from there.
 ///
 /// The hit is verified again: the prompt is looked up anew and must give the same hit, else
-/// `EKV_ERR_STALE_HIT` (pages evicted meanwhile, or another prompt).
+/// `EKV_ERR_STALE_HIT` (pages evicted meanwhile, or another prompt). Other errors:
+/// `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_NOT_PAGED`, `EKV_ERR_SEQUENCE_NOT_EMPTY`,
+/// `EKV_ERR_NO_PREFIX_INDEX`; on error the sequence is unchanged.
 ///
 /// # Safety
 ///
@@ -143,7 +159,11 @@ pub unsafe extern "C" fn ekv_prefix_attach(
 /// The single-conversation path: `held` are the token ids at the sequence's positions, `prompt`
 /// the new prompt. Keeps the longest reusable common prefix (chunk aligned, below the prompt's
 /// length, inside the committed prompt), truncates the sequence there and writes the positions
-/// kept to `kept` (optional: may be NULL).
+/// kept to `kept` (optional: may be NULL). Decode positions are never kept. Works without a
+/// prefix index and for contiguous sequences.
+///
+/// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_PROMPT_MISMATCH` (`held` longer than the
+/// sequence).
 ///
 /// # Safety
 ///

@@ -138,8 +138,17 @@ unsafe fn read<T: CElem>(
 
 /// Writes `elems` f32 values (`n` whole token rows of `kv_heads x head_dim`) to positions
 /// `[start, start + n)` of layer `layer`'s K or V (`EKV_K` / `EKV_V`); positions must be
-/// reserved. Rows are converted (rounded to nearest even) or quantized to the page format;
-/// shared pages are copied first.
+/// reserved. Rows are converted (rounded to nearest even) or quantized to the page format, as
+/// each `EKV_FORMAT_*` states (per group, block or tile of each head row: a row's stored bytes
+/// depend on that row alone), after the half's rotation if any. A page shared with another
+/// sequence (fork, attached prefix) or published for prefix reuse is copied first
+/// (copy-on-write): the write is never seen through another sequence.
+///
+/// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_LAYER_OUT_OF_RANGE`, `EKV_ERR_LENGTH_MISMATCH`
+/// (`elems` not whole rows), `EKV_ERR_POSITION_OUT_OF_RANGE` (past the reserved positions, or in
+/// pages released by `ekv_seq_slide`), `EKV_ERR_OUT_OF_PAGES` (no page for a copy-on-write; writes
+/// into positions `ekv_seq_reserve` just reserved never need one, see there). All or nothing: on
+/// error no row was written.
 ///
 /// # Safety
 ///
@@ -159,7 +168,9 @@ pub unsafe extern "C" fn ekv_write_f32(
     unsafe { write(cache, seq, layer, kv, start, rows, elems) }
 }
 
-/// As `ekv_write_f32`, with IEEE binary16 values given as their `uint16_t` bit patterns.
+/// As `ekv_write_f32`, with IEEE binary16 values given as their `uint16_t` bit patterns: stored
+/// bit for bit in f16 pages; for other formats widened to f32 exactly first (the same bytes as
+/// `ekv_write_f32` of the widened values).
 ///
 /// # Safety
 ///
@@ -178,7 +189,9 @@ pub unsafe extern "C" fn ekv_write_f16(
     unsafe { write(cache, seq, layer, kv, start, rows, elems) }
 }
 
-/// Writes K and V rows (f32, `elems` each) of one layer for the same positions in one call.
+/// Writes K and V rows (f32, `elems` each) of one layer for the same positions in one call,
+/// converted as `ekv_write_f32` does. Both are checked before either is written: on error
+/// neither K nor V changed.
 ///
 /// # Safety
 ///
@@ -217,7 +230,15 @@ pub unsafe extern "C" fn ekv_write_kv_f16(
 }
 
 /// Reads `elems` f32 values (whole rows) of positions `[start, start + n)` of one layer's K or
-/// V, converted (dequantized) from the page format.
+/// V, converted (dequantized) from the page format as each `EKV_FORMAT_*` states: f32, f16 and
+/// bf16 exactly; int8 `code * scale`, Q4_0 `(code - 8) * d`, Q4_1 `code * d + m`, FP8
+/// `e4m3 value * s` (exact in f32); rotated halves rotated back in f32. These are the values
+/// `ekv_attention` computes over (see there for the int8-key query rounding). Reserved positions
+/// never written read as whatever their page last held (zeros in a fresh arena).
+///
+/// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_LAYER_OUT_OF_RANGE`, `EKV_ERR_LENGTH_MISMATCH`
+/// (`elems` not whole rows), `EKV_ERR_POSITION_OUT_OF_RANGE` (past the reserved positions, or in
+/// pages released by `ekv_seq_slide`); on error `out` is untouched.
 ///
 /// # Safety
 ///
@@ -237,7 +258,8 @@ pub unsafe extern "C" fn ekv_read_f32(
     unsafe { read(cache, seq, layer, kv, start, out, elems) }
 }
 
-/// As `ekv_read_f32`, into f16 bit patterns.
+/// As `ekv_read_f32`, into f16 bit patterns: each value as `ekv_read_f32` gives it, rounded to
+/// nearest even (f16 pages: their bits as stored).
 ///
 /// # Safety
 ///
@@ -257,7 +279,8 @@ pub unsafe extern "C" fn ekv_read_f16(
 }
 
 /// Fills `params` for full causal attention with `q_heads` query heads and scale
-/// `1 / sqrt(head_dim)`.
+/// `1 / sqrt(head_dim)` (`1.0f / sqrtf((float)head_dim)`, correctly rounded: the Rust API's
+/// default bits).
 ///
 /// # Safety
 ///
@@ -289,8 +312,9 @@ pub unsafe extern "C" fn ekv_attention_params_init(
 
 /// The `float`s of scratch `ekv_attention` needs without rotated keys:
 /// `q_heads x (page_tokens + 4 + 2 x head_dim)` (running maxima and sums, a page of scores, a
-/// later key segment's state for rows over 2,048 keys, the query quantized for int8 keys). `ekv_cache_attention_scratch_len` answers for a cache, rotated
-/// keys included (`q_heads x head_dim` more).
+/// later key segment's state for rows over 2,048 keys, the query quantized for int8 keys: 16-bit
+/// codes and per-group scales). `ekv_cache_attention_scratch_len` answers for a cache, rotated
+/// keys included (`q_heads x head_dim` more). The scratch's contents on return are unspecified.
 #[unsafe(no_mangle)]
 pub extern "C" fn ekv_attention_scratch_len(
     q_heads: u16,
@@ -364,11 +388,46 @@ fn rust_params(p: &EkvAttentionParams, head_dim: u16) -> Res<AttentionParams> {
 }
 
 /// Causal attention of `n` query rows at absolute positions `[start, start + n)` of `seq` over
-/// its keys and values in `layer`. `q` and `out` are `[n][q_heads][head_dim]` floats (`q_elems`
+/// its keys and values in `layer`: query position `t` attends to keys `[0, t]` (or the window's
+/// subset, see `ekv_attention_params_t`), query head `h` to KV head
+/// `h / (q_heads / kv_heads)`. `q` and `out` are `[n][q_heads][head_dim]` floats (`q_elems`
 /// each: `out_elems` must equal `q_elems`); `scratch` holds at least
-/// `ekv_attention_scratch_len(q_heads, page_tokens, head_dim)` floats (more, by
-/// `ekv_attention_block_scratch_len`, computes several rows together). Results do not depend on how a
-/// prompt is chunked.
+/// `ekv_attention_scratch_len(q_heads, page_tokens, head_dim)` floats
+/// (`ekv_cache_attention_scratch_len` with rotated keys; more, by
+/// `ekv_attention_block_scratch_len`, computes up to 8 rows together).
+///
+/// Numerics, for a C reference to model:
+/// * Keys and values are the stored ones, as `ekv_read_f32` returns them (f16, bf16, FP8 and
+///   4-bit pages are dequantized inside the dot products, int8 and 4-bit values as they are
+///   accumulated). Rotated keys: each query row is rotated alike; rotated values: each output
+///   row is rotated back.
+/// * Int8 keys (`EKV_FORMAT_INT8`) score against the query rounded once per row to 16-bit codes
+///   per key group: per head and group of `group` values, with `amax = max|x|`, codes
+///   `round_half_away_from_zero(x * (32767 / amax))` and group scale `amax / 32767 * scale`
+///   (f32); a score is the sum over the groups, in order, of (query scale x key scale) x the
+///   exact integer sum of query code x key code. Each query element is so off by up to
+///   `amax / 65534` (1.5e-5 of its group's largest magnitude): a dense f32 reference with the
+///   exact query differs by about that much (relative errors near 1e-4 are expected), one with
+///   the query so rounded agrees within f32 rounding. A group with `amax` below 2^-60 counts as
+///   zero; one holding an inf or a NaN gives NaN scores. Other key formats use the f32 query.
+/// * Softmax runs online in f32, one rescale per page, with libm's `expf` bits; a weight below
+///   2^-60 of the row's largest is 0, and accumulator elements below 2^-125 become zeros of
+///   their sign (no subnormals on any target).
+/// * Keys are visited in a fixed order, sums run in eight fixed lanes combined in a fixed tree,
+///   and a row over 2,048 keys is computed in segments of 2,048 merged in order: a row's result
+///   depends only on the row, its position and the keys and values, never on how a prompt is
+///   chunked, on the rows computed with it, or on the CPU (x86-64 with or without AVX2/F16C,
+///   Cortex-M: the same bits). It is not a sequential f32 loop: compare with a tolerance.
+/// * Keys and values at reserved positions never written are whatever their page last held.
+///
+/// Errors: `EKV_ERR_NULL`, `EKV_ERR_OVERLAP`, `EKV_ERR_INVALID_ARGUMENT` (`reserved` nonzero,
+/// sinks without a window), `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_LAYER_OUT_OF_RANGE`,
+/// `EKV_ERR_HEAD_MISMATCH` (`q_heads` not a nonzero multiple of `kv_heads`),
+/// `EKV_ERR_LENGTH_MISMATCH` (`q_elems` not whole rows, `out_elems` != `q_elems`, scratch too
+/// short), `EKV_ERR_POSITION_OUT_OF_RANGE` (queries past the reserved positions, or a key the
+/// window keeps in a page released by `ekv_seq_slide`). Everything, every key page any query
+/// needs included, is checked before anything is computed: on error neither `out` nor
+/// `scratch` was written.
 ///
 /// # Safety
 ///

@@ -12,6 +12,9 @@ use super::types::{EKV_SEQ_CONTIGUOUS, EKV_SEQ_PAGED, EkvSeq, EkvSeqInfo, parse_
 /// Creates an empty sequence of `mode` (`EKV_SEQ_PAGED` or `EKV_SEQ_CONTIGUOUS`) and writes its
 /// handle to `out`.
 ///
+/// Errors: `EKV_ERR_INVALID_ARGUMENT` (`mode`), `EKV_ERR_TOO_MANY_SEQUENCES`,
+/// `EKV_ERR_CONTIGUOUS_UNSUPPORTED` (contiguous without `EKV_ALLOC_BITMAP`).
+///
 /// # Safety
 ///
 /// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` (required) is NULL or
@@ -33,7 +36,10 @@ pub unsafe extern "C" fn ekv_seq_create(
     })
 }
 
-/// Frees a sequence, releasing its pages (published pages stay cached for reuse).
+/// Frees a sequence: each of its pages loses this sequence's reference; a page no other
+/// sequence holds returns to the allocator, or, if published for prefix reuse, stays cached
+/// (evictable, least recently cached first) for later lookups. The handle is then
+/// `EKV_ERR_UNKNOWN_SEQUENCE` everywhere.
 ///
 /// # Safety
 ///
@@ -45,8 +51,11 @@ pub unsafe extern "C" fn ekv_seq_free(cache: *mut EkvCache, seq: EkvSeq) -> EkvS
     status(h.with(|c, _| Ok(dispatch!(c, c => c.free_sequence(SeqId::from_raw(seq)))?)))
 }
 
-/// Forks a sequence: the child (written to `out`) sees the same positions and data; full pages
-/// are shared, the partial tail page is copied. Forking a sequence with pages released by
+/// Forks a sequence: the child (written to `out`) sees the same positions and data. A paged
+/// child shares the full pages (reference counted: a later write to either sequence copies the
+/// page first) and gets a copy of the partial tail page; a contiguous child gets its own run (a
+/// copy). Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_TOO_MANY_SEQUENCES`,
+/// `EKV_ERR_OUT_OF_PAGES`, `EKV_ERR_NO_CONTIGUOUS_RUN`. Forking a sequence with pages released by
 /// `ekv_seq_slide` is allowed: the child has the same released positions (attention under the
 /// same window, or a narrower one, works; reads of released positions are
 /// `EKV_ERR_POSITION_OUT_OF_RANGE` as for the parent).
@@ -70,7 +79,12 @@ pub unsafe extern "C" fn ekv_seq_fork(
     })
 }
 
-/// Shortens a sequence to `len` positions.
+/// Shortens a sequence to `len` positions: a paged sequence releases the pages past `len`
+/// (published ones stay cached), a contiguous one keeps its run as capacity; the committed
+/// prompt is cut to `len`. A page kept shared is copied by the next write into it.
+///
+/// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_TRUNCATE_BEYOND_LENGTH` (`len` above the
+/// length), `EKV_ERR_POSITION_OUT_OF_RANGE` (the new last page was released by `ekv_seq_slide`).
 ///
 /// # Safety
 ///
@@ -86,11 +100,12 @@ pub unsafe extern "C" fn ekv_seq_truncate(
     status(h.with(|c, _| Ok(dispatch!(c, c => c.truncate(SeqId::from_raw(seq), len))?)))
 }
 
-/// Reserves `n` more positions at the end of a sequence (all or nothing) and writes the first
-/// new position to `first` (optional: may be NULL). It also secures the pages the writes into
-/// the new positions need: a shared or published tail page is copied now, so writing the
-/// reserved positions cannot fail with `EKV_ERR_OUT_OF_PAGES` (until the sequence is forked or
-/// its pages are published by `ekv_commit_prompt` again).
+/// Reserves `n` more positions at the end of a sequence (all or nothing), allocating pages for
+/// every layer, and writes the first new position to `first` (optional: may be NULL). It also
+/// secures the pages the writes into the new positions need: a shared or published tail page is
+/// copied now, so writing the reserved positions cannot fail with `EKV_ERR_OUT_OF_PAGES` (until
+/// the sequence is forked or its pages are published by `ekv_commit_prompt` again; rewriting
+/// positions before `first` may still need a copy).
 ///
 /// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_SEQUENCE_FULL` past `max_seq_tokens` (however
 /// far, even past `UINT32_MAX`), `EKV_ERR_OUT_OF_PAGES` (new pages plus the tail copy),
@@ -125,8 +140,20 @@ pub unsafe extern "C" fn ekv_seq_reserve(
 }
 
 /// Releases the pages of a paged sequence that no query at a position >= `from` can see under
-/// the window (`sinks` leading positions, `window` most recent); writes the pages released to
-/// `released` (optional: may be NULL).
+/// the window (`sinks` leading positions, `window` most recent, as `ekv_attention_params_t`):
+/// those wholly inside `[sinks, from + 1 - window)`. Writes the pages released to `released`
+/// (optional: may be NULL). Call it once attention for every position below `from` is done
+/// (typically `from` = length after each decode step), with the window attention uses.
+///
+/// Released pages read 0xFFFF in `ekv_seq_page_table` (0xFFFFFFFF offsets in
+/// `ekv_bind_region`, left out of segment lists); positions keep their absolute values, and
+/// reading, writing or gathering a released position, or attending to one as a kept key, is
+/// `EKV_ERR_POSITION_OUT_OF_RANGE`. A shared page loses this sequence's reference only, a
+/// published one becomes cached. A sequence with released pages cannot be snapshotted
+/// (`EKV_ERR_WINDOWED_SEQUENCE`).
+///
+/// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_NOT_PAGED`, `EKV_ERR_ZERO_SIZE` (`window` 0),
+/// `EKV_ERR_POSITION_OUT_OF_RANGE` (`from` past the length).
 ///
 /// # Safety
 ///

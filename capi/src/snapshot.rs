@@ -48,6 +48,12 @@ pub unsafe extern "C" fn ekv_snapshot_size(
 /// `image_bytes` (optional: may be NULL). The cache is not changed. Everything is checked
 /// before `buf` is written: on error it is untouched.
 ///
+/// The image (little-endian): a 64-byte header (magic "EKVS", layout version, the fingerprint,
+/// shape, K and V formats and rotations, page_tokens, token / page / payload / image sizes), the
+/// token ids, the pages' bytes in every layer (rows past the length zero; independent of the
+/// cache's alignment and pool size), then a CRC-32 (ISO-HDLC) of everything before it. Version
+/// 1 unless pages are 4-bit or rotated (then 2, which older libraries refuse).
+///
 /// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_BUFFER_TOO_SMALL` (`buf_bytes` below
 /// `ekv_snapshot_size`; `image_bytes` then holds the bytes needed), `EKV_ERR_LENGTH_MISMATCH`
 /// (`n_tokens` not the sequence's length), `EKV_ERR_WINDOWED_SEQUENCE` (pages released by
@@ -109,8 +115,16 @@ pub unsafe extern "C" fn ekv_snapshot_to_buffer(
 /// entries) and their number to `n_tokens` (optional: may be NULL). Everything is verified
 /// before the pool is touched (magic, version, header, CRC-32, `fingerprint`, shape / formats /
 /// page size), then the pages are allocated all or nothing; with a prefix index the image's
-/// whole chunks are published as a committed prompt. On error the cache and the outputs are as
-/// they were.
+/// tokens are committed as prompt and its whole chunks published. On error the cache and the
+/// outputs are as they were.
+///
+/// Compatible caches: the same layers, kv_heads, head_dim, page_tokens, K and V formats and
+/// rotations as the cache that wrote the image (else `EKV_ERR_CONFIG_MISMATCH`); alignment,
+/// pool size, sequence limits, allocator and namespace may differ. `fingerprint` must equal the
+/// one it was written with (`EKV_ERR_FINGERPRINT_MISMATCH`): use one that names the model and
+/// namespace. The sequence is paged (even if the saved one was contiguous) and its pages hold
+/// the saved bytes bit for bit, so reads and attention give what they gave before the save.
+/// Every single-bit flip of an image is detected.
 ///
 /// Errors: `EKV_ERR_TRUNCATED`, `EKV_ERR_BAD_MAGIC`, `EKV_ERR_UNSUPPORTED_VERSION`,
 /// `EKV_ERR_CORRUPT_SNAPSHOT`, `EKV_ERR_CRC_MISMATCH`, `EKV_ERR_FINGERPRINT_MISMATCH`,

@@ -106,7 +106,9 @@ unsafe fn ingest<T: super::rows::CElem>(
 /// Copies positions `[start, start + n)` of `(seq, layer, kv)` into `staging`, head-major
 /// `[kv_heads][n][head_dim]` f32 (`n = staging_elems / (kv_heads x head_dim)`, whole cache
 /// lines), using `row` (`kv_heads x head_dim` floats) as scratch, then cleans `staging`
-/// through `maint` (NULL: no cache). Writes `n` to `rows` (optional: may be NULL).
+/// through `maint` (NULL: no cache). Writes `n` to `rows` (optional: may be NULL). Values are
+/// converted from the page format as `ekv_read_f32` converts them (`ekv_gather_f16`: then
+/// rounded to nearest even).
 ///
 /// Errors: `EKV_ERR_SHAPE_MISMATCH` (`staging_elems` not a whole number >= 1 of rows,
 /// `row_elems` not one row), `EKV_ERR_MISALIGNED` (`staging` not whole cache lines),
@@ -191,8 +193,9 @@ pub unsafe extern "C" fn ekv_gather_f16(
 
 /// Takes f32 K or V rows a device wrote into `staging` (token-major `[n][kv_heads][head_dim]`,
 /// whole cache lines): invalidates `staging` through `maint` (NULL: no cache), then writes the
-/// rows to positions `[start, start + n)` of `(seq, layer, kv)` (reserved), quantizing to the
-/// page format. Writes `n` to `rows` (optional: may be NULL).
+/// rows to positions `[start, start + n)` of `(seq, layer, kv)` (reserved), converting or
+/// quantizing to the page format as `ekv_write_f32` does (shared pages copied first). Writes `n`
+/// to `rows` (optional: may be NULL).
 ///
 /// Errors: `EKV_ERR_SHAPE_MISMATCH` (`staging_elems` not a whole number >= 1 of rows),
 /// `EKV_ERR_MISALIGNED`, and the errors of `ekv_write_f32` for the same range
@@ -231,7 +234,7 @@ pub unsafe extern "C" fn ekv_ingest_f32(
     }
 }
 
-/// As `ekv_ingest_f32`, from f16 bit patterns.
+/// As `ekv_ingest_f32`, from f16 bit patterns (as `ekv_write_f16` takes them).
 ///
 /// # Safety
 ///

@@ -70,7 +70,8 @@ pub const EKV_ERR_TOO_MANY_SEQUENCES: EkvStatus = -110;
 pub const EKV_ERR_UNKNOWN_SEQUENCE: EkvStatus = -111;
 /// The sequence would exceed `max_seq_tokens`.
 pub const EKV_ERR_SEQUENCE_FULL: EkvStatus = -112;
-/// A token position lies outside the sequence's reserved range.
+/// A token position lies outside the sequence's reserved range, or in a page released by
+/// `ekv_seq_slide`.
 pub const EKV_ERR_POSITION_OUT_OF_RANGE: EkvStatus = -113;
 /// The layer index is not below `layers`.
 pub const EKV_ERR_LAYER_OUT_OF_RANGE: EkvStatus = -114;
@@ -111,7 +112,7 @@ pub const EKV_ERR_TRUNCATED: EkvStatus = -130;
 pub const EKV_ERR_CRC_MISMATCH: EkvStatus = -131;
 /// A snapshot was written for another model or namespace.
 pub const EKV_ERR_FINGERPRINT_MISMATCH: EkvStatus = -132;
-/// A snapshot's shape, formats or page size differ from the cache's.
+/// A snapshot's shape, formats (rotations included) or page size differ from the cache's.
 pub const EKV_ERR_CONFIG_MISMATCH: EkvStatus = -133;
 /// A snapshot does not fit the flash at that offset, or the flash geometry is unsupported.
 pub const EKV_ERR_FLASH_BOUNDS: EkvStatus = -134;

@@ -16,28 +16,55 @@ use super::status::{EKV_ERR_INVALID_ARGUMENT, Fail, Res};
 /// cache created 2^32 caches later.
 pub type EkvSeq = u64;
 
-/// `ekv_format_t.kind`: IEEE binary32 pages.
+/// `ekv_format_t.kind`: IEEE binary32 pages: f32 rows are stored bit for bit, f16 rows widened
+/// exactly; reads give the stored values.
 pub const EKV_FORMAT_F32: u32 = 0;
-/// `ekv_format_t.kind`: IEEE binary16 pages.
+/// `ekv_format_t.kind`: IEEE binary16 pages: f32 values are rounded to nearest even (beyond the
+/// f16 range to +-inf; NaN stays NaN), f16 rows (`ekv_write_f16`) stored bit for bit; reads
+/// widen exactly.
 pub const EKV_FORMAT_F16: u32 = 1;
-/// `ekv_format_t.kind`: bfloat16 pages.
+/// `ekv_format_t.kind`: bfloat16 pages: f32 (and widened f16) values are rounded to nearest
+/// even; reads widen exactly.
 pub const EKV_FORMAT_BF16: u32 = 2;
-/// `ekv_format_t.kind`: int8 codes with one f16 scale per `group` values (ggml Q8_0 math for
-/// `group` = 32).
+/// `ekv_format_t.kind`: int8 codes with one f16 scale per `group` values along head_dim, ggml
+/// Q8_0 math (for `group` = 32 bit for bit ggml's `quantize_row_q8_0_ref`): per group
+/// `amax = max|x|`, `d = amax / 127` in f32, codes `round_half_away_from_zero(x * (1 / d))`
+/// (f32, saturated to int8; 0 when `d` is 0), stored scale `d` rounded to f16 (nearest even; 0
+/// or inf where `d` under- or overflows f16, as in ggml). A value reads back as
+/// `code * (float)scale`. A group holding an inf or a NaN gets codes 0 and scale inf or NaN: the
+/// whole group reads back NaN. Keys in this format score against the query rounded to 16-bit
+/// codes per group (see `ekv_attention`).
 pub const EKV_FORMAT_INT8: u32 = 3;
-/// `ekv_format_t.kind`: FP8 E4M3 tiles (`dv`, `tile`, `bf16`), SGLang NSA rows.
+/// `ekv_format_t.kind`: FP8 E4M3 (`float8_e4m3fn`) tiles, SGLang NSA rows: the first `dv`
+/// values of each head row in tiles of `tile` values, each tile with an f32 scale
+/// `s = amax / 448` and codes `e4m3(x / s)` (computed in f32, rounded to nearest even, saturating
+/// at +-448), then the `head_dim - dv` tail values raw (f32; bf16 if `bf16`). With `bf16` = 1 the
+/// values are first rounded to bf16, each scale is rounded to bf16 and the tail is stored as
+/// bf16. A value reads back as `e4m3 value * s` (the tail as stored). An all-zero tile gets
+/// codes 0 (the reference writes NaN codes); a tile holding a NaN or an inf gets scale NaN or
+/// inf and reads back NaN throughout.
 pub const EKV_FORMAT_FP8_TILE: u32 = 4;
-/// `ekv_format_t.kind`: ggml Q4_0 blocks (32 values, f16 scale, 4-bit codes); head_dim a
-/// multiple of 32.
+/// `ekv_format_t.kind`: ggml Q4_0 blocks (32 values, f16 scale, 4-bit codes: 18 bytes, exactly
+/// ggml's); head_dim a multiple of 32. Bit for bit ggml's `quantize_row_q4_0_ref`: `max` is the
+/// block's first value of largest magnitude (sign kept), `d = max / -8`, codes
+/// `min(15, trunc(x * (1 / d) + 8.5))` with `1 / d` in f32 before `d` is rounded to f16; a value
+/// reads back as `(code - 8) * d`.
 pub const EKV_FORMAT_Q4_0: u32 = 5;
-/// `ekv_format_t.kind`: ggml Q4_1 blocks (32 values, f16 scale and minimum, 4-bit codes);
-/// head_dim a multiple of 32.
+/// `ekv_format_t.kind`: ggml Q4_1 blocks (32 values, f16 scale and minimum, 4-bit codes: 20
+/// bytes, exactly ggml's); head_dim a multiple of 32. Bit for bit ggml's
+/// `quantize_row_q4_1_ref`: `d = (max - min) / 15`, codes
+/// `min(15, trunc((x - min) * (1 / d) + 0.5))` with `1 / d` in f32, `d` and `m = min` stored as
+/// f16; a value reads back as `code * d + m`.
 pub const EKV_FORMAT_Q4_1: u32 = 6;
 
 /// `ekv_format_t.rotation`: rows stored as written.
 pub const EKV_ROTATION_NONE: u8 = 0;
 /// `ekv_format_t.rotation`: rows stored after an orthonormal Walsh-Hadamard transform (queries
-/// rotated alike for K, outputs rotated back for V; reads give the rows rotated back).
+/// rotated alike for K, outputs rotated back for V; reads give the rows rotated back). The
+/// transform runs in f32 before the format rounds or quantizes: butterflies, then one multiply
+/// by `1 / sqrt(head_dim)` (a power of two for head_dim 4, 16, 64, 256), the same bits on every
+/// target. Reads and attention match the unrotated rows up to the format's rounding and f32
+/// rounding (an f32 page reads back within f32 rounding of what was written, not bit for bit).
 pub const EKV_ROTATION_HADAMARD: u8 = 1;
 /// `ekv_format_t.rotation`: as `EKV_ROTATION_HADAMARD` after a fixed +-1 sign per element (bit
 /// `i mod 64` of 0x243F6A8885A308D3 set: -1).
@@ -48,10 +75,12 @@ pub const EKV_K: u32 = 0;
 /// Values (`kv` arguments).
 pub const EKV_V: u32 = 1;
 
-/// Sequence mode: pages allocated one at a time, shared on fork.
+/// Sequence mode: pages allocated one at a time, shared on fork (copy-on-write).
 pub const EKV_SEQ_PAGED: u32 = 0;
 /// Sequence mode: one run of consecutive pages growing geometrically (needs
-/// `EKV_ALLOC_BITMAP`).
+/// `EKV_ALLOC_BITMAP`): its capacity doubles, in place when the pages after it are free, else
+/// the run moves (used pages copied). Forks copy the run; truncation keeps it as capacity;
+/// `ekv_seq_slide` and `ekv_prefix_attach` need paged sequences (`EKV_ERR_NOT_PAGED`).
 pub const EKV_SEQ_CONTIGUOUS: u32 = 1;
 
 /// `ekv_config_t.allocator`: LIFO free list (O(1), single pages).
@@ -76,9 +105,10 @@ pub struct EkvFormat {
     pub kind: u32,
     /// `EKV_FORMAT_INT8`: values per scale (at least 2, divides head_dim; 32 = Q8_0).
     pub group: u16,
-    /// `EKV_FORMAT_FP8_TILE`: quantized values at the start of each head row.
+    /// `EKV_FORMAT_FP8_TILE`: quantized values at the start of each head row (a nonzero multiple
+    /// of `tile`, at most head_dim).
     pub dv: u16,
-    /// `EKV_FORMAT_FP8_TILE`: values per scale.
+    /// `EKV_FORMAT_FP8_TILE`: values per scale (nonzero).
     pub tile: u16,
     /// `EKV_FORMAT_FP8_TILE`: 1 for a bf16 model (bf16 scales rounding and tail), else 0.
     pub bf16: u8,
@@ -140,21 +170,29 @@ pub struct EkvConfig {
     pub k_format: EkvFormat,
     /// Storage format of value pages (default f32).
     pub v_format: EkvFormat,
-    /// Data-arena alignment in bytes: a power of two >= 64 (default 64).
+    /// Data-arena alignment in bytes: a power of two >= 64 and >= the target's data-cache line
+    /// (default 64). Also the pool-stride granule: every page starts at a multiple of it, so no
+    /// two pages share a cache line.
     pub align: u32,
-    /// Longest sequence in tokens (default 8192).
+    /// Longest sequence in tokens (default 8192; sizes each page table).
     pub max_seq_tokens: u32,
     /// Sequence slots (default 8).
     pub max_seqs: u16,
-    /// Prefill chunk size C, a multiple of `page_tokens`; 0 = one page (default 0).
+    /// Prefill chunk size C, a multiple of `page_tokens`; 0 = one page (default 0). Prompts are
+    /// to be prefilled in chunks aligned to absolute multiples of C, and prefix reuse is aligned
+    /// down to C, so a reused prefix holds what a cold prefill writes.
     pub chunk_tokens: u16,
-    /// 1 to keep a prefix index (default), 0 for none.
+    /// 1 to keep a prefix index (default), 0 for none. It takes about `28 + 4 x page_tokens`
+    /// metadata bytes per page; without it `ekv_prefix_lookup` / `ekv_prefix_attach` fail with
+    /// `EKV_ERR_NO_PREFIX_INDEX` (`ekv_reuse_prefix` still works).
     pub prefix_index: u8,
     /// Must be 0.
     pub reserved: [u8; 3],
     /// `EKV_ALLOC_FREE_LIST` (default) or `EKV_ALLOC_BITMAP` (needed for contiguous sequences).
     pub allocator: u32,
-    /// Prefix namespace: fingerprint of model, adapter and salt (default 0).
+    /// Prefix namespace: fingerprint of model, adapter and salt (default 0): the seed of the
+    /// prefix hash chain and the identity of every first page. First pages are linked by its low
+    /// 63 bits and hashed with all 64: use namespaces that differ in their low 63 bits.
     pub namespace: u64,
 }
 
@@ -224,6 +262,13 @@ impl EkvConfig {
 }
 
 /// A plan: how many pages a configuration gets and how big each arena must be.
+///
+/// The data arena's layout (part of the ABI: device views address it): for each layer in order,
+/// four pools (K values, K scales, V values, V scales), each `num_pages` slots of its own stride
+/// (a page's bytes rounded up to `align`; 0 for the scale pools of formats without scales). A
+/// value page is token-major `[page_tokens][kv_heads][head_dim]` in the format's bytes
+/// (little-endian; FP8 and 4-bit: per head row, as their formats say); an int8 scale page is
+/// `[page_tokens][kv_heads][head_dim / group]` f16.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EkvPlan {
@@ -245,7 +290,8 @@ pub struct EkvPlan {
     pub data_align: usize,
     /// Alignment the metadata arena needs.
     pub meta_align: usize,
-    /// 1 when a run of pages is one linear `[tokens][kv_heads][head_dim]` tensor.
+    /// 1 when every pool's page size is already a multiple of `align`: a run of consecutive
+    /// pages is then one linear `[tokens][kv_heads][head_dim]` tensor.
     pub natural: u8,
     /// Zero.
     pub reserved: [u8; 7],
@@ -278,7 +324,8 @@ pub struct EkvSeqInfo {
     pub len: u32,
     /// Tokens the held pages take without allocating.
     pub capacity: u32,
-    /// Leading positions committed as prompt.
+    /// Leading positions committed as prompt (`ekv_commit_prompt`, `ekv_prefix_attach`, a
+    /// restore with a prefix index; truncation lowers it to the new length).
     pub prompt: u32,
     /// Pages in its page table (the length `ekv_bind_region` outputs need).
     pub pages: u16,
@@ -340,9 +387,10 @@ impl EkvStats {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EkvPrefixHit {
-    /// Tokens to reuse (prefill continues from here).
+    /// Tokens to reuse (prefill continues from here): verified token for token, aligned down to
+    /// the chunk size, below the prompt's length (the last prompt token is always recomputed).
     pub tokens: u32,
-    /// Leading tokens matched by verified pages, before chunk alignment.
+    /// Leading tokens matched by verified pages (up to that cap), before chunk alignment.
     pub matched: u32,
     /// Pages holding the reused tokens.
     pub pages: u16,
@@ -358,11 +406,15 @@ pub struct EkvAttentionParams {
     pub q_heads: u16,
     /// Zero.
     pub reserved: u16,
-    /// Score scale (`ekv_attention_params_init` sets `1 / sqrt(head_dim)`).
+    /// Score scale (`ekv_attention_params_init` sets `1 / sqrt(head_dim)`); with int8 keys it is
+    /// folded into the query's per-group scales (see `ekv_attention`).
     pub scale: f32,
-    /// Sliding window: leading positions always kept (needs `window_size` > 0).
+    /// Sliding window: leading positions always kept (needs `window_size` > 0, else
+    /// `EKV_ERR_INVALID_ARGUMENT`).
     pub window_sinks: u32,
     /// Sliding window: most recent positions kept, the query's own included; 0 = full causal.
+    /// Query position `t` sees key `j <= t` when `j < window_sinks` or `t - j < window_size`
+    /// (positions keep their absolute values).
     pub window_size: u32,
 }
 

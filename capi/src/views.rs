@@ -13,7 +13,9 @@ use super::types::{EkvSeq, parse_kv, parse_pool};
 use edgekv_hal::{HalError, Segment};
 
 /// A run of a sequence's pages that are neighbours in the arena and on the device: one DMA
-/// descriptor. Always whole cache lines.
+/// descriptor. Pages are whole pool slots (the pool stride: page bytes rounded up to
+/// `config.align`, padding included), so a segment is always whole cache lines; its bytes are
+/// laid out as `ekv_plan_t` describes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EkvSegment {
@@ -23,7 +25,8 @@ pub struct EkvSegment {
     pub dev: u64,
     /// Bytes: `pages` x the pool stride.
     pub len: usize,
-    /// Index in the sequence's page table of the first page.
+    /// Index in the sequence's page table of the first page (its first position is
+    /// `first_page x page_tokens`).
     pub first_page: u32,
     /// Pages in the run.
     pub pages: u32,
@@ -157,7 +160,14 @@ pub(super) fn with_device<R>(
 /// Writes the segments of `seq`'s pages in `pool` (`EKV_POOL_*`) of `layer` to `out`
 /// (`capacity` entries) and their number to `count`. No cache maintenance. With `capacity`
 /// too small: `EKV_ERR_BUFFER_TOO_SMALL`, `count` = entries needed, `out` untouched. `map` NULL
-/// is the identity.
+/// is the identity. Segments come in position order: consecutive page-table entries holding
+/// consecutive page ids merge while the device sees the merged range as one block; pages
+/// released by `ekv_seq_slide` are left out (they end a segment). A segment covers whole pages:
+/// rows past the sequence's length hold whatever the page last held. Scale pools of formats
+/// without scales give no segments.
+///
+/// Errors: `EKV_ERR_INVALID_ARGUMENT` (`pool`), `EKV_ERR_UNKNOWN_SEQUENCE`,
+/// `EKV_ERR_LAYER_OUT_OF_RANGE`, the map's (`EKV_ERR_UNMAPPED`...), `EKV_ERR_BUFFER_TOO_SMALL`.
 ///
 /// # Safety
 ///
@@ -210,8 +220,9 @@ pub unsafe extern "C" fn ekv_segments(
 /// through `maint` (NULL: no cache), then the value segments are written to `values`, scale
 /// segments (int8 formats) to `scales` and their counts to `n_values` / `n_scales`. With a
 /// capacity too small: `EKV_ERR_BUFFER_TOO_SMALL`, both counts hold the entries needed, the
-/// arrays are untouched and no maintenance ran. On any other error (`EKV_ERR_MAINTENANCE`
-/// included) nothing is written.
+/// arrays are untouched and no maintenance ran. `EKV_ERR_MISALIGNED` when a segment is not
+/// whole lines of `maint->line_size` (a line above `config.align`), checked before any line is
+/// cleaned. On any other error (`EKV_ERR_MAINTENANCE` included) nothing is written.
 ///
 /// # Safety
 ///
@@ -292,7 +303,11 @@ pub unsafe extern "C" fn ekv_read_view(
 /// for pages released by a window; cleans the bound pages; writes the region to `out`. Each
 /// array needs the sequence's page count (`ekv_seq_info().pages`) entries; with fewer:
 /// `EKV_ERR_BUFFER_TOO_SMALL` and `out->pages` = entries needed. The pages are cleaned before
-/// anything is written: on any other error nothing is.
+/// anything is written: on any other error nothing is. The offsets follow the arena layout of
+/// `ekv_plan_t`. Other errors: the map's when the arena is not one device block
+/// (`EKV_ERR_UNMAPPED`...), `EKV_ERR_ADDRESS_OVERFLOW` (an offset past `UINT32_MAX`),
+/// `EKV_ERR_MISALIGNED` (a page not whole lines of `maint->line_size`, checked before any
+/// maintenance), `EKV_ERR_MAINTENANCE`.
 ///
 /// The region is the data arena: for `ekv_cache_create` the `data` pointer given, for
 /// `ekv_cache_create_split` the data part of the buffer, which starts after the metadata at

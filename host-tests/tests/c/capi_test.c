@@ -2,7 +2,8 @@
  * direct computation in C, prefix reuse, segment lists, region binding, stats, Ethos-U hooks,
  * every error path (NULL, bad and stale handles, wrong sizes, misalignment, overlap), and the
  * header's contract: a failed call writes no output, reserve secures copy-on-write pages,
- * handles are bound to their cache instance, one mistake gets one code.
+ * handles are bound to their cache instance, one mistake gets one code; and its numerics: int8
+ * keys score against the query rounded to 16-bit codes per key group, as documented.
  * Strict C99 (built with -std=c99 -pedantic -Wall -Wextra -Werror, and again under
  * -fsanitize=address,undefined where available) by host-tests/tests/capi.rs; prints
  * "N passed, N failed" and exits nonzero on any failure. */
@@ -410,6 +411,129 @@ static void test_int8_split_cache(void) {
     CHECK_RC(ekv_cache_destroy(&q8), EKV_OK);
 }
 
+/* Issue 42, item 6: what the header states about int8 keys. With EKV_FORMAT_INT8 keys (here
+ * ggml Q8_0, group 32) ekv_attention scores each key against the query rounded once per row to
+ * 16-bit codes per key group: code = round_half_away(x * 32767 / amax) with the group's amax =
+ * max|x|, value code * amax / 32767. So ekv_attention equals a dense reference over the keys
+ * read back (ekv_read_f32) with the query so rounded, within f32 rounding, while a dense
+ * reference with the exact query differs by more -- but by no more than the documented
+ * rounding allows: |dq| <= amax / 65534 per element bounds each score's change ds, and a
+ * softmax output moves by at most 2 * max|ds| * max|v|. */
+enum { QK_HEADS = 2, QK_DIM = 64, QK_Q = 4, QK_PAGE = 16, QK_GROUP = 32, QK_N = 48, QK_ROWS = 8, QK_ROW = QK_HEADS * QK_DIM };
+
+static uint32_t qk_state = 12345u;
+static float qk_rand(float amp) { /* xorshift32: uniform in [-amp, amp) */
+    qk_state ^= qk_state << 13;
+    qk_state ^= qk_state >> 17;
+    qk_state ^= qk_state << 5;
+    return amp * ((float)(qk_state >> 8) * (2.0f / 16777216.0f) - 1.0f);
+}
+
+/* The query row of one head as ekv_attention scores it against int8 keys (documented in
+ * edgekv.h, ekv_attention): per group of g values, codes round(x * (32767 / amax)) half away
+ * from zero (roundf), each worth amax / 32767. */
+static void qk_round_query(const float *q, float *out, int n, int g) {
+    for (int b = 0; b < n; b += g) {
+        float amax = 0.0f;
+        for (int i = b; i < b + g; i++) amax = fmaxf(amax, fabsf(q[i]));
+        float id = 32767.0f / amax, step = amax / 32767.0f;
+        for (int i = b; i < b + g; i++) out[i] = roundf(q[i] * id) * step;
+    }
+}
+
+/* Causal attention of one query row (all heads) at position t over keys [0, t], in double. */
+static void qk_reference(const float *k, const float *v, const float *q, int t, float scale, double *out, double *scores_out) {
+    for (int qh = 0; qh < QK_Q; qh++) {
+        int kh = qh / (QK_Q / QK_HEADS);
+        double s[QK_N], mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j <= t; j++) {
+            double d = 0.0;
+            for (int i = 0; i < QK_DIM; i++) d += (double)q[qh * QK_DIM + i] * (double)k[(j * QK_HEADS + kh) * QK_DIM + i];
+            s[j] = d * (double)scale;
+            if (scores_out) scores_out[qh * QK_N + j] = s[j];
+            if (s[j] > mx) mx = s[j];
+        }
+        for (int j = 0; j <= t; j++) { s[j] = exp(s[j] - mx); sum += s[j]; }
+        for (int i = 0; i < QK_DIM; i++) {
+            double acc = 0.0;
+            for (int j = 0; j <= t; j++) acc += s[j] * (double)v[(j * QK_HEADS + kh) * QK_DIM + i];
+            out[qh * QK_DIM + i] = acc / sum;
+        }
+    }
+}
+
+static void test_int8_keys_score_a_rounded_query(void) {
+    static ekv_cache_t qk;
+    static unsigned char data_raw_qk[48 * 1024 + 64], meta_raw_qk[4 * 1024 + 64];
+    ekv_config_t cfg;
+    CHECK_RC(ekv_config_init(&cfg, 1, QK_HEADS, QK_DIM), EKV_OK);
+    cfg.page_tokens = QK_PAGE;
+    cfg.max_seqs = 1;
+    cfg.max_seq_tokens = QK_N;
+    cfg.k_format = (ekv_format_t){.kind = EKV_FORMAT_INT8, .group = QK_GROUP}; /* ggml Q8_0 */
+    ekv_plan_t plan;
+    CHECK_RC(ekv_plan_pages(&cfg, QK_N / QK_PAGE, &plan), EKV_OK);
+    CHECK(plan.data_bytes <= 48 * 1024 && plan.meta_bytes <= 4 * 1024);
+    CHECK_RC(ekv_cache_create(&qk, &cfg, ALIGN_UP(data_raw_qk, 64), plan.data_bytes, ALIGN_UP(meta_raw_qk, 64), plan.meta_bytes), EKV_OK);
+    ekv_seq_t s;
+    CHECK_RC(ekv_seq_create(&qk, EKV_SEQ_PAGED, &s), EKV_OK);
+    CHECK_RC(ekv_seq_reserve(&qk, s, QK_N, NULL), EKV_OK);
+
+    static float k[QK_N * QK_ROW], v[QK_N * QK_ROW], kq[QK_N * QK_ROW], vq[QK_N * QK_ROW];
+    for (int i = 0; i < QK_N * QK_ROW; i++) k[i] = qk_rand(3.0f);
+    for (int i = 0; i < QK_N * QK_ROW; i++) v[i] = qk_rand(1.0f);
+    CHECK_RC(ekv_write_kv_f32(&qk, s, 0, 0, k, v, QK_N * QK_ROW), EKV_OK);
+    /* What attention computes over: the stored values (K dequantized: code * f16 scale). */
+    CHECK_RC(ekv_read_f32(&qk, s, 0, EKV_K, 0, kq, QK_N * QK_ROW), EKV_OK);
+    CHECK_RC(ekv_read_f32(&qk, s, 0, EKV_V, 0, vq, QK_N * QK_ROW), EKV_OK);
+    CHECK(memcmp(v, vq, sizeof v) == 0); /* f32 values are stored as written */
+
+    /* A prefill block of QK_ROWS query rows at the last positions. */
+    enum { QROW = QK_Q * QK_DIM, T0 = QK_N - QK_ROWS };
+    static float q[QK_ROWS * QROW], qr[QROW], out[QK_ROWS * QROW], scratch[8192];
+    for (int i = 0; i < QK_ROWS * QROW; i++) q[i] = qk_rand(3.0f);
+    ekv_attention_params_t params;
+    CHECK_RC(ekv_attention_params_init(&params, QK_Q, QK_DIM), EKV_OK);
+    size_t need = 0;
+    CHECK_RC(ekv_cache_attention_scratch_len(&qk, QK_Q, &need), EKV_OK);
+    need += ekv_attention_block_scratch_len(QK_Q, QK_PAGE, QK_DIM, QK_ROWS);
+    CHECK(need <= sizeof scratch / sizeof scratch[0]);
+    CHECK_RC(ekv_attention(&qk, s, 0, T0, q, QK_ROWS * QROW, out, QK_ROWS * QROW, &params, scratch, need), EKV_OK);
+
+    double max_v = 0.0;
+    for (int i = 0; i < QK_N * QK_ROW; i++) max_v = fmax(max_v, fabs((double)vq[i]));
+    double rounded_err = 0.0, dense_err = 0.0, worst_share = 0.0;
+    static double want_r[QROW], want_d[QROW], s_r[QK_Q * QK_N], s_d[QK_Q * QK_N];
+    for (int r = 0; r < QK_ROWS; r++) {
+        const float *qrow = q + r * QROW;
+        int t = T0 + r;
+        for (int h = 0; h < QK_Q; h++) qk_round_query(qrow + h * QK_DIM, qr + h * QK_DIM, QK_DIM, QK_GROUP);
+        qk_reference(kq, vq, qr, t, params.scale, want_r, s_r);
+        qk_reference(kq, vq, qrow, t, params.scale, want_d, s_d);
+        /* The documented rounding moves each score by ds (|ds| <= scale * sum over groups of
+         * amax / 65534 * sum |k|); softmax weights then change by a factor within
+         * exp(+-2 max|ds|), so an output moves by at most (exp(2 max|ds|) - 1) * max|v|. */
+        double max_ds = 0.0, row_err = 0.0;
+        for (int h = 0; h < QK_Q; h++)
+            for (int j = 0; j <= t; j++) max_ds = fmax(max_ds, fabs(s_r[h * QK_N + j] - s_d[h * QK_N + j]));
+        double bound = expm1(2.0 * max_ds) * max_v + 2e-6; /* plus f32 rounding */
+        for (int i = 0; i < QROW; i++) {
+            double o = (double)out[r * QROW + i];
+            rounded_err = fmax(rounded_err, fabs(o - want_r[i]));
+            row_err = fmax(row_err, fabs(o - want_d[i]));
+        }
+        dense_err = fmax(dense_err, row_err);
+        worst_share = fmax(worst_share, row_err / bound);
+    }
+    printf("int8 keys: max |error| vs the reference with the query rounded to 16-bit codes %g, "
+           "vs the dense reference %g (at most %.2f of the documented rounding's bound)\n",
+           rounded_err, dense_err, worst_share);
+    CHECK(rounded_err < 2e-6);            /* equal within f32 rounding */
+    CHECK(dense_err > 8.0 * rounded_err); /* the query's rounding is what a dense check sees */
+    CHECK(worst_share <= 1.0);            /* and no more than the documented rounding allows */
+    CHECK_RC(ekv_cache_destroy(&qk), EKV_OK);
+}
+
 static void fill_f(float *p, size_t n, float v) {
     for (size_t i = 0; i < n; i++) p[i] = v;
 }
@@ -700,6 +824,7 @@ int main(void) {
     test_prefix();
     test_device_views();
     test_int8_split_cache();
+    test_int8_keys_score_a_rounded_query();
     test_failed_calls_write_no_output();
     test_reserve_secures_copy_on_write(&cfg);
     test_handles_bound_to_instance(&cfg);
