@@ -31,47 +31,30 @@ bin="$build/bin/test-backend-ops"
 
 log() { echo "[ggml-peer] $*" >&2; }
 
-# --- cmake -------------------------------------------------------------------------------------
-if ! command -v cmake >/dev/null 2>&1; then
+# --- cmake and ninja ---------------------------------------------------------------------------
+# The build needs cmake; `pip download` of the sdist needs both, to prepare its metadata without
+# building them from source in its isolated environment.
+if ! command -v cmake >/dev/null 2>&1 || ! command -v ninja >/dev/null 2>&1; then
     if [ "$(id -u)" -ne 0 ]; then
-        log "cmake is missing and this is not root: install cmake (apt-get install -y cmake)"
+        log "cmake or ninja is missing and this is not root: install them (apt-get install -y cmake ninja-build)"
         exit 1
     fi
-    log "installing cmake with apt"
+    log "installing cmake and ninja with apt"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake ninja-build >/dev/null
+fi
+if ! python3 -m pip --version >/dev/null 2>&1; then
+    log "pip is missing: install it (apt-get install -y python3-pip) and run again"
+    exit 1
 fi
 
 # --- llama-cpp-python sdist (vendors llama.cpp) ------------------------------------------------
 mkdir -p "$cache"
 if [ ! -f "$cache/$sdist" ]; then
-    log "fetching $sdist"
-    # `pip download` tries to build the sdist's metadata and fails; the index's JSON API names the
-    # file and its sha256. The per-version endpoint is tried first, then the project's.
-    python3 - "$cache" "$version" <<'EOF'
-import hashlib, json, os, sys, urllib.error, urllib.parse, urllib.request
-cache, version = sys.argv[1], sys.argv[2]
-files = None
-for url in (f"https://pypi.org/pypi/llama-cpp-python/{version}/json",
-            "https://pypi.org/pypi/llama-cpp-python/json"):
-    try:
-        meta = json.load(urllib.request.urlopen(url, timeout=60))
-    except urllib.error.HTTPError:
-        continue
-    files = meta["urls"] if url.endswith(f"{version}/json") else meta["releases"][version]
-    base = url
-    break
-if not files:
-    sys.exit("llama-cpp-python %s not found in the package index" % version)
-sdist = next(f for f in files if f["packagetype"] == "sdist")
-data = urllib.request.urlopen(urllib.parse.urljoin(base, sdist["url"]), timeout=600).read()
-if hashlib.sha256(data).hexdigest() != sdist["digests"]["sha256"]:
-    sys.exit("sha256 mismatch for " + sdist["filename"])
-tmp = os.path.join(cache, sdist["filename"] + ".part")
-with open(tmp, "wb") as f:
-    f.write(data)
-os.replace(tmp, os.path.join(cache, sdist["filename"]))
-EOF
+    log "fetching $sdist with pip download (77 MB, once)"
+    python3 -m pip download --no-deps --no-binary llama-cpp-python --dest "$cache" \
+        "llama-cpp-python==$version" >&2
+    [ -f "$cache/$sdist" ] || { log "pip download did not leave $cache/$sdist"; exit 1; }
 fi
 if [ ! -f "$src/tests/test-backend-ops.cpp" ]; then
     log "unpacking $sdist"
