@@ -2,7 +2,9 @@
 //! digests, byte for byte; it restores a snapshot image the host wrote (at build time) from
 //! flash and must decode after it as the host does; its counted decode step over 2,048 keys must
 //! give the host's output; then its demo session must pass. The Cortex-M55 firmware's parity
-//! binary must print the same case digests too, and so must the M4 firmware built `small-code`. Needs
+//! binary must print the same case digests too, and so must the M4 firmware built `small-code`.
+//! Each firmware's stack high-water marks (per case and per kind of call) must stay within its
+//! budget. Needs
 //! qemu-system-arm (`cargo test-all`'s setup stage installs it; the defmt log is decoded in
 //! process by `edgekv_xtask::qemu`); without it the test fails and says how to install.
 
@@ -54,6 +56,7 @@ fn m55_case_digests_equal_the_hosts() {
     let mut buffers = HostBuffers::new();
     let digests = run.digests();
     assert_case_digests(&digests, &mut buffers.arenas(), "M55", &text);
+    assert_stack(&run, M55_STACK_BUDGET, "M55", &text);
 }
 
 /// The Cortex-M4 firmware built with `small-code` (the size-first page loop, with the FPU's f16
@@ -83,6 +86,23 @@ fn small_code_firmware_digests_equal_the_hosts() {
     assert_m4_digests(&run, &mut buffers.arenas(), "small-code M4", &text);
 }
 
+/// Stack budget of the Cortex-M4 firmware (bytes from the top of the stack, the firmware's own
+/// frames included): the deepest use measured, 19,780 B (the snapshot restore with 8 decode
+/// steps), with about a quarter in reserve. README, "Stack".
+const M4_STACK_BUDGET: u32 = 24 * 1024;
+
+/// Stack budget of the Cortex-M55 parity firmware, as [`M4_STACK_BUDGET`].
+const M55_STACK_BUDGET: u32 = 24 * 1024;
+
+/// Checks `run`'s stack high-water marks (`who`'s per case and per kind of call) against
+/// `budget`, printing the deepest.
+fn assert_stack(run: &qemu::Run, budget: u32, who: &str, log: &str) {
+    match run.check_stack(budget, CASES.len()) {
+        Ok(deepest) => eprintln!("{who}: deepest stack use {deepest} B (budget {budget} B)"),
+        Err(e) => panic!("{who}: {e}; log:\n{log}"),
+    }
+}
+
 /// What the M4 parity firmware printed (`who`: its name in messages, `log` its log), checked
 /// against the host: one digest per case, the host's; last, the snapshot restored from flash,
 /// equal to the cold prefill's; the counted decode step at 2,048 keys, the host's output bits.
@@ -93,6 +113,7 @@ fn assert_m4_digests(run: &qemu::Run, arenas: &mut Arenas<'_>, who: &str, log: &
     assert_eq!(name, "snapshot_restored", "log:\n{log}");
     let cold = assert_case_digests(&board, arenas, who, log);
     assert_eq!(Some(restored), cold, "{who}: restored == cold prefill");
+    assert_stack(run, M4_STACK_BUDGET, who, log);
     let step = run
         .lines
         .iter()

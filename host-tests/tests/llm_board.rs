@@ -11,6 +11,11 @@ use edgekv_xtask::an547;
 use edgekv_xtask::chat_script::{STOP, SYSTEM_IDS, TURNS};
 use edgekv_xtask::qemu::{self, Board};
 
+/// Stack budget of the Cortex-M55 chat firmware (bytes from the top of the stack, the
+/// firmware's own frames included: about 20 KB before the forward pass runs): the deepest use
+/// measured, 25,028 B (a prefill after the restore), with about a quarter in reserve.
+const CHAT_STACK_BUDGET: u32 = 32 * 1024;
+
 #[test]
 fn board_chat_equals_the_host_bit_for_bit() {
     let root = qemu::repo_root();
@@ -51,6 +56,12 @@ fn board_chat_equals_the_host_bit_for_bit() {
         .collect();
     let host: Vec<Event> = host.into_iter().map(an547::without_cost).collect();
     assert_eq!(board, host, "board and host chats differ; log:\n{log}");
+    // The forward pass's stack (the restore, prefill and decode calls and the decode step at
+    // 2,048 keys): within the budget README's "Stack" states.
+    match run.check_stack(CHAT_STACK_BUDGET, 4) {
+        Ok(deepest) => eprintln!("M55 chat: deepest stack use {deepest} B"),
+        Err(e) => panic!("M55 chat: {e}; log:\n{log}"),
+    }
     // What was compared: the restore, the first token, 7 decode steps and the end.
     assert_eq!(board.len(), 10, "log:\n{log}");
     assert!(matches!(

@@ -172,6 +172,26 @@ impl Case {
         (f, f)
     }
 
+    /// The case's K and V page formats (and rotations) in words, e.g. `q8_0 K, f16 V`.
+    pub const fn formats_label(self) -> &'static str {
+        match self {
+            Case::PagedF16 | Case::PrefixWarm | Case::PrefixCold => "f16",
+            Case::PagedBf16 => "bf16",
+            Case::PagedQ8_0 | Case::PagedQ8_0Sharp => "q8_0",
+            Case::PagedInt8Head => "int8, a scale per head",
+            Case::PagedFp8Tile => "fp8 tiles",
+            Case::PagedQ4_0 => "q4_0",
+            Case::PagedQ4_1 => "q4_1",
+            Case::PagedQ8KQ4V => "q8_0 K, q4_0 V",
+            Case::PagedQ4_0Rot => "q4_0 rotated",
+            Case::PagedQ8KQ4VRot => "q8_0 K, q4_0 V rotated",
+            Case::Chunked | Case::OnePass | Case::SnapshotCold | Case::SnapshotRestored => {
+                "q8_0 K, f16 V"
+            }
+            _ => "f32",
+        }
+    }
+
     /// The K and V rotations.
     pub const fn rotations(self) -> (Rotation, Rotation) {
         match self {

@@ -65,6 +65,21 @@ pub enum Event<'a> {
     },
 }
 
+impl Event<'_> {
+    /// The kind of cache call the event follows, for per-call figures (stack depth, say):
+    /// `rows` (written with `write_kv`, or attached from the prefix index), `fork`, `truncate`,
+    /// `slide` or `attention`.
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Event::Rows { .. } => "rows",
+            Event::Fork { .. } => "fork",
+            Event::Truncate { .. } => "truncate",
+            Event::Slide { .. } => "slide",
+            Event::Attention { .. } => "attention",
+        }
+    }
+}
+
 pub(crate) static CRC32: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
 
 /// CRC-32 (ISO-HDLC) of f32 values as little-endian bytes, fed in any split.

@@ -84,7 +84,7 @@ fn board(dir: &str, args: &[&str]) -> Result<(), String> {
 
 /// Everything a fresh machine needs for every stage.
 pub fn setup() -> Result<(), String> {
-    setup::components(&["rustfmt", "clippy"])?;
+    setup::components(&["rustfmt", "clippy", "llvm-tools"])?;
     let mut targets = TARGETS.to_vec();
     targets.extend(Board::ALL.map(Board::target));
     targets.sort_unstable();
@@ -406,7 +406,56 @@ fn boards() -> Result<(), String> {
     )?;
     board(Board::Microbit.dir(), &["run", "--release"])?;
     board(Board::An386.dir(), &["build", "--release"])?;
-    board(Board::An547.dir(), &["build", "--release"])
+    board(Board::An547.dir(), &["build", "--release"])?;
+    no_recursion()
+}
+
+/// A demangled symbol without its hash suffix.
+fn short_name(f: &str) -> &str {
+    f.rsplit_once("::h").map_or(f, |(name, _)| name)
+}
+
+/// No function of the edgekv crates (core, HAL, C ABI, forward pass, parity cases) is on a cycle
+/// of the direct call graph of the linked firmware: the Cortex-M4 parity firmware, the Cortex-M55
+/// chat and the micro:bit's (see [`edgekv_xtask::callgraph`]). Cycles inside dependencies (none
+/// expected) are counted, not failed.
+pub fn no_recursion() -> Result<(), String> {
+    let root = qemu::repo_root();
+    let elfs = [
+        qemu::bin_path(&root, Board::An386, qemu::AN386_MAIN),
+        qemu::bin_path(&root, Board::An547, qemu::AN547_MAIN),
+        qemu::bin_path(&root, Board::Microbit, "edgekv-microbit"),
+    ];
+    for elf in elfs {
+        let (ours, others) = edgekv_xtask::callgraph::recursion(&elf, &["edgekv"])?;
+        if !ours.is_empty() {
+            let list: Vec<String> = ours.iter().map(|c| c.join(" -> ")).collect();
+            return Err(format!(
+                "recursion in {}: {}",
+                elf.display(),
+                list.join("; ")
+            ));
+        }
+        let names: Vec<String> = others
+            .iter()
+            .map(|c| {
+                c.iter()
+                    .map(|f| short_name(f))
+                    .collect::<Vec<_>>()
+                    .join(" -> ")
+            })
+            .collect();
+        eprintln!(
+            "==> no recursion in edgekv's code in {} (direct calls); cycles in dependencies: {}",
+            elf.display(),
+            if names.is_empty() {
+                "none".into()
+            } else {
+                names.join("; ")
+            }
+        );
+    }
+    Ok(())
 }
 
 /// Miri on the modules with unsafe code and the pool / cache / snapshot logic: the core's unit

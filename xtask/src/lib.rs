@@ -7,6 +7,7 @@
 
 #[cfg(feature = "chat")]
 pub mod an547;
+pub mod callgraph;
 /// The Cortex-M55 chat's script: SmolLM2's ChatML text and its token ids, as `model/`'s
 /// tokenizer gives them (`model/tests/tokenizer.rs` checks every pair; `cargo run --release
 /// --bin tokenize -- TEXT` in `model/` prints the ids of new text). Plain constants, so that

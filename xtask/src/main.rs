@@ -18,6 +18,8 @@
 //! - `cargo xtask setup` — only the set-up stage (targets, components, pinned nightly with Miri,
 //!   cargo-fuzz, QEMU).
 //! - `cargo xtask fuzz [SECONDS]` — every cargo-fuzz target in `fuzz/` from its seed corpus.
+//! - `cargo xtask recursion` — no cycle through edgekv's code in the direct call graphs of the
+//!   built Cortex-M4, Cortex-M55 and micro:bit firmware (`llvm-objdump`).
 //! - `cargo xtask size` — .text / .data / .bss of each board firmware and the core's share.
 //! - `cargo xtask qemu BOARD ELF` — the boards' cargo runner: runs ELF on BOARD's QEMU machine
 //!   (`an386`, `microbit`; `an547` needs the `chat` feature, `cargo xtask-chat qemu ...`, and
@@ -33,7 +35,7 @@ use edgekv_xtask::qemu::{self, Board};
 use edgekv_xtask::{setup, stages::Stages};
 
 const USAGE: &str = "usage: cargo xtask <demo [--cold] [--ask QUESTION]... | demo --parity | demo --host | test [--only STAGE] [--skip STAGE]... \
-[--no-miri] [--no-targets] [--no-fuzz] [--no-model] | setup | fuzz [SECONDS] | size | qemu BOARD ELF>";
+[--no-miri] [--no-targets] [--no-fuzz] [--no-model] | setup | fuzz [SECONDS] | recursion | size | qemu BOARD ELF>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
             _ => Err(USAGE.into()),
         }
         .and_then(|secs| checks::fuzz(secs, checks::FuzzBuild::Optimized)),
+        Some("recursion") if flags.is_empty() => checks::no_recursion(),
         Some("size") => edgekv_xtask::size::report(&qemu::repo_root()).map(|t| println!("{t}")),
         Some("qemu") => match flags.as_slice() {
             [board, elf] => return qemu_runner(board, elf),

@@ -131,6 +131,53 @@ impl Run {
             })
             .collect()
     }
+
+    /// `(bytes, what)` of every `stack <bytes> B: <what>` line (`edgekv-board-stack`'s
+    /// high-water marks), the stack's size (`what` = `size`) included.
+    pub fn stack_marks(&self) -> Vec<(u32, String)> {
+        self.lines
+            .iter()
+            .filter_map(|l| {
+                let rest = l.strip_prefix("stack ")?;
+                let (bytes, what) = rest.split_once(" B: ")?;
+                Some((bytes.parse().ok()?, what.to_string()))
+            })
+            .collect()
+    }
+
+    /// Checks the run's stack high-water marks against `budget` bytes: at least `min_marks`
+    /// figures, each within the budget, and the budget within the stack's size. The error
+    /// names every figure over it.
+    pub fn check_stack(&self, budget: u32, min_marks: usize) -> Result<u32, String> {
+        let marks = self.stack_marks();
+        let size = marks
+            .iter()
+            .find(|(_, w)| w == "size")
+            .map(|m| m.0)
+            .ok_or("no `stack <bytes> B: size` line")?;
+        let figures: Vec<&(u32, String)> = marks.iter().filter(|(_, w)| w != "size").collect();
+        if figures.len() < min_marks {
+            return Err(format!(
+                "{} stack figures, expected at least {min_marks}",
+                figures.len()
+            ));
+        }
+        if budget > size {
+            return Err(format!("budget {budget} B exceeds the stack's {size} B"));
+        }
+        let over: Vec<String> = figures
+            .iter()
+            .filter(|(b, _)| *b > budget)
+            .map(|(b, w)| format!("{w}: {b} B"))
+            .collect();
+        if !over.is_empty() {
+            return Err(format!(
+                "over the {budget} B stack budget: {}",
+                over.join("; ")
+            ));
+        }
+        Ok(figures.iter().map(|m| m.0).max().unwrap_or(0))
+    }
 }
 
 /// `cargo` run inside board crate `dir` (its own workspace and `.cargo/config.toml`), with none

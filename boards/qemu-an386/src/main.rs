@@ -2,7 +2,8 @@
 //! with its own), restores a system prompt's KV from a snapshot image the host wrote (in flash)
 //! and decodes after it, counts the instructions of one decode step over 2,048 Q8_0 keys (QEMU
 //! `-icount`: SysTick counts instructions), then a multi-turn demo session, logging through defmt
-//! over semihosting. Exits
+//! over semihosting, with the stack's high-water mark per case and per kind of call
+//! (`edgekv-board-stack`: the stack painted before each step and scanned after it). Exits
 //! through semihosting: 0 when everything passed, 1 on a failed case, 3 on a HardFault.
 #![no_std]
 #![no_main]
@@ -16,6 +17,7 @@ use cortex_m as _; // critical-section implementation for defmt
 use cortex_m_rt::{ExceptionFrame, entry, exception};
 use defmt_semihosting as _;
 use edgekv_board_clock as clock;
+use edgekv_board_stack::{self as stack, Marks, Painter};
 use edgekv_parity::{Arenas, CASES, DATA_BYTES, META_BYTES, WORK_F32};
 use static_cell::ConstStaticCell;
 
@@ -44,8 +46,22 @@ fn main() -> ! {
         work: PARITY_WORK.take(),
     };
     let mut failed = 0u32;
+    let mut marks = Marks::<24>::new();
+    // Before any call: the firmware's own frames (an upper bound, to the painted window's top).
+    marks.record("main, before any call", "", Painter::paint().deepest());
     for &case in CASES {
-        match edgekv_parity::run(case, &mut arenas, &mut |_| {}) {
+        let (result, deepest) = stack::laps(&mut marks, |lap| {
+            edgekv_parity::run(case, &mut arenas, &mut |e| {
+                let detail = if e.kind() == "attention" {
+                    case.formats_label()
+                } else {
+                    ""
+                };
+                lap(e.kind(), detail)
+            })
+        });
+        defmt::println!("stack {=u32} B: case {=str}", deepest, case.name());
+        match result {
             Ok(d) => defmt::println!("case {=str} crc32 {=u32:08x}", d.name(), d.crc32),
             Err(e) => {
                 failed += 1;
@@ -59,7 +75,10 @@ fn main() -> ! {
     }
     defmt::println!("parity: {=usize} cases, {=u32} failed", CASES.len(), failed);
     // The system prompt's KV, snapshotted on the host at build time, restored from flash.
-    match edgekv_parity::snapshot::decode_after_image(SYSTEM_PROMPT_IMAGE, &mut arenas) {
+    let painter = Painter::paint();
+    let restored = edgekv_parity::snapshot::decode_after_image(SYSTEM_PROMPT_IMAGE, &mut arenas);
+    marks.record("snapshot restore, 8 decode steps", "", painter.deepest());
+    match restored {
         Ok(d) => defmt::println!(
             "case {=str} crc32 {=u32:08x} ({=usize} B image from flash)",
             d.name(),
@@ -72,7 +91,10 @@ fn main() -> ! {
         }
     }
     // One decode step at 2,048 keys, counted (its digest is compared with the host's too).
-    match edgekv_parity::decode_step(demo_data, arenas.work, &mut clock::now) {
+    let painter = Painter::paint();
+    let step = edgekv_parity::decode_step(demo_data, arenas.work, &mut clock::now);
+    marks.record("attention decode step", "2,048 q8_0 keys", painter.deepest());
+    match step {
         Ok(c) => defmt::println!(
             "decode_step keys {=u32} instructions {=u64} crc32 {=u32:08x}",
             edgekv_parity::STEP_KEYS,
@@ -84,10 +106,14 @@ fn main() -> ! {
             defmt::println!("decode step failed: {}", defmt::Debug2Format(&e));
         }
     }
-    if let Err(e) = demo::run(demo_data) {
+    let painter = Painter::paint();
+    let demo = demo::run(demo_data);
+    marks.record("demo session", "", painter.deepest());
+    if let Err(e) = demo {
         defmt::println!("demo failed: {}", e);
         failed += 1;
     }
+    marks.log();
     exit(if failed == 0 { 0 } else { 1 })
 }
 

@@ -4,6 +4,7 @@
 //! forward pass, then the chat script's turns run with prefix reuse ([`edgekv_llm::chat`]). Every
 //! step is logged through defmt over semihosting with its instruction count (QEMU `-icount`), so
 //! the host can print the transcript and compare token ids and logit digests with its own run.
+//! The stack's high-water mark is logged per kind of call (`edgekv-board-stack`).
 //! Exits 0 when the chat ran and the cold and restored first tokens agree bit for bit, 1 on an
 //! error, 3 on a HardFault.
 #![no_std]
@@ -19,6 +20,7 @@ use defmt_semihosting as _;
 use edgekv::snapshot::SliceFlash;
 use edgekv::{ElementFormat, FreeList, KvCache, PageAllocator};
 use edgekv_board_clock as clock;
+use edgekv_board_stack::{self as stack, Marks, Painter};
 use edgekv_llm::chat::{self, Buffers, Event, Start, Turn};
 use edgekv_llm::{Engine, Gguf, Llama};
 
@@ -52,8 +54,8 @@ struct Figures {
     cold: Option<(u64, u32, u32)>,
     restored: Option<(u64, u32)>,
     first: [Option<(Start, u64, u32, u32)>; MAX_TURNS],
-    steps: [u64; MAX_STEPS],
-    n_steps: usize,
+    /// Decode steps' costs, the first [`MAX_STEPS`] of them.
+    steps: heapless::Vec<u64, MAX_STEPS>,
 }
 
 fn run(per_m: u64) -> Result<(), ()> {
@@ -61,8 +63,10 @@ fn run(per_m: u64) -> Result<(), ()> {
     let buffers = memory::take().ok_or(())?;
     // One decode step at 2,048 keys, counted, in the KV arena before the chat takes it (its
     // digest is compared with the host's too).
-    let step = edgekv_parity::decode_step(buffers.kv, buffers.scratch, &mut clock::now)
-        .map_err(|e| println!("decode step: {}", defmt::Debug2Format(&e)))?;
+    let painter = Painter::paint();
+    let step = edgekv_parity::decode_step(buffers.kv, buffers.scratch, &mut clock::now);
+    let step_depth = painter.deepest();
+    let step = step.map_err(|e| println!("decode step: {}", defmt::Debug2Format(&e)))?;
     println!(
         "decode_step keys {=u32} instructions {=u64} crc32 {=u32:08x}",
         edgekv_parity::STEP_KEYS,
@@ -110,8 +114,7 @@ fn run(per_m: u64) -> Result<(), ()> {
         cold: None,
         restored: None,
         first: [None; MAX_TURNS],
-        steps: [0; MAX_STEPS],
-        n_steps: 0,
+        steps: heapless::Vec::new(),
     };
     let mut clock = clock::now;
     let mut observe = |e: Event| match e {
@@ -161,10 +164,8 @@ fn run(per_m: u64) -> Result<(), ()> {
                 crc,
                 instr(cost)
             );
-            if let Some(s) = fig.steps.get_mut(fig.n_steps) {
-                *s = instr(cost);
-                fig.n_steps += 1;
-            }
+            // Past MAX_STEPS the median is taken over the first ones.
+            let _ = fig.steps.push(instr(cost));
         }
         Event::End {
             turn,
@@ -176,18 +177,33 @@ fn run(per_m: u64) -> Result<(), ()> {
         ),
     };
     let mut image = SliceFlash(boot.image);
-    let r = chat::run(
-        &mut engine,
-        &mut cache,
-        &script,
-        &mut image,
-        Buffers {
-            logits: buffers.logits,
-            prompt: buffers.prompt,
-        },
-        &mut clock,
-        &mut observe,
-    );
+    let mut marks = Marks::<8>::new();
+    // Each chat event follows one kind of call: the stack is scanned and repainted at each.
+    let (r, _) = stack::laps(&mut marks, |lap| {
+        chat::run(
+            &mut engine,
+            &mut cache,
+            &script,
+            &mut image,
+            Buffers {
+                logits: buffers.logits,
+                prompt: buffers.prompt,
+            },
+            &mut clock,
+            &mut |e: Event| {
+                let (kind, detail) = match e {
+                    Event::Restored { .. } => ("snapshot restore", "system prompt, from flash"),
+                    Event::First { start, .. } => ("forward pass, prefill", start.name()),
+                    Event::Token { .. } => ("forward pass, decode", ""),
+                    Event::End { .. } => ("end of turn", ""),
+                };
+                observe(e);
+                lap(kind, detail);
+            },
+        )
+    });
+    marks.record("attention decode step", "2,048 q8_0 keys", step_depth);
+    marks.log();
     if let Err(e) = r {
         println!("chat: {}", Display2Format(&e));
         return Err(());
@@ -243,7 +259,7 @@ fn log_capacity() {
 
 /// The per-turn figures and the bit-exactness check of the cold and restored first tokens.
 fn summary(fig: &mut Figures) -> Result<(), ()> {
-    let steps = &mut fig.steps[..fig.n_steps];
+    let steps = &mut fig.steps;
     steps.sort_unstable();
     let median = steps.get(steps.len() / 2).copied().unwrap_or(0);
     println!(

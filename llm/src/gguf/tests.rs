@@ -267,6 +267,68 @@ fn every_header_error() {
     );
 }
 
+/// An array header: element type and count.
+fn array_head(ty: u32, len: u64) -> Vec<u8> {
+    let mut v = ty.to_le_bytes().to_vec();
+    v.extend_from_slice(&len.to_le_bytes());
+    v
+}
+
+/// A string value's bytes.
+fn gguf_string(s: &str) -> Vec<u8> {
+    let mut v = (s.len() as u64).to_le_bytes().to_vec();
+    v.extend_from_slice(s.as_bytes());
+    v
+}
+
+#[test]
+fn nested_arrays_to_the_limit_parse_and_read_back() {
+    // [["ab", "c"], ["xyz"]]: arrays of strings inside an array, walked without recursion.
+    let mut v = array_head(9, 2);
+    v.extend(array_head(8, 2));
+    v.extend(gguf_string("ab"));
+    v.extend(gguf_string("c"));
+    v.extend(array_head(8, 1));
+    v.extend(gguf_string("xyz"));
+    let mut b = Builder::new();
+    b.raw("k", 9, &v);
+    b.raw("after", 4, &7u32.to_le_bytes());
+    let bytes = b.build();
+    let g = Gguf::parse(&bytes).expect("nested arrays");
+    let Some(Value::Array(outer)) = g.get("k") else {
+        panic!("an array")
+    };
+    let inner: Vec<Vec<Value<'_>>> = outer
+        .iter()
+        .map(|e| match e {
+            Value::Array(a) => a.iter().collect(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        inner,
+        [
+            vec![Value::String(b"ab"), Value::String(b"c")],
+            vec![Value::String(b"xyz")]
+        ]
+    );
+    assert_eq!(g.get("after"), Some(Value::U32(7)));
+    // Nested exactly MAX_NESTING deep, strings innermost: accepted.
+    let mut v = Vec::new();
+    for _ in 0..MAX_NESTING - 1 {
+        v.extend(array_head(9, 1));
+    }
+    v.extend(array_head(8, 1));
+    v.extend(gguf_string("deep"));
+    let mut b = Builder::new();
+    b.raw("k", 9, &v);
+    assert!(Gguf::parse(&b.build()).is_ok());
+    // The same, cut inside the innermost string: truncated, not a panic.
+    let mut b = Builder::new();
+    b.raw("k", 9, &v[..v.len() - 2]);
+    assert!(Gguf::parse(&b.build()).is_err());
+}
+
 #[test]
 fn every_value_error() {
     let parse = |b: &Builder| Gguf::parse(&b.build()).map(|_| ());

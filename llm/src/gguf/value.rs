@@ -252,13 +252,7 @@ pub(crate) fn read_value<'a>(
             let start = c.pos();
             match elem.fixed_size() {
                 Some(size) => c.skip(len, size)?,
-                None => {
-                    // Every element takes at least 8 bytes, so this loop is bounded by the
-                    // file's length.
-                    for _ in 0..len {
-                        read_value(c, elem, depth + 1)?;
-                    }
-                }
+                None => skip_values(c, elem, len, depth + 1)?,
             }
             let bytes = c.whole().get(start..c.pos()).ok_or(GgufError::Overflow)?;
             Value::Array(Array {
@@ -269,4 +263,46 @@ pub(crate) fn read_value<'a>(
             })
         }
     })
+}
+
+/// Skips `len` values of the variable-size type `elem` at nesting `depth` (strings, or arrays
+/// whose own elements are skipped in turn), validating them as [`read_value`] does and in the
+/// same order, without recursion: the arrays being walked are an explicit stack of at most
+/// [`MAX_NESTING`] entries (element type, elements left). Every element takes at least 8 bytes,
+/// so the walk is bounded by the file's length.
+fn skip_values(c: &mut Cursor<'_>, elem: ValueType, len: u64, depth: u32) -> Result<(), GgufError> {
+    let mut stack = [(ValueType::U8, 0u64); MAX_NESTING as usize];
+    stack[0] = (elem, len);
+    let mut top = 1usize;
+    while let Some(entry) = top.checked_sub(1).and_then(|i| stack.get_mut(i)) {
+        let (ty, left) = *entry;
+        if left == 0 {
+            top -= 1;
+            continue;
+        }
+        entry.1 = left - 1;
+        match ty {
+            ValueType::Array => {
+                // This array is an element of the entry below: nested at `depth + top - 1`.
+                if depth + top as u32 > MAX_NESTING {
+                    return Err(GgufError::NestingTooDeep);
+                }
+                let inner = ValueType::from_id(c.u32()?)?;
+                let n = c.u64()?;
+                match inner.fixed_size() {
+                    Some(size) => c.skip(n, size)?,
+                    None => {
+                        let slot = stack.get_mut(top).ok_or(GgufError::NestingTooDeep)?;
+                        *slot = (inner, n);
+                        top += 1;
+                    }
+                }
+            }
+            ValueType::String => {
+                c.string()?;
+            }
+            fixed => c.skip(1, fixed.fixed_size().unwrap_or(0))?,
+        }
+    }
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! The parity cases on the Cortex-M55 (Helium kernels), each digest printed for the host to
 //! compare with its own (`host-tests/tests/board_parity.rs`): every page format, prefix reuse,
-//! chunked prefill, windows and forks, as the Cortex-M4 firmware runs them. Exits through
+//! chunked prefill, windows and forks, as the Cortex-M4 firmware runs them, with the stack's
+//! high-water mark per case and per kind of call. Exits through
 //! semihosting: 0 when every case ran, 1 otherwise.
 #![no_std]
 #![no_main]
@@ -11,6 +12,7 @@ use core::ptr::addr_of_mut;
 use cortex_m as _; // critical-section implementation for defmt
 use cortex_m_rt::entry;
 use defmt_semihosting as _;
+use edgekv_board_stack::{self as stack, Marks};
 use edgekv_parity::{Arenas, CASES, DATA_BYTES, META_BYTES, WORK_F32};
 use static_cell::ConstStaticCell;
 
@@ -31,8 +33,20 @@ fn main() -> ! {
     let data = unsafe { &mut *addr_of_mut!(DATA) };
     let mut arenas = Arenas { data, meta, work };
     let mut failed = 0u32;
+    let mut marks = Marks::<24>::new();
     for &case in CASES {
-        match edgekv_parity::run(case, &mut arenas, &mut |_| {}) {
+        let (result, deepest) = stack::laps(&mut marks, |lap| {
+            edgekv_parity::run(case, &mut arenas, &mut |e| {
+                let detail = if e.kind() == "attention" {
+                    case.formats_label()
+                } else {
+                    ""
+                };
+                lap(e.kind(), detail)
+            })
+        });
+        defmt::println!("stack {=u32} B: case {=str}", deepest, case.name());
+        match result {
             Ok(d) => defmt::println!("case {=str} crc32 {=u32:08x}", d.name(), d.crc32),
             Err(e) => {
                 failed += 1;
@@ -45,5 +59,6 @@ fn main() -> ! {
         }
     }
     defmt::println!("parity: {=usize} cases, {=u32} failed", CASES.len(), failed);
+    marks.log();
     semihosting::process::exit(if failed == 0 { 0 } else { 1 })
 }
