@@ -98,7 +98,9 @@ const M55_STACK_BUDGET: u32 = 24 * 1024;
 /// `budget`, printing the deepest.
 fn assert_stack(run: &qemu::Run, budget: u32, who: &str, log: &str) {
     match run.check_stack(budget, CASES.len()) {
-        Ok(deepest) => eprintln!("{who}: deepest stack use {deepest} B (budget {budget} B)"),
+        Ok((deepest, what)) => {
+            eprintln!("{who}: deepest stack use {deepest} B ({what}; budget {budget} B)")
+        }
         Err(e) => panic!("{who}: {e}; log:\n{log}"),
     }
 }

@@ -59,7 +59,7 @@ fn board_chat_equals_the_host_bit_for_bit() {
     // The forward pass's stack (the restore, prefill and decode calls and the decode step at
     // 2,048 keys): within the budget README's "Stack" states.
     match run.check_stack(CHAT_STACK_BUDGET, 4) {
-        Ok(deepest) => eprintln!("M55 chat: deepest stack use {deepest} B"),
+        Ok((deepest, what)) => eprintln!("M55 chat: deepest stack use {deepest} B ({what})"),
         Err(e) => panic!("M55 chat: {e}; log:\n{log}"),
     }
     // What was compared: the restore, the first token, 7 decode steps and the end.

@@ -146,9 +146,9 @@ impl Run {
     }
 
     /// Checks the run's stack high-water marks against `budget` bytes: at least `min_marks`
-    /// figures, each within the budget, and the budget within the stack's size. The error
-    /// names every figure over it.
-    pub fn check_stack(&self, budget: u32, min_marks: usize) -> Result<u32, String> {
+    /// figures, each within the budget, and the budget within the stack's size. Returns the
+    /// deepest figure and what it measured; the error names every figure over the budget.
+    pub fn check_stack(&self, budget: u32, min_marks: usize) -> Result<(u32, String), String> {
         let marks = self.stack_marks();
         let size = marks
             .iter()
@@ -176,7 +176,11 @@ impl Run {
                 over.join("; ")
             ));
         }
-        Ok(figures.iter().map(|m| m.0).max().unwrap_or(0))
+        Ok(figures
+            .iter()
+            .max_by_key(|m| m.0)
+            .map(|m| (*m).clone())
+            .unwrap_or_default())
     }
 }
 
