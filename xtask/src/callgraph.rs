@@ -38,6 +38,9 @@ fn objdump() -> Result<PathBuf, String> {
     }
 }
 
+/// Cycles of a call graph, each as its functions' names.
+pub type Cycles = Vec<Vec<String>>;
+
 /// A function's name and the functions it calls directly (indices).
 #[derive(Debug, Default)]
 struct Graph {
@@ -112,7 +115,7 @@ fn branch(line: &str) -> Option<(&str, u64)> {
 
 /// The cycles of `g` (Tarjan's strongly connected components of more than one function, or one
 /// that calls itself), each as its functions' names.
-fn cycles(g: &Graph) -> Vec<Vec<String>> {
+fn cycles(g: &Graph) -> Cycles {
     let n = g.names.len();
     let (mut index, mut low) = (vec![usize::MAX; n], vec![0usize; n]);
     let (mut on_stack, mut stack, mut next, mut out) = (vec![false; n], Vec::new(), 0, Vec::new());
@@ -167,7 +170,7 @@ fn cycles(g: &Graph) -> Vec<Vec<String>> {
 pub fn recursion(
     elf: &Path,
     crates: &[&str],
-) -> Result<(Vec<Vec<String>>, Vec<Vec<String>>), String> {
+) -> Result<(Cycles, Cycles), String> {
     let out = Command::new(objdump()?)
         .args(["-d", "-C", "--no-show-raw-insn"])
         .arg(elf)

@@ -8,11 +8,68 @@ use edgekv_xtask::qemu::{self, Board};
 use edgekv_xtask::setup;
 use edgekv_xtask::stages::Stages;
 
-/// Every stage name, in running order.
-pub const STAGES: [&str; 12] = [
-    "setup", "fmt", "clippy", "doc", "package", "no-std", "boards", "miri", "fuzz", "doctests",
-    "model", "tests",
+/// Every stage name, in running order (those of [`STAGE_NOTES`]).
+pub const STAGES: [&str; 12] = {
+    let mut names = [""; 12];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = STAGE_NOTES[i].0;
+        i += 1;
+    }
+    names
+};
+
+/// Every stage in running order: what it does and roughly how long it takes on a fresh 2-core machine (printed as the
+/// stage starts; CI's whole run is about 40 minutes).
+pub const STAGE_NOTES: [(&str, &str); 12] = [
+    (
+        "setup",
+        "rustup components and targets, the pinned nightly with Miri, the declared rust-version's toolchain, cargo-fuzz, QEMU: about 1 minute",
+    ),
+    ("fmt", "rustfmt --check: a few seconds"),
+    (
+        "clippy",
+        "clippy -D warnings over the workspace, then the core with every feature: about 4 minutes (it compiles the dependencies first)",
+    ),
+    ("doc", "rustdoc -D warnings: about 1 minute"),
+    (
+        "package",
+        "cargo publish --dry-run of the four published crates, then the no_std crates with the declared rust-version: about 2 minutes",
+    ),
+    (
+        "no-std",
+        "the libraries checked for four no_std targets, the C ABI built for two: about 3 minutes",
+    ),
+    (
+        "boards",
+        "every board firmware built, the micro:bit's run, the call graphs checked for recursion: about 4 minutes",
+    ),
+    (
+        "miri",
+        "Miri on the unsafe and pool/cache modules, three processes side by side: about 6 minutes",
+    ),
+    (
+        "fuzz",
+        "every cargo-fuzz target built, then run 10 s each: about 3 minutes",
+    ),
+    ("doctests", "the workspace's doctests: about 2 minutes"),
+    (
+        "model",
+        "model/: fetch SmolLM2-135M once, fmt, clippy, release tests: about 5 minutes",
+    ),
+    (
+        "tests",
+        "nextest over the workspace, QEMU boards included: about 8 minutes",
+    ),
 ];
+
+/// The note of stage `name` in [`STAGE_NOTES`].
+fn note(name: &str) -> &'static str {
+    STAGE_NOTES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("", |(_, what)| what)
+}
 
 /// The crates published for users (`edgekv = "0.1"` in a firmware's Cargo.toml).
 const PUBLISHED: [&str; 4] = ["edgekv", "edgekv-hal", "edgekv-capi", "edgekv-llm"];
@@ -206,13 +263,13 @@ pub fn fuzz(secs: u32, how: FuzzBuild) -> Result<(), String> {
 
 /// Every stage `stages` selects; the stage table goes out just before the final nextest run.
 pub fn all(stages: &mut Stages) -> Result<(), String> {
-    stages.run("setup", setup)?;
-    stages.run("fmt", || {
+    stages.run_noted("setup", note("setup"), setup)?;
+    stages.run_noted("fmt", note("fmt"), || {
         cargo(&["fmt", "--all", "--", "--check"], &[])?;
         // The fuzz targets' own workspace (`model/` is checked in its stage).
         board("fuzz", &["fmt", "--", "--check"])
     })?;
-    stages.run("clippy", || {
+    stages.run_noted("clippy", note("clippy"), || {
         cargo(
             &[
                 "clippy",
@@ -239,24 +296,26 @@ pub fn all(stages: &mut Stages) -> Result<(), String> {
             &[],
         )
     })?;
-    stages.run("doc", || {
+    stages.run_noted("doc", note("doc"), || {
         cargo(
             &["doc", "--workspace", "--no-deps"],
             &[("RUSTDOCFLAGS", "-D warnings")],
         )
     })?;
-    stages.run("package", package)?;
-    stages.run("no-std", no_std)?;
-    stages.run("boards", boards)?;
-    stages.run("miri", miri)?;
+    stages.run_noted("package", note("package"), package)?;
+    stages.run_noted("no-std", note("no-std"), no_std)?;
+    stages.run_noted("boards", note("boards"), boards)?;
+    stages.run_noted("miri", note("miri"), miri)?;
     // A smoke run from the committed corpora; long runs: `cargo xtask fuzz SECONDS`.
-    stages.run("fuzz", || fuzz(10, FuzzBuild::Smoke))?;
-    stages.run("doctests", || cargo(&["test", "--workspace", "--doc"], &[]))?;
-    stages.run("model", model)?;
+    stages.run_noted("fuzz", note("fuzz"), || fuzz(10, FuzzBuild::Smoke))?;
+    stages.run_noted("doctests", note("doctests"), || {
+        cargo(&["test", "--workspace", "--doc"], &[])
+    })?;
+    stages.run_noted("model", note("model"), model)?;
     if stages.selected("tests") {
         // The table first, so nextest's summary is the last line of the log.
         eprintln!("{}", stages.table());
-        eprintln!("#### stage tests");
+        eprintln!("#### stage tests: {}", note("tests"));
         // Libraries, binaries and tests: not the examples, which `cargo test` would also build
         // (the clippy stage checks them; edgekv-llm's `bench` alone cost 65 CPU seconds to build).
         cargo(

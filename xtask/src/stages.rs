@@ -37,10 +37,25 @@ impl Stages {
         name: &str,
         f: impl FnOnce() -> Result<(), String>,
     ) -> Result<(), String> {
+        self.run_noted(name, "", f)
+    }
+
+    /// [`run`](Self::run), printing `note` (what the stage does, how long it takes) as it
+    /// starts.
+    pub fn run_noted(
+        &mut self,
+        name: &str,
+        note: &str,
+        f: impl FnOnce() -> Result<(), String>,
+    ) -> Result<(), String> {
         if !self.selected(name) {
             return Ok(());
         }
-        eprintln!("\n#### stage {name}");
+        if note.is_empty() {
+            eprintln!("\n#### stage {name}");
+        } else {
+            eprintln!("\n#### stage {name}: {note}");
+        }
         let start = Instant::now();
         let result = f();
         let secs = start.elapsed().as_secs_f64();
