@@ -177,7 +177,10 @@ pub fn qemu() -> Result<(), String> {
     if output("id", &["-u"]).trim() != "0" {
         return Err(QEMU_MISSING.into());
     }
+    // Waits for dpkg's lock: board tests running side by side may all find QEMU missing.
     let install = [
+        "-o",
+        "DPkg::Lock::Timeout=300",
         "install",
         "-y",
         "--no-install-recommends",
