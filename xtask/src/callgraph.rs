@@ -167,10 +167,7 @@ fn cycles(g: &Graph) -> Cycles {
 /// The cycles of the direct call graph of `elf` that involve a function whose name contains
 /// one of `crates` (e.g. `edgekv`), and the other cycles (in dependencies), each as its
 /// functions' names.
-pub fn recursion(
-    elf: &Path,
-    crates: &[&str],
-) -> Result<(Cycles, Cycles), String> {
+pub fn recursion(elf: &Path, crates: &[&str]) -> Result<(Cycles, Cycles), String> {
     let out = Command::new(objdump()?)
         .args(["-d", "-C", "--no-show-raw-insn"])
         .arg(elf)
