@@ -39,6 +39,19 @@ pub enum ConfigError {
     InvalidChunkSize,
     /// A page format this build leaves out (its cargo feature, e.g. `fp8`, is off).
     FormatDisabled,
+    /// More layer groups than [`MAX_GROUPS`](crate::MAX_GROUPS).
+    TooManyGroups,
+    /// A listed layer group of [`Layers::Rest`](crate::Layers::Rest) (the base group's).
+    InvalidGroup,
+    /// A listed layer group names a layer past the shape's.
+    GroupLayerOutOfRange,
+    /// Two listed layer groups name the same layer.
+    LayerInTwoGroups,
+    /// A layer group holds no layer (listed groups took every layer from the base group).
+    EmptyGroup,
+    /// The call handles configurations of one layer group only (plan several with
+    /// [`CacheConfig::plan_groups`](crate::CacheConfig::plan_groups)).
+    MultipleGroups,
 }
 
 impl ConfigError {
@@ -54,6 +67,12 @@ impl ConfigError {
             ConfigError::InvalidFormat => "quantized format parameters do not fit the shape",
             ConfigError::InvalidChunkSize => "chunk_tokens is not a multiple of page_tokens",
             ConfigError::FormatDisabled => "page format not compiled in (cargo feature off)",
+            ConfigError::TooManyGroups => "more layer groups than MAX_GROUPS",
+            ConfigError::InvalidGroup => "a listed layer group cannot be Rest",
+            ConfigError::GroupLayerOutOfRange => "a layer group names a layer past the shape's",
+            ConfigError::LayerInTwoGroups => "two layer groups name the same layer",
+            ConfigError::EmptyGroup => "a layer group holds no layer",
+            ConfigError::MultipleGroups => "the call handles one layer group only",
         }
     }
 }
