@@ -134,6 +134,9 @@ pub enum Error {
     StaleHit,
     /// Query heads are not a nonzero multiple of the cache's KV heads.
     HeadMismatch,
+    /// `truncate` was asked to go back past the positions a windowed layer group kept (its
+    /// window plus its rollback): queries at the new length would miss released keys.
+    TruncateBeyondWindow,
 }
 
 impl From<ConfigError> for Error {
@@ -164,6 +167,7 @@ impl Error {
             Error::PromptMismatch => "prompt tokens differ from the sequence's published pages",
             Error::StaleHit => "prefix hit is stale: look up again",
             Error::HeadMismatch => "query heads are not a nonzero multiple of the KV heads",
+            Error::TruncateBeyondWindow => "truncate goes back past the positions a window kept",
         }
     }
 }
