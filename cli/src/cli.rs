@@ -8,6 +8,7 @@
 //! edgekv inspect    [--fingerprint HEX] IMAGE  # verify an image (CRC, sizes) and describe it
 //! edgekv plan       --gguf MODEL | --layers N --kv-heads N --head-dim N
 //!                   --arena SIZE [--formats F,..] [--page-tokens P] [--sequences N] [--split]
+//!                   [--window W [--global-every N]]
 //!                                              # how many tokens fit, per page format
 //! ```
 //!
@@ -114,6 +115,14 @@ struct PlanArgs {
     /// One buffer holds the metadata and data arenas (`CacheConfig::plan_split`).
     #[arg(long)]
     split: bool,
+    /// Sliding window of the windowed layers (positions); with --gguf, overrides the file's
+    /// `ARCH.attention.sliding_window`.
+    #[arg(long)]
+    window: Option<u32>,
+    /// With a window: every this-many-th layer is global (layers n-1, 2n-1, ...), the others
+    /// windowed; without it every layer is windowed (with --gguf: the file's pattern).
+    #[arg(long, requires = "window")]
+    global_every: Option<u16>,
 }
 
 fn parse_hex(s: &str) -> Result<u64, String> {
@@ -190,11 +199,15 @@ pub fn run(cli: Cli) -> Result<(), String> {
             output,
         } => dequantize(&fmt, &in_prefix, &output),
         Command::Plan(a) => {
+            let (mut window, mut global_every) = (a.window, a.global_every);
             let shape = match (&a.gguf, a.layers, a.kv_heads, a.head_dim) {
                 (Some(path), ..) => {
                     let bytes = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-                    crate::plan::gguf_shape(&bytes)
-                        .map_err(|e| format!("{}: {e}", path.display()))?
+                    let at = |e| format!("{}: {e}", path.display());
+                    if window.is_none() {
+                        (window, global_every) = crate::plan::gguf_window(&bytes).map_err(at)?;
+                    }
+                    crate::plan::gguf_shape(&bytes).map_err(at)?
                 }
                 (None, Some(layers), Some(kv_heads), Some(head_dim)) => edgekv::Shape {
                     layers,
@@ -214,6 +227,8 @@ pub fn run(cli: Cli) -> Result<(), String> {
                 page_tokens: a.page_tokens,
                 sequences: a.sequences,
                 formats: a.formats,
+                window,
+                global_every,
             };
             print!("{}", crate::plan::table(&req)?);
             Ok(())

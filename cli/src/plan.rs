@@ -3,7 +3,9 @@
 
 use std::fmt::Write as _;
 
-use edgekv::{CacheConfig, ElementFormat, FreeList, PageAllocator, Shape};
+use edgekv::{
+    CacheConfig, ElementFormat, FreeList, GroupWindow, LayerGroup, Layers, PageAllocator, Shape,
+};
 
 /// One named element format for `head_dim` (fp8 tiles of 32 over the whole head row).
 fn format(name: &str, head_dim: u16) -> Option<ElementFormat> {
@@ -85,6 +87,90 @@ pub struct Request {
     pub sequences: u16,
     /// Format pairs to tabulate, by name.
     pub formats: Vec<String>,
+    /// Sliding window of the windowed layers, if the model has them.
+    pub window: Option<u32>,
+    /// Every this-many-th layer is global (layers `n − 1`, `2n − 1`, …), the others windowed;
+    /// `None` with a window: every layer windowed.
+    pub global_every: Option<u16>,
+}
+
+/// The configuration of `req` with pages of `k` / `v`: one group, or with a window the windowed
+/// layers in the base group and the global ones listed.
+fn config(req: &Request, k: ElementFormat, v: ElementFormat) -> CacheConfig {
+    let mut config = CacheConfig::new(req.shape)
+        .with_formats(k, v)
+        .with_page_tokens(req.page_tokens)
+        .with_sequences(req.sequences, u32::MAX / 2);
+    if let Some(w) = req.window {
+        config = config.with_window(GroupWindow::new(w, 0));
+        if let Some(n) = req.global_every {
+            let layers = Layers::Every {
+                period: n,
+                first: n.saturating_sub(1),
+            };
+            config = config.with_group(LayerGroup::new(layers).with_formats(k, v));
+        }
+    }
+    config
+}
+
+/// The table of a windowed request: tokens of context with the window against all-global.
+fn window_table(req: &Request, out: &mut String) -> Result<(), String> {
+    if req.split {
+        return Err("--split is not planned with a sliding window yet".into());
+    }
+    let _ = writeln!(
+        out,
+        "sliding window {} on {}; one sequence's context (tokens) with windowed layers releasing pages, and all global",
+        req.window.unwrap_or(0),
+        match req.global_every {
+            Some(n) => format!("every layer but every {n}th"),
+            None => "every layer".into(),
+        }
+    );
+    let _ = writeln!(
+        out,
+        "{:<12} {:>11} {:>14} {:>14} {:>7} {:>11}",
+        "format K/V", "B/token", "windowed", "all global", "ratio", "data B"
+    );
+    let bits = <FreeList as PageAllocator>::META_BITS_PER_PAGE;
+    for name in &req.formats {
+        let (k, v) = parse_pair(name, req.shape.head_dim)?;
+        let config = config(req, k, v);
+        let all = config.without_windows();
+        let page_bytes: usize = (0..all.group_count())
+            .map(|g| all.group_geometry(g).map(|geo| geo.page_bytes))
+            .sum::<Result<usize, _>>()
+            .map_err(|e| format!("{name}: {e}"))?;
+        let per_token = page_bytes as f64 / req.page_tokens as f64;
+        match (
+            config.plan_groups(req.arena_bytes, bits),
+            all.plan_groups(req.arena_bytes, bits),
+        ) {
+            (Ok(w), Ok(g)) => {
+                let _ = writeln!(
+                    out,
+                    "{:<12} {:>11.0} {:>14} {:>14} {:>7.2} {:>11}",
+                    name,
+                    per_token,
+                    w.context_tokens,
+                    g.context_tokens,
+                    w.context_tokens as f64 / g.context_tokens as f64,
+                    w.data_bytes
+                );
+            }
+            (Err(edgekv::ConfigError::ArenaTooSmall), _)
+            | (_, Err(edgekv::ConfigError::ArenaTooSmall)) => {
+                let _ = writeln!(
+                    out,
+                    "{name:<12} {per_token:>11.0} {:>14} {:>14} {:>7} {:>11}  (a page of every group does not fit)",
+                    0, 0, "-", "-"
+                );
+            }
+            (Err(e), _) | (_, Err(e)) => return Err(format!("{name}: {e}")),
+        }
+    }
+    Ok(())
 }
 
 /// The table `edgekv plan` prints, or the reason it cannot.
@@ -107,6 +193,10 @@ pub fn table(req: &Request) -> Result<String, String> {
         req.page_tokens,
         req.sequences,
     );
+    if req.window.is_some() {
+        window_table(req, &mut out)?;
+        return Ok(out);
+    }
     let _ = writeln!(
         out,
         "{:<12} {:>11} {:>7} {:>14} {:>11} {:>11}",
@@ -114,10 +204,7 @@ pub fn table(req: &Request) -> Result<String, String> {
     );
     for name in &req.formats {
         let (k, v) = parse_pair(name, s.head_dim)?;
-        let config = CacheConfig::new(s)
-            .with_formats(k, v)
-            .with_page_tokens(req.page_tokens)
-            .with_sequences(req.sequences, u32::MAX / 2);
+        let config = config(req, k, v);
         let geo = config
             .geometry()
             .map_err(|e| format!("{name}: this shape cannot use it: {e}"))?;
@@ -194,4 +281,41 @@ pub fn gguf_shape(bytes: &[u8]) -> Result<Shape, String> {
         kv_heads: narrow("head_count_kv", kv_heads)?,
         head_dim: narrow("key_length", head_dim)?,
     })
+}
+
+/// The sliding window of a GGUF model (`ARCH.attention.sliding_window`) and its layer pattern:
+/// `ARCH.attention.sliding_window_pattern` when the file states it as a number, else the
+/// architecture's (llama.cpp's: `gemma3` has every 6th layer global). `(None, None)` without a
+/// window; an error for a window whose pattern is unknown.
+pub fn gguf_window(bytes: &[u8]) -> Result<(Option<u32>, Option<u16>), String> {
+    let g = edgekv_llm::gguf::Gguf::parse(bytes).map_err(|e| format!("not a usable GGUF: {e}"))?;
+    let arch = g
+        .get("general.architecture")
+        .and_then(|v| v.as_bytes())
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .ok_or("GGUF metadata has no general.architecture string")?
+        .to_string();
+    let uint =
+        |key: &str| -> Option<u64> { g.get(&format!("{arch}.{key}")).and_then(|v| v.as_u64()) };
+    let Some(window) = uint("attention.sliding_window") else {
+        return Ok((None, None));
+    };
+    let window = u32::try_from(window)
+        .ok()
+        .filter(|&w| w > 0)
+        .ok_or(format!(
+            "{arch}: sliding_window {window} is not a window edgekv takes"
+        ))?;
+    let every = match (uint("attention.sliding_window_pattern"), arch.as_str()) {
+        (Some(n), _) => u16::try_from(n).ok().filter(|&n| n > 0).ok_or(format!(
+            "{arch}: sliding_window_pattern {n} is not a period"
+        ))?,
+        (None, "gemma3") => 6,
+        (None, _) => {
+            return Err(format!(
+                "{arch}: a sliding window of {window} without a known layer pattern; give --global-every"
+            ));
+        }
+    };
+    Ok((Some(window), Some(every)))
 }

@@ -489,6 +489,67 @@ fn plan_refuses_bad_input_with_a_message() {
 }
 
 #[test]
+fn plan_tabulates_a_sliding_window_against_all_global() {
+    // Gemma 3 270M's shape: 18 layers, every 6th global, the others over 512 positions.
+    let (code, out, err) = edgekv_out(&[
+        "plan",
+        "--layers",
+        "18",
+        "--kv-heads",
+        "1",
+        "--head-dim",
+        "256",
+        "--arena",
+        "4MiB",
+        "--sequences",
+        "1",
+        "--window",
+        "512",
+        "--global-every",
+        "6",
+        "--formats",
+        "q4_0,q8_0",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    // B/token, windowed, all global: the core planner's figures.
+    let row = |name: &str| -> Vec<u64> {
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no row {name} in\n{out}"));
+        line.split_whitespace()
+            .skip(1)
+            .take(3)
+            .map(|w| w.parse().unwrap())
+            .collect()
+    };
+    assert_eq!(row("q4_0"), [5_184, 2_128, 800], "{out}");
+    assert_eq!(row("q8_0"), [9_792, 416, 416], "{out}");
+    // A window needs a number; --global-every needs a window; --split is not planned with one.
+    for extra in [
+        &["--global-every", "6"][..],
+        &["--window", "0"],
+        &["--window", "512", "--split"],
+    ] {
+        let mut args = vec![
+            "plan",
+            "--layers",
+            "18",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "256",
+            "--arena",
+            "4MiB",
+        ];
+        args.extend(extra);
+        let (code, out, err) = edgekv_out(&args);
+        assert_ne!(code, Some(0), "{extra:?}: {out}");
+        assert!(!err.contains("panicked"), "{extra:?}: {err}");
+    }
+}
+
+#[test]
 fn plan_reads_the_shape_from_a_gguf_file() {
     let dir = scratch("plan-gguf");
     // Bad files: missing, not a GGUF, a GGUF header cut short.

@@ -39,6 +39,19 @@ pub enum ConfigError {
     InvalidChunkSize,
     /// A page format this build leaves out (its cargo feature, e.g. `fp8`, is off).
     FormatDisabled,
+    /// More layer groups than [`MAX_GROUPS`](crate::MAX_GROUPS).
+    TooManyGroups,
+    /// A listed layer group of [`Layers::Rest`](crate::Layers::Rest) (the base group's).
+    InvalidGroup,
+    /// A listed layer group names a layer past the shape's.
+    GroupLayerOutOfRange,
+    /// Two listed layer groups name the same layer.
+    LayerInTwoGroups,
+    /// A layer group holds no layer (listed groups took every layer from the base group).
+    EmptyGroup,
+    /// The call handles configurations of one layer group only (plan several with
+    /// [`CacheConfig::plan_groups`](crate::CacheConfig::plan_groups)).
+    MultipleGroups,
 }
 
 impl ConfigError {
@@ -54,6 +67,12 @@ impl ConfigError {
             ConfigError::InvalidFormat => "quantized format parameters do not fit the shape",
             ConfigError::InvalidChunkSize => "chunk_tokens is not a multiple of page_tokens",
             ConfigError::FormatDisabled => "page format not compiled in (cargo feature off)",
+            ConfigError::TooManyGroups => "more layer groups than MAX_GROUPS",
+            ConfigError::InvalidGroup => "a listed layer group cannot be Rest",
+            ConfigError::GroupLayerOutOfRange => "a layer group names a layer past the shape's",
+            ConfigError::LayerInTwoGroups => "two layer groups name the same layer",
+            ConfigError::EmptyGroup => "a layer group holds no layer",
+            ConfigError::MultipleGroups => "the call handles one layer group only",
         }
     }
 }
@@ -115,6 +134,9 @@ pub enum Error {
     StaleHit,
     /// Query heads are not a nonzero multiple of the cache's KV heads.
     HeadMismatch,
+    /// `truncate` was asked to go back past the positions a windowed layer group kept (its
+    /// window plus its rollback): queries at the new length would miss released keys.
+    TruncateBeyondWindow,
 }
 
 impl From<ConfigError> for Error {
@@ -145,6 +167,7 @@ impl Error {
             Error::PromptMismatch => "prompt tokens differ from the sequence's published pages",
             Error::StaleHit => "prefix hit is stale: look up again",
             Error::HeadMismatch => "query heads are not a nonzero multiple of the KV heads",
+            Error::TruncateBeyondWindow => "truncate goes back past the positions a window kept",
         }
     }
 }

@@ -44,7 +44,7 @@ pub use arena::ArenaBuf;
 #[cfg(feature = "alloc")]
 pub use arena::{HeapArena, HeapArenas};
 pub use cache::{InvariantViolation, KvCache, Stats};
-pub use config::CacheConfig;
+pub use config::{CacheConfig, GroupWindow, LayerGroup, LayerGroups, Layers, MAX_GROUPS};
 pub use error::{ConfigError, Error, Result};
 pub use format::{Element, ElementFormat, MAX_ROTATED_DIM, Rotation};
 pub use planner::{

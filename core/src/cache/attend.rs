@@ -39,7 +39,9 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// not a nonzero multiple of kv_heads), [`LengthMismatch`](Error::LengthMismatch) (`q` not a
     /// whole number of rows, `out` of another length, `scratch` too short),
     /// [`PositionOutOfRange`](Error::PositionOutOfRange) (queries past the reserved positions, or
-    /// a kept key in a released page), [`Config`](Error::Config)([`ZeroSize`](crate::ConfigError::ZeroSize)) (a window of 0). Everything,
+    /// a kept key in a released page), [`Config`](Error::Config)([`ZeroSize`](crate::ConfigError::ZeroSize)) (a window of 0). Without a
+    /// window in `params`, the layer's group's configured window applies
+    /// ([`CacheConfig::window`](crate::CacheConfig::window)). Everything,
     /// every key page any query needs included, is checked before anything is computed: on
     /// error neither `out` nor `scratch` was written.
     #[allow(clippy::too_many_arguments)]
@@ -53,6 +55,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         params: &AttentionParams,
         scratch: &mut [f32],
     ) -> Result<()> {
+        let params = &self.layer_params(layer, params);
         let (layout, table) = self.attention_layout(seq, layer, start, q, out, params, || {
             scratch.len() >= scratch_len_for(&self.config, params.q_heads)
         })?;
@@ -154,6 +157,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     where
         Self: Sync,
     {
+        let params = &self.layer_params(layer, params);
         let (layout, table) = self.attention_layout(seq, layer, start, q, out, params, || true)?;
         let heads = layout.kv_heads * layout.group;
         let need = scratch_len_for(&self.config, params.q_heads);

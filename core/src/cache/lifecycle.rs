@@ -81,9 +81,17 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             // The tail page the first new positions land in, if it is shared or published.
             let copy = n > 0 && self.needs_copy(slot, rec.len as usize / self.page_len());
             let new = need.saturating_sub(held);
-            if new + usize::from(copy) > self.pool.available() {
+            // A configured window releases the pages leaving it first, so they can be reused.
+            let release = if n > 0 {
+                self.window_release(slot)
+            } else {
+                None
+            };
+            let frees = release.map_or(0, |r| r.2);
+            if new + usize::from(copy) > self.pool.available() + frees {
                 return Err(Error::OutOfPages);
             }
+            self.apply_window_release(slot, release);
             if copy {
                 // Cannot fail: availability checked above.
                 self.make_writable(slot, rec.len, 1)?;
@@ -204,6 +212,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let rec = *self.seqs.record(slot);
         if len > rec.len {
             return Err(Error::TruncateBeyondLength);
+        }
+        if !self.window_keeps(slot, len) {
+            // Back past the positions the configured window and rollback kept.
+            return Err(Error::TruncateBeyondWindow);
         }
         let last = self.pages_for(len).checked_sub(1);
         if last.is_some_and(|i| self.seqs.table(slot).get(i) == Some(&NO_PAGE)) {

@@ -13,6 +13,8 @@ mod window;
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod window_tests;
 
 pub use stats::Stats;
 pub use verify::InvariantViolation;

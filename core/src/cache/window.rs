@@ -2,8 +2,9 @@
 
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator, PageId};
-use crate::attention::Window;
+use crate::attention::{AttentionParams, Window};
 use crate::error::{ConfigError, Error, Result};
+use crate::pool::PageState;
 use crate::sequence::SeqId;
 
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
@@ -32,13 +33,24 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         if from > rec.len {
             return Err(Error::PositionOutOfRange);
         }
+        Ok(self.release_invisible(slot, window, from))
+    }
+
+    /// The table entries of `slot` that no query at a position `≥ from` sees under `window`:
+    /// those wholly inside `[sinks, from + 1 − window)` (released ones included).
+    fn invisible(&self, slot: usize, window: &Window, from: u32) -> core::ops::Range<usize> {
         let p = self.config.page_tokens as u64;
         // Keys below `visible` (and not sinks) are invisible to every query at ≥ from.
         let visible = (from as u64 + 1).saturating_sub(window.window as u64);
         let first = (window.sinks as u64).div_ceil(p) as usize;
-        let end = (visible / p) as usize;
+        let end = ((visible / p) as usize).min(self.seqs.record(slot).held as usize);
+        first..end.max(first)
+    }
+
+    /// Releases [`invisible`](Self::invisible) pages and returns how many were held.
+    fn release_invisible(&mut self, slot: usize, window: &Window, from: u32) -> u16 {
         let mut released = 0;
-        for i in first..end.min(rec.held as usize) {
+        for i in self.invisible(slot, window, from) {
             let page = *self.seqs.entry_mut(slot, i);
             if page != NO_PAGE {
                 // Cannot fail: a page in a table holds a reference.
@@ -47,7 +59,78 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 released += 1;
             }
         }
-        Ok(released)
+        released
+    }
+
+    /// The configured window of `layer`'s group, as attention takes it.
+    pub(super) fn layer_window(&self, _layer: u16) -> Option<Window> {
+        self.config.window.map(|w| Window {
+            sinks: w.sinks,
+            window: w.window,
+        })
+    }
+
+    /// `params` with the window of `layer`'s group when they give none.
+    pub(super) fn layer_params(&self, layer: u16, params: &AttentionParams) -> AttentionParams {
+        let mut p = *params;
+        if p.window.is_none() {
+            p.window = self.layer_window(layer);
+        }
+        p
+    }
+
+    /// The configured window's release point for a paged sequence of `slot` about to grow: the
+    /// position from which on queries still come (`len − rollback`), and the pages a release
+    /// there returns to the pool (those referenced by this sequence only). `None` without a
+    /// configured window or for a contiguous sequence.
+    pub(super) fn window_release(&self, slot: usize) -> Option<(Window, u32, usize)> {
+        let cw = self.config.window?;
+        let rec = self.seqs.record(slot);
+        if Self::contiguous(rec) {
+            return None;
+        }
+        let window = Window {
+            sinks: cw.sinks,
+            window: cw.window,
+        };
+        let from = rec.len.saturating_sub(cw.rollback);
+        let table = self.seqs.table(slot);
+        let frees = self
+            .invisible(slot, &window, from)
+            .filter(|&i| {
+                table.get(i).is_some_and(|&pg| {
+                    pg != NO_PAGE && self.pool.state(pg) == Some(PageState::Used(1))
+                })
+            })
+            .count();
+        Some((window, from, frees))
+    }
+
+    /// Releases what [`window_release`](Self::window_release) found.
+    pub(super) fn apply_window_release(
+        &mut self,
+        slot: usize,
+        release: Option<(Window, u32, usize)>,
+    ) {
+        if let Some((window, from, _)) = release {
+            self.release_invisible(slot, &window, from);
+        }
+    }
+
+    /// Whether truncating `slot` to `len` positions keeps every key a query at `len` sees under
+    /// the configured window (sinks' pages are never released).
+    pub(super) fn window_keeps(&self, slot: usize, len: u32) -> bool {
+        let Some(w) = self.config.window else {
+            return true;
+        };
+        if len == 0 {
+            return true;
+        }
+        let shift = self.config.page_tokens.trailing_zeros();
+        let lo = (len + 1).saturating_sub(w.window).min(len - 1);
+        let table = self.seqs.table(slot);
+        ((lo >> shift) as usize..=((len - 1) >> shift) as usize)
+            .all(|i| table.get(i).is_some_and(|&pg| pg != NO_PAGE))
     }
 
     /// Checks that every page holding a key some query in `[start, end)` attends to (under

@@ -27,12 +27,13 @@
 //! each), page tables (`u16` per page slot, `max_seqs` × `table_len`), and the prefix index when
 //! configured (see [`MetaLayout::index`]).
 
-pub use crate::config::CacheConfig;
+mod groups;
+
+pub use crate::config::{CacheConfig, MIN_ALIGN};
 use crate::error::{ConfigError, Error, Result};
 use crate::shape::Kv;
+pub use groups::GroupedPlan;
 
-/// Smallest data-arena alignment: no two pages may share a cache line on any supported core.
-pub const MIN_ALIGN: usize = 64;
 /// Alignment the metadata arena must have.
 pub const META_ALIGN: usize = 8;
 /// Largest number of pages a cache manages (`u16` ids; `u16::MAX` is reserved as "none").
@@ -78,10 +79,13 @@ const fn round_up(x: usize, align: usize) -> Option<usize> {
 }
 
 impl CacheConfig {
-    /// Checks the configuration and derives the page geometry.
+    /// Checks the configuration and derives the page geometry (of a configuration of one
+    /// layer group; see [`group_geometry`](Self::group_geometry) for each group's).
     ///
     /// # Errors
     ///
+    /// [`MultipleGroups`](ConfigError::MultipleGroups) for a configuration of several groups,
+    /// after [`check_groups`](Self::check_groups)' errors;
     /// [`ZeroSize`](ConfigError::ZeroSize),
     /// [`PageTokensNotPowerOfTwo`](ConfigError::PageTokensNotPowerOfTwo),
     /// [`InvalidAlignment`](ConfigError::InvalidAlignment),
@@ -89,6 +93,22 @@ impl CacheConfig {
     /// [`InvalidFormat`](ConfigError::InvalidFormat) or
     /// [`FormatDisabled`](ConfigError::FormatDisabled), [`Overflow`](ConfigError::Overflow).
     pub const fn geometry(&self) -> Result<PageGeometry, ConfigError> {
+        if self.group_count() > 1 {
+            tri!(self.check_groups());
+            return Err(ConfigError::MultipleGroups);
+        }
+        self.group_geometry(0)
+    }
+
+    /// Checks the configuration and derives the page geometry of layer group `g` (its layers,
+    /// formats and rotations; see [`CacheConfig::group`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`geometry`](Self::geometry) for one group, and
+    /// [`check_groups`](Self::check_groups)' errors; [`EmptyGroup`](ConfigError::EmptyGroup)
+    /// for `g` past the last group.
+    pub const fn group_geometry(&self, g: usize) -> Result<PageGeometry, ConfigError> {
         let s = self.shape;
         if s.layers == 0
             || s.kv_heads == 0
@@ -108,14 +128,20 @@ impl CacheConfig {
         if self.chunk() % self.page_tokens as u32 != 0 {
             return Err(ConfigError::InvalidChunkSize);
         }
+        tri!(self.check_groups());
+        let group = match self.group(g) {
+            Some(group) => group,
+            None => return Err(ConfigError::EmptyGroup),
+        };
+        let layers = self.group_layers(g);
         let p = self.page_tokens as usize;
         let (heads, dim) = (s.kv_heads as usize, s.head_dim as usize);
-        tri!(self.k_rotation.check(dim));
-        tri!(self.v_rotation.check(dim));
-        let k_row = tri!(self.k_format.row_bytes(heads, dim));
-        let v_row = tri!(self.v_format.row_bytes(heads, dim));
-        let k_srow = tri!(self.k_format.scale_row_bytes(heads, dim));
-        let v_srow = tri!(self.v_format.scale_row_bytes(heads, dim));
+        tri!(group.k_rotation.check(dim));
+        tri!(group.v_rotation.check(dim));
+        let k_row = tri!(group.k_format.row_bytes(heads, dim));
+        let v_row = tri!(group.v_format.row_bytes(heads, dim));
+        let k_srow = tri!(group.k_format.scale_row_bytes(heads, dim));
+        let v_srow = tri!(group.v_format.scale_row_bytes(heads, dim));
         let k_page = ck!(k_row.checked_mul(p));
         let v_page = ck!(v_row.checked_mul(p));
         let k_spage = ck!(k_srow.checked_mul(p));
@@ -127,12 +153,12 @@ impl CacheConfig {
         let layer_stride = ck!(
             ck!(ck!(k_stride.checked_add(k_sstride)).checked_add(v_stride)).checked_add(v_sstride)
         );
-        let page_bytes = ck!(layer_stride.checked_mul(s.layers as usize));
+        let page_bytes = ck!(layer_stride.checked_mul(layers as usize));
         let table_len = ck!((self.max_seq_tokens as usize).checked_add(p - 1)) / p;
         Ok(PageGeometry {
             page_tokens: self.page_tokens,
             align: self.align,
-            layers: s.layers,
+            layers,
             k_row_bytes: k_row,
             v_row_bytes: v_row,
             k_scale_row_bytes: k_srow,
@@ -186,6 +212,18 @@ impl CacheConfig {
         alloc_bits_per_page: usize,
     ) -> Result<Plan, ConfigError> {
         let geo = tri!(self.geometry());
+        self.plan_geometry(geo, self.window.is_some(), num_pages, alloc_bits_per_page)
+    }
+
+    /// The plan of `num_pages` pages of geometry `geo` (one group's; `windowed`: its page
+    /// table spans `max_seq_tokens`, as released pages leave room for more positions).
+    pub(crate) const fn plan_geometry(
+        &self,
+        geo: PageGeometry,
+        windowed: bool,
+        num_pages: usize,
+        alloc_bits_per_page: usize,
+    ) -> Result<Plan, ConfigError> {
         if num_pages == 0 {
             return Err(ConfigError::ZeroSize);
         }
@@ -193,8 +231,8 @@ impl CacheConfig {
             return Err(ConfigError::Overflow);
         }
         let data_bytes = ck!(geo.page_bytes.checked_mul(num_pages));
-        // No sequence can hold more pages than the pool has.
-        let table_len = if geo.table_len < num_pages {
+        // No sequence can hold more pages than the pool has (unless it releases them).
+        let table_len = if windowed || geo.table_len < num_pages {
             geo.table_len
         } else {
             num_pages
@@ -591,5 +629,7 @@ pub struct ArenaSizes {
     pub meta: usize,
 }
 
+#[cfg(test)]
+mod groups_tests;
 #[cfg(test)]
 mod tests;
