@@ -14,11 +14,12 @@
 //! functions as `none.rs`, its own [`Isa`] for the page loop if it has better f16 decoding or lane
 //! sums, and one more line in the selection below.
 
+// `small-code` Arm builds take `arm::Arm` as their one `Isa`.
+#[cfg(any(not(feature = "small-code"), not(edgekv_arm_kernels)))]
 mod portable;
 
+#[cfg(any(not(feature = "small-code"), not(edgekv_arm_kernels)))]
 pub(crate) use portable::Portable;
-#[cfg(any(test, feature = "small-code"))]
-pub(crate) use portable::reduce;
 
 // Which ISA module this build dispatches to: the build script names it (`edgekv_x86_kernels`,
 // `edgekv_arm_kernels`; neither with the feature `portable` or under Miri).
@@ -63,22 +64,24 @@ mod portable_quantizers {
 use half::f16;
 
 #[cfg(not(feature = "small-code"))]
-use crate::attention::exp;
-#[cfg(not(feature = "small-code"))]
 use crate::attention::kernels::{self, Row};
 #[cfg(not(feature = "small-code"))]
 use crate::attention::page::PageRows;
 use crate::attention::page::{Heads, Keys, Layout};
 #[cfg(not(feature = "small-code"))]
 use crate::attention::query::QueryCodes;
-use crate::format::LANES;
+#[cfg(not(feature = "small-code"))]
+use crate::numeric::LANES;
+use crate::numeric::Widen;
+#[cfg(not(feature = "small-code"))]
+use crate::numeric::exp;
 
 /// What a build of the attention page loop does with instructions of its own: f16 values (f16
 /// pages, int8 scales) to f32, and lane sums. Every implementation gives the same bits: f16
 /// decoding those of `half::f16::to_f32` (NaNs made quiet), lane sums the fixed tree of
 /// [`Portable::reduce8`], int8 scores those of the portable integer dot products. [`Portable`]
 /// runs on every target.
-pub(crate) trait Isa {
+pub(crate) trait Isa: Widen {
     /// Whether the page kernel splits a block of query rows' heads (see `attention::block`) into
     /// each row's own run of heads (a group of at most four), rather than into runs of four
     /// across rows: for kernels that are best at the model's own group (the Arm `asm!` loops
@@ -86,7 +89,7 @@ pub(crate) trait Isa {
     #[cfg(not(feature = "small-code"))]
     const RUNS_BY_ROW: bool = false;
     /// Whether the page kernel takes each weight's `exp` one at a time (`exp::scalar`:
-    /// `libm::expf`'s steps inline) rather than eight lanes at a time (`attention::exp`, the
+    /// `libm::expf`'s steps inline) rather than eight lanes at a time (`numeric::exp`, the
     /// same bits): for cores without vector floats, where the lanes' selects cost more than
     /// `libm`'s branches.
     #[cfg(not(feature = "small-code"))]
@@ -123,10 +126,6 @@ pub(crate) trait Isa {
     fn sum(s: f32, w: &[f32]) -> f32 {
         w.iter().fold(s, |s, w| s + w)
     }
-    /// One f16 value.
-    fn one(h: u16) -> f32;
-    /// Eight little-endian f16 values.
-    fn block(b: &[u8; 2 * LANES]) -> [f32; LANES];
     /// `[reduce(x[0]), …, reduce(x[7])]`: eight rows' lanes, each summed in the fixed tree.
     #[cfg(not(feature = "small-code"))]
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES];

@@ -4,13 +4,14 @@
 //! kernels and eight-lane `exp`. `small-code` builds take `attention::small` instead (same
 //! bits).
 
-use super::exp::exp_shifted;
-use super::floor::exp_weight;
 use super::kernels::{Row, add_scaled, dot_lanes};
-use super::page::{Heads, Keys, Layout, PageRows, PageSlices, larger, rescale};
+use super::page::{Heads, Keys, Layout, PageRows, PageSlices, rescale};
 use super::query::{self, QueryCodes};
 use crate::arch::Isa;
 use crate::format::{ElementFormat, LANES};
+use crate::numeric::exp::exp_shifted;
+use crate::numeric::floor::exp_weight;
+use crate::numeric::larger;
 
 impl Layout {
     /// The query heads of KV head `kh`: `[h0, end)`.

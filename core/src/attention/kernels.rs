@@ -23,13 +23,13 @@ use core::marker::PhantomData;
 #[cfg(any(test, not(feature = "small-code")))]
 use super::query::QueryCodes;
 use crate::arch::Isa;
-#[cfg(test)]
-use crate::arch::reduce;
 use crate::format::float::{Bf16s, F16s, F32s};
 use crate::format::fp8::{E4m3Scaled, E4m3s};
 use crate::format::int4::{self, Q4_BLOCK, Q4Codes, Q4Kind};
 use crate::format::int8::I8s;
 use crate::format::{Decode, ElementFormat, LANES, f32_at, u16_at};
+#[cfg(test)]
+use crate::numeric::reduce;
 
 /// Running dot products of `G` query heads with one page row, eight lanes per head.
 struct Lanes<const G: usize>([[f32; LANES]; G]);

@@ -20,11 +20,8 @@
 
 #[cfg(not(feature = "small-code"))]
 mod block;
-#[cfg(any(test, not(feature = "small-code")))]
-pub(crate) mod exp;
 #[cfg(not(feature = "small-code"))]
 mod fast;
-pub(crate) mod floor;
 pub(crate) mod kernels;
 pub(crate) mod page;
 mod params;

@@ -3,12 +3,12 @@
 //! the kernels of `kernels` and, for each page, the best build `crate::arch` has for this CPU.
 
 use super::Window;
-use super::floor::{exp_weight, scaled, state};
 use super::kernels::Row;
 use super::query::{self, QueryCodes};
 use crate::arch;
 use crate::error::Result;
 use crate::format::{ElementFormat, Rotation};
+use crate::numeric::floor::{exp_weight, scaled, state};
 
 /// One page of keys for every query head of one query row (what `crate::arch` builds per ISA):
 /// the fast kernels, or with `small-code` one rolled path per step (the same bits).
@@ -338,16 +338,6 @@ pub(crate) fn merge(
         sum[h] = sum[h] * a + sum2[h] * b;
         max[h] = m;
     }
-}
-
-/// The larger of a running maximum `m` and `x`, by one compare: `x` only where it is larger (a
-/// NaN never is). The page loops' maxima, rather than `f32::max` (a call of `fmaxf` on cores
-/// without `VMAXNM`). Where both are zeros the sign may differ from `f32::max`'s, which changes
-/// no weight: a maximum only enters `exp(score − max)` with `max ≥ score`, where `±0 − max` is
-/// `−max` for a nonzero `max` and `±0` (whose `exp` is 1) for a zero one.
-#[inline(always)]
-pub(crate) fn larger(m: f32, x: f32) -> f32 {
-    if x > m { x } else { m }
 }
 
 /// One head's online-softmax step to a page's new maximum `new_max`: its outputs and sum

@@ -39,7 +39,7 @@ use mve_weights as weights;
 mod page;
 
 use super::Isa;
-#[cfg(any(not(feature = "small-code"), not(edgekv_arm_f16cvt)))]
+#[cfg(not(feature = "small-code"))]
 use super::Portable;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::kernels::{self, Row};
@@ -54,9 +54,9 @@ use crate::attention::page::{
 use crate::attention::query;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::attention::query::QueryCodes;
-use crate::format::LANES;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::format::u16_at;
+use crate::numeric::{LANES, Widen};
 
 // No ISA quantizers: the portable loops run.
 pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
@@ -132,19 +132,19 @@ fn f16_one(h: u16) -> f32 {
     #[cfg(edgekv_arm_f16cvt)]
     return f16::to_f32(h);
     #[cfg(not(edgekv_arm_f16cvt))]
-    return Portable::one(h);
+    return crate::numeric::widen::Soft::one(h);
 }
 
 /// Eight little-endian f16s to f32, each by `D::one`. Both builds' [`Arm::block`].
 #[inline(always)]
-fn f16_block<D: Isa>(b: &[u8; 2 * LANES]) -> [f32; LANES] {
+fn f16_block<D: Widen>(b: &[u8; 2 * LANES]) -> [f32; LANES] {
     core::array::from_fn(|i| D::one(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])))
 }
 
 /// `small-code` builds: [`f16_one`] out of line (on a Cortex-M4, 24 bytes of code against the
 /// portable decoder's 116).
 #[cfg(feature = "small-code")]
-impl Isa for Arm {
+impl Widen for Arm {
     #[inline(never)]
     fn one(h: u16) -> f32 {
         f16_one(h)
@@ -156,9 +156,26 @@ impl Isa for Arm {
     }
 }
 
+#[cfg(feature = "small-code")]
+impl Isa for Arm {}
+
 /// Lanes of the value kernel's accumulators (three heads' worth stay in the FPU's registers).
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 const V_LANES: usize = 4;
+
+#[cfg(not(feature = "small-code"))]
+impl Widen for Arm {
+    /// [`f16_one`], inline.
+    #[inline(always)]
+    fn one(h: u16) -> f32 {
+        f16_one(h)
+    }
+
+    #[inline(always)]
+    fn block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
+        f16_block::<Self>(b)
+    }
+}
 
 #[cfg(not(feature = "small-code"))]
 impl Isa for Arm {
@@ -170,17 +187,6 @@ impl Isa for Arm {
     const SCALAR_EXP: bool = cfg!(not(any(edgekv_arm_mve, edgekv_arm_f16cvt)));
     /// Whole pages of int8 rows to `page.rs` (DSP or Helium).
     const PAGE_ROWS: bool = cfg!(any(edgekv_arm_dsp, edgekv_arm_mve));
-
-    /// [`f16_one`], inline.
-    #[inline(always)]
-    fn one(h: u16) -> f32 {
-        f16_one(h)
-    }
-
-    #[inline(always)]
-    fn block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
-        f16_block::<Self>(b)
-    }
 
     #[inline(always)]
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES] {
@@ -194,14 +200,11 @@ impl Isa for Arm {
     fn max_of(s: &[f32]) -> f32 {
         let n = s.len() & !3;
         if n == 0 {
-            return crate::attention::exp::max_of(s);
+            return crate::numeric::exp::max_of(s);
         }
         // SAFETY: `n` is a nonzero multiple of 4 within `s`.
         let m = unsafe { weights::max_of(s.as_ptr(), n) };
-        s[n..]
-            .iter()
-            .copied()
-            .fold(m, crate::attention::page::larger)
+        s[n..].iter().copied().fold(m, crate::numeric::larger)
     }
 
     /// Hard-float builds: `weights::sum` over whole blocks of four, the rest in order after them.
@@ -224,7 +227,7 @@ impl Isa for Arm {
     fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
         let heads = shifts.len().min(xs.len().checked_div(row).unwrap_or(0));
         if row % 4 != 0 || heads == 0 {
-            return crate::attention::exp::exp_shifted_rows(xs, row, shifts);
+            return crate::numeric::exp::exp_shifted_rows(xs, row, shifts);
         }
         // SAFETY: `row` is a nonzero multiple of 4 (a zero `row` gives no heads), and `xs` holds
         // `heads · row` floats, `shifts` `heads`.

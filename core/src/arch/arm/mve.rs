@@ -215,7 +215,7 @@ pub(super) unsafe fn dot3_page32(p: &super::page::Dot3Page, k: *const u8, out: *
 /// (products, not fused, then the add); `ks_b` the row's f16 scale of group `b`, gathered from
 /// `sc + 2b + 2·offs[ρ]` (`VLDRH.U32` with `offs` in halfwords, `VCVTB.F32.F16`). Vector floats
 /// flush subnormals: none arises, since query scales are 2^-67 or more or zero and f16 key scales
-/// are normal as f32, so every product and sum is zero or normal (see `attention::floor`).
+/// are normal as f32, so every product and sum is zero or normal (see `numeric::floor`).
 ///
 /// # Safety
 ///

@@ -13,7 +13,7 @@ use super::dsp;
 #[cfg(edgekv_arm_mve)]
 use super::mve;
 #[cfg(not(edgekv_arm_mve))]
-use crate::arch::Isa;
+use crate::numeric::Widen;
 #[cfg(not(edgekv_arm_mve))]
 use core::mem::MaybeUninit;
 

@@ -26,6 +26,7 @@ use crate::attention::page::{
 };
 use crate::attention::query::QueryCodes;
 use crate::format::u16_at;
+use crate::numeric::Widen;
 
 /// The page loop, its AVX2/F16C build when this CPU has both.
 #[inline(always)]
@@ -95,10 +96,7 @@ unsafe fn whole_page_avx2<const G: usize>(
 /// [`attend_page_avx2`], so its methods only run where AVX2 and F16C are present.
 struct Avx2F16c;
 
-impl Isa for Avx2F16c {
-    const PAGE_ROWS: bool = true;
-    const F16_PAGE_ROWS: bool = true;
-
+impl Widen for Avx2F16c {
     #[inline(always)]
     fn one(h: u16) -> f32 {
         // SAFETY: only reached from `attend_page_avx2`, which requires F16C; register-only.
@@ -117,6 +115,11 @@ impl Isa for Avx2F16c {
         }
         out
     }
+}
+
+impl Isa for Avx2F16c {
+    const PAGE_ROWS: bool = true;
+    const F16_PAGE_ROWS: bool = true;
 
     #[inline(always)]
     fn reduce8(x: &[[f32; 8]; 8]) -> [f32; 8] {
@@ -165,7 +168,7 @@ impl Isa for Avx2F16c {
     fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
         // SAFETY: only reached from `attend_page_avx2`, which requires AVX2.
         if !unsafe { super::exp::exp_rows(xs, row, shifts) } {
-            crate::attention::exp::exp_shifted_rows(xs, row, shifts);
+            crate::numeric::exp::exp_shifted_rows(xs, row, shifts);
         }
     }
 

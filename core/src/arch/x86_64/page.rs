@@ -16,9 +16,10 @@ use core::arch::x86_64::{
     _mm256_storeu_ps,
 };
 
-use crate::arch::{Isa, Portable};
+use crate::arch::Portable;
 use crate::attention::page::PageRows;
 use crate::attention::query::QueryCodes;
+use crate::numeric::Widen;
 
 /// Q8_0's group: 32 codes per scale.
 const GROUP: usize = 32;

@@ -174,9 +174,10 @@ mod tests {
 
     use super::super::page::tests::{same, xorshift};
     use super::*;
-    use crate::arch::{Portable, reduce};
+    use crate::arch::Portable;
     use crate::attention::kernels::{Row, add_scaled, dot_lanes};
     use crate::format::ElementFormat;
+    use crate::numeric::reduce;
 
     /// A random page of `n` f16 rows `stride` bytes apart (`d` values each): ordinary values,
     /// with zeros of both signs, subnormals, the largest finite, infinities and NaNs among them.
