@@ -30,38 +30,16 @@ pub(crate) use portable::Portable;
 #[allow(unsafe_code)]
 mod native;
 
-/// The quantizer entries of an ISA module without quantizer kernels (`none.rs`, `arm/`):
-/// nothing written, the portable loops run.
+/// This build's quantizer kernels (`format::QuantKernels`): none here, the reference loops run.
 #[cfg(not(edgekv_x86_kernels))]
-mod portable_quantizers {
-    use half::f16;
+pub(crate) struct NativeQuant;
 
-    /// Always `false`: the portable int8 loop runs.
-    #[inline]
-    pub(crate) fn q8_f32(_: &[f32], _: usize, _: &mut [i8], _: &mut [f16]) -> bool {
-        false
-    }
+#[cfg(not(edgekv_x86_kernels))]
+impl crate::format::QuantKernels for NativeQuant {}
 
-    /// Always `false`: the portable int8 loop runs.
-    #[inline]
-    pub(crate) fn q8_f16(_: &[f16], _: usize, _: &mut [i8], _: &mut [f16]) -> bool {
-        false
-    }
-
-    /// Always `false`: the portable FP8 loop runs.
-    #[inline]
-    pub(crate) fn fp8_f32(_: &[f32], _: usize, _: &mut [u8], _: &mut [u8]) -> bool {
-        false
-    }
-
-    /// Always `false`: the portable FP8 loop runs.
-    #[inline]
-    pub(crate) fn fp8_f16(_: &[f16], _: usize, _: &mut [u8], _: &mut [u8]) -> bool {
-        false
-    }
-}
-
-use half::f16;
+/// This build's quantizer kernels (`format::QuantKernels`): AVX2 and F16C where the CPU has them.
+#[cfg(edgekv_x86_kernels)]
+pub(crate) use native::NativeQuant;
 
 #[cfg(not(feature = "small-code"))]
 use crate::attention::kernels::{self, Row};
@@ -222,32 +200,6 @@ pub(crate) trait Isa: Widen {
     {
         false
     }
-}
-
-/// Quantizes an f32 row into int8 groups (as the portable `quantize_groups`) if an ISA kernel
-/// applies; `false` (nothing written) otherwise. Lengths as checked by `quantize_q8`.
-#[inline]
-pub(crate) fn q8_f32(x: &[f32], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
-    g % 8 == 0 && native::q8_f32(x, g, codes, scales)
-}
-
-/// [`q8_f32`] for an f16 row.
-#[inline]
-pub(crate) fn q8_f16(x: &[f16], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
-    g % 8 == 0 && native::q8_f16(x, g, codes, scales)
-}
-
-/// Quantizes the first `dv` values of an f32 row into FP8 tiles with f32 scales (as the portable
-/// `quantize_tiles` without bf16) if an ISA kernel applies; `false` (nothing written) otherwise.
-#[inline]
-pub(crate) fn fp8_f32(x: &[f32], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
-    tile % 8 == 0 && native::fp8_f32(x, tile, codes, scales)
-}
-
-/// [`fp8_f32`] for an f16 row.
-#[inline]
-pub(crate) fn fp8_f16(x: &[f16], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
-    tile % 8 == 0 && native::fp8_f16(x, tile, codes, scales)
 }
 
 /// Lays a quantized query's codes (groups of `g`) out as this build's int8 score kernels read

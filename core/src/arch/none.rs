@@ -5,9 +5,6 @@ use super::Portable;
 #[cfg(not(feature = "small-code"))]
 use crate::attention::page::{Heads, Keys, Layout, attend_page as portable_page};
 
-// No ISA quantizers: the portable loops run.
-pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
-
 /// The portable build of the attention page loop. Out of line: inlined into the query-row loop,
 /// LLVM unswitches that loop on the window and copies the whole page loop (+85 KB on Cortex-M0,
 /// +170 KB on the an386 firmware); one call per page costs nothing beside a page's work.

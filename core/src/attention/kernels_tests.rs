@@ -11,7 +11,8 @@ use std::vec::Vec;
 fn encoded(fmt: ElementFormat, d: usize, x: &[f32]) -> (Vec<u8>, Vec<u16>) {
     let mut v = vec![0u8; fmt.row_bytes(1, d).unwrap()];
     let mut w = vec![0u16; fmt.scale_row_bytes(1, d).unwrap() / 2];
-    encode_rows(fmt, d, x, &mut v, bytemuck::cast_slice_mut(&mut w)).unwrap();
+    encode_rows::<crate::arch::NativeQuant, _>(fmt, d, x, &mut v, bytemuck::cast_slice_mut(&mut w))
+        .unwrap();
     (v, w)
 }
 

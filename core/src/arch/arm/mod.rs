@@ -58,9 +58,6 @@ use crate::attention::query::QueryCodes;
 use crate::format::u16_at;
 use crate::numeric::{LANES, Widen};
 
-// No ISA quantizers: the portable loops run.
-pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
-
 /// With the DSP extension, groups of a multiple of 4 codes up to 256 (those the `SMLAD` kernels
 /// take: `Arm::int8_scores`, `page::scores3`) interleaved quad by quad
 /// (`query::interleave_quads`), so that a key word's `SXTB16` halves pair with the query's words

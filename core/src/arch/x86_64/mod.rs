@@ -36,54 +36,58 @@ pub(super) use attend::attend_page;
 pub(super) type SmallCode = super::Portable;
 use half::f16;
 
+use crate::format::QuantKernels;
+
 /// Whether the AVX2/F16C kernels run here (this CPU, this build).
 #[inline]
 pub(super) fn available() -> bool {
     detect::avx2_f16c()
 }
 
-/// See [`super::q8_f32`].
-#[inline]
-pub(super) fn q8_f32(x: &[f32], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
-    if !available() {
-        return false;
-    }
-    // SAFETY: `available()` checked AVX2 and F16C.
-    unsafe { int8::quantize_groups(x, g, codes, scales) };
-    true
-}
+/// The quantizer kernels with AVX2 and F16C, where this CPU has them and the group (tile) is a
+/// multiple of 8.
+pub(crate) struct NativeQuant;
 
-/// See [`super::q8_f16`].
-#[inline]
-pub(super) fn q8_f16(x: &[f16], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
-    if !available() {
-        return false;
+impl QuantKernels for NativeQuant {
+    #[inline]
+    fn q8_f32(x: &[f32], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
+        if g % 8 != 0 || !available() {
+            return false;
+        }
+        // SAFETY: `available()` checked AVX2 and F16C.
+        unsafe { int8::quantize_groups(x, g, codes, scales) };
+        true
     }
-    // SAFETY: `available()` checked AVX2 and F16C.
-    unsafe { int8::quantize_groups(x, g, codes, scales) };
-    true
-}
 
-/// See [`super::fp8_f32`].
-#[inline]
-pub(super) fn fp8_f32(x: &[f32], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
-    if !available() {
-        return false;
+    #[inline]
+    fn q8_f16(x: &[f16], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
+        if g % 8 != 0 || !available() {
+            return false;
+        }
+        // SAFETY: `available()` checked AVX2 and F16C.
+        unsafe { int8::quantize_groups(x, g, codes, scales) };
+        true
     }
-    // SAFETY: `available()` checked AVX2 and F16C.
-    unsafe { fp8::quantize_tiles(x, tile, codes, scales) };
-    true
-}
 
-/// See [`super::fp8_f16`].
-#[inline]
-pub(super) fn fp8_f16(x: &[f16], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
-    if !available() {
-        return false;
+    #[inline]
+    fn fp8_f32(x: &[f32], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
+        if tile % 8 != 0 || !available() {
+            return false;
+        }
+        // SAFETY: `available()` checked AVX2 and F16C.
+        unsafe { fp8::quantize_tiles(x, tile, codes, scales) };
+        true
     }
-    // SAFETY: `available()` checked AVX2 and F16C.
-    unsafe { fp8::quantize_tiles(x, tile, codes, scales) };
-    true
+
+    #[inline]
+    fn fp8_f16(x: &[f16], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
+        if tile % 8 != 0 || !available() {
+            return false;
+        }
+        // SAFETY: `available()` checked AVX2 and F16C.
+        unsafe { fp8::quantize_tiles(x, tile, codes, scales) };
+        true
+    }
 }
 
 /// The quantized query as it is (no ISA score kernel here reads it in another order).
