@@ -30,6 +30,17 @@ pub(crate) use portable::Portable;
 #[allow(unsafe_code)]
 mod native;
 
+pub(crate) mod kernels;
+pub(crate) mod query;
+pub(crate) mod rows;
+
+#[cfg(all(edgekv_arm_kernels, not(feature = "small-code")))]
+pub(crate) use native::Arm;
+#[cfg(feature = "small-code")]
+pub(crate) use native::SmallCode;
+#[cfg(all(edgekv_x86_kernels, not(feature = "small-code")))]
+pub(crate) use native::{Avx2F16c, available};
+
 /// This build's quantizer kernels (`format::QuantKernels`): none here, the reference loops run.
 #[cfg(not(edgekv_x86_kernels))]
 pub(crate) struct NativeQuant;
@@ -42,17 +53,16 @@ impl crate::format::QuantKernels for NativeQuant {}
 pub(crate) use native::NativeQuant;
 
 #[cfg(not(feature = "small-code"))]
-use crate::attention::kernels::{self, Row};
+use crate::arch::query::QueryCodes;
 #[cfg(not(feature = "small-code"))]
-use crate::attention::page::PageRows;
-use crate::attention::page::{Heads, Keys, Layout};
-#[cfg(not(feature = "small-code"))]
-use crate::attention::query::QueryCodes;
+use crate::arch::rows::PageRows;
 #[cfg(not(feature = "small-code"))]
 use crate::numeric::LANES;
 use crate::numeric::Widen;
 #[cfg(not(feature = "small-code"))]
 use crate::numeric::exp;
+#[cfg(not(feature = "small-code"))]
+use kernels::Row;
 
 /// What a build of the attention page loop does with instructions of its own: f16 values (f16
 /// pages, int8 scales) to f32, and lane sums. Every implementation gives the same bits: f16
@@ -208,15 +218,4 @@ pub(crate) trait Isa: Widen {
 #[inline]
 pub(crate) fn arrange_query(codes: &mut [i16], g: usize) {
     native::arrange_query(codes, g)
-}
-
-/// One page of keys for one query row (the attention page loop), in the best build this CPU runs
-/// (`small-code`: the one small loop, with the ISA module's `SmallCode`, for its f16
-/// conversion).
-#[inline(always)]
-pub(crate) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    #[cfg(not(feature = "small-code"))]
-    native::attend_page(l, keys, heads);
-    #[cfg(feature = "small-code")]
-    crate::attention::page::attend_page::<native::SmallCode, F>(l, keys, heads);
 }

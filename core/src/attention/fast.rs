@@ -4,10 +4,11 @@
 //! kernels and eight-lane `exp`. `small-code` builds take `attention::small` instead (same
 //! bits).
 
-use super::kernels::{Row, add_scaled, dot_lanes};
-use super::page::{Heads, Keys, Layout, PageRows, PageSlices, rescale};
-use super::query::{self, QueryCodes};
+use super::page::{Heads, Keys, Layout, PageSlices, rescale};
 use crate::arch::Isa;
+use crate::arch::kernels::{Row, add_scaled, dot_lanes};
+use crate::arch::query::{self, QueryCodes};
+use crate::arch::rows::PageRows;
 use crate::format::{ElementFormat, LANES};
 use crate::numeric::exp::exp_shifted;
 use crate::numeric::floor::exp_weight;

@@ -20,12 +20,11 @@
 
 #[cfg(not(feature = "small-code"))]
 mod block;
+mod dispatch;
 #[cfg(not(feature = "small-code"))]
 mod fast;
-pub(crate) mod kernels;
 pub(crate) mod page;
 mod params;
-pub(crate) mod query;
 #[cfg(feature = "small-code")]
 mod small;
 

@@ -3,9 +3,12 @@
 //! the kernels of `kernels` and, for each page, the best build `crate::arch` has for this CPU.
 
 use super::Window;
-use super::kernels::Row;
-use super::query::{self, QueryCodes};
+use super::dispatch;
 use crate::arch;
+use crate::arch::query::{self, QueryCodes};
+#[cfg(not(feature = "small-code"))]
+use crate::arch::rows::PageRows;
+use crate::arch::rows::Row;
 use crate::error::Result;
 use crate::format::{ElementFormat, Rotation};
 use crate::numeric::floor::{exp_weight, scaled, state};
@@ -276,7 +279,7 @@ pub(crate) fn segment<'d>(
             sum: &mut *sum,
             scores: &mut *s.scores,
         };
-        arch::attend_page(l, &keys, heads);
+        dispatch::attend_page(l, &keys, heads);
     }
     if let Some(acc) = merge_into {
         merge(l, acc, s.max, s.sum, s.seg_out, s.seg_max, s.seg_sum);
@@ -458,30 +461,6 @@ impl Layout {
     }
 }
 
-/// One KV head's rows `0..n` of a page (row `r`'s value bytes at `vals[r·stride..]`, its scale
-/// bytes at `scales[r·sstride..]`): what the ISAs' whole-page kernels take.
-#[cfg(not(feature = "small-code"))]
-#[derive(Clone, Copy)]
-pub(crate) struct PageRows<'p> {
-    pub(crate) vals: &'p [u8],
-    pub(crate) scales: &'p [u8],
-    pub(crate) stride: usize,
-    pub(crate) sstride: usize,
-    pub(crate) n: usize,
-}
-
-#[cfg(not(feature = "small-code"))]
-impl<'p> PageRows<'p> {
-    /// Row `r < n`, `d` value bytes and its scale bytes.
-    #[inline(always)]
-    pub(crate) fn row(&self, r: usize, d: usize) -> Row<'p> {
-        Row {
-            vals: &self.vals[r * self.stride..][..d],
-            scales: &self.scales[r * self.sstride..],
-        }
-    }
-}
-
 /// The keys of one page one query row sees: positions `[j0, j1)` filtered by `kept`.
 pub(crate) struct Keys<'k, F: Fn(u32) -> bool> {
     pub(crate) kv: &'k PageSlices<'k>,
@@ -494,7 +473,7 @@ pub(crate) struct Keys<'k, F: Fn(u32) -> bool> {
 /// and sums, and one page of scores each (`head_dim` and `page_tokens` apart).
 pub(crate) struct Heads<'h> {
     pub(super) q: &'h [f32],
-    /// `q` quantized for int8 keys (see `attention::query`; stale otherwise).
+    /// `q` quantized for int8 keys (see `arch::query`; stale otherwise).
     pub(super) qc: QueryCodes<'h>,
     pub(super) out: &'h mut [f32],
     pub(super) max: &'h mut [f32],

@@ -14,10 +14,10 @@
 //!
 //! Only the kept rows of a page are scored and weighted: the others are never read.
 
-use super::kernels::{Row, add_scaled, dot_lanes, int_dot};
 use super::page::{Heads, Keys, Layout, rescale};
-use super::query::{self, QueryCodes};
 use crate::arch::Isa;
+use crate::arch::kernels::{Row, add_scaled, dot_lanes, int_dot};
+use crate::arch::query::{self, QueryCodes};
 use crate::format::u16_at;
 use crate::numeric::floor::exp_weight;
 use crate::numeric::larger;

@@ -42,18 +42,13 @@ use super::Isa;
 #[cfg(not(feature = "small-code"))]
 use super::Portable;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
-use crate::attention::kernels::{self, Row};
-#[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
-use crate::attention::page::PageRows;
-#[cfg(not(feature = "small-code"))]
-use crate::attention::page::{
-    Heads, Keys, Layout, PageSlices, attend_page as portable_page, attend_whole_page,
-    whole_page_rows,
-};
+use crate::arch::kernels::{self, Row};
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
-use crate::attention::query;
+use crate::arch::query;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
-use crate::attention::query::QueryCodes;
+use crate::arch::query::QueryCodes;
+#[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
+use crate::arch::rows::PageRows;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::format::u16_at;
 use crate::numeric::{LANES, Widen};
@@ -64,7 +59,7 @@ use crate::numeric::{LANES, Widen};
 /// as they are. Every other group, and every other build, keeps its order.
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 #[inline(always)]
-pub(super) fn arrange_query(codes: &mut [i16], g: usize) {
+pub(crate) fn arrange_query(codes: &mut [i16], g: usize) {
     if dsp_takes(g) {
         query::interleave_quads(codes);
     }
@@ -74,7 +69,7 @@ pub(super) fn arrange_query(codes: &mut [i16], g: usize) {
 /// quantized query as it is.
 #[cfg(not(all(edgekv_arm_dsp, not(feature = "small-code"))))]
 #[inline(always)]
-pub(super) fn arrange_query(_codes: &mut [i16], _g: usize) {}
+pub(crate) fn arrange_query(_codes: &mut [i16], _g: usize) {}
 
 /// Whether the DSP score kernels take groups of `g` codes (and so read the query interleaved).
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
@@ -83,41 +78,10 @@ fn dsp_takes(g: usize) -> bool {
     g % 4 == 0 && g <= 256
 }
 
-/// The attention page loop with the DSP and Helium kernels: a whole page of int8 rows whose
-/// query heads run three at a time goes to its own loop (`fast::attend_whole_page`), other pages
-/// to the general one. Each loop out of line, as the portable build (see `none.rs`). (The M4
-/// took the general loop for every page until its weights, weights × scales and scores from the
-/// sums were `asm!`: then the whole-page loop cost 7,170,480 instructions a step against
-/// 7,054,880; now 6,128,840 against 6,271,000.)
-#[cfg(not(feature = "small-code"))]
-#[inline(always)]
-pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    // `None` unless [`Isa::PAGE_ROWS`] (the DSP or Helium builds).
-    let whole = whole_page_rows::<Arm, F, 3>(l, keys);
-    match whole {
-        Some(n) => whole_int8_page(l, keys.kv, heads, n),
-        None => general_page(l, keys, heads),
-    }
-}
-
-/// [`attend_whole_page`] with the Helium kernels.
-#[cfg(not(feature = "small-code"))]
-#[inline(never)]
-fn whole_int8_page(l: &Layout, kv: &PageSlices<'_>, heads: Heads<'_>, n: usize) {
-    attend_whole_page::<Arm, 3>(l, kv, heads, n)
-}
-
-/// The general page loop with the DSP kernels.
-#[cfg(not(feature = "small-code"))]
-#[inline(never)]
-fn general_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    portable_page::<Arm, F>(l, keys, heads)
-}
-
 /// The `Isa` of `small-code` builds' one page loop (`attention::small`): [`Arm`], for its f16
 /// conversion.
 #[cfg(feature = "small-code")]
-pub(super) type SmallCode = Arm;
+pub(crate) type SmallCode = Arm;
 
 /// [`Isa`] of Cortex-M cores.
 pub(crate) struct Arm;

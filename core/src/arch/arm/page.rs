@@ -17,8 +17,8 @@ use crate::numeric::Widen;
 #[cfg(not(edgekv_arm_mve))]
 use core::mem::MaybeUninit;
 
-use crate::attention::page::PageRows;
-use crate::attention::query::QueryCodes;
+use crate::arch::query::QueryCodes;
+use crate::arch::rows::PageRows;
 #[cfg(not(edgekv_arm_mve))]
 use crate::format::u16_at;
 

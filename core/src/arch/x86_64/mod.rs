@@ -1,7 +1,7 @@
 //! x86-64 with AVX2 and F16C (detected at run time, see `detect`; used directly when the build
 //! enables both statically): the quantizers' hot loops with explicit intrinsics (`int8`, `fp8`,
-//! reading rows through `lanes`), and the attention page loop built a second time for these
-//! instructions (`attend`).
+//! reading rows through `lanes`), and the [`Isa`](super::Isa) of the attention page loop's
+//! build for these instructions (`isa`; the build itself is `attention::dispatch`'s).
 //!
 //! Baseline x86-64 has only SSE2, where the f16 widening, the `max|x|` reductions and the 4-lane
 //! division dominate. No FMA is used (it would change roundings); the f16 → f32 widening is exact
@@ -12,14 +12,14 @@
 // the workspace supports 1.85, where they are unsafe fns: keep the blocks, allow them unused.
 #![allow(unused_unsafe)]
 
-// The page loop's AVX2 build: `small-code` builds keep the portable one only.
-#[cfg(not(feature = "small-code"))]
-mod attend;
+// The page loop's AVX2 `Isa`: `small-code` builds keep the portable loop only.
 mod detect;
 #[cfg(not(feature = "small-code"))]
 mod exp;
 mod fp8;
 mod int8;
+#[cfg(not(feature = "small-code"))]
+mod isa;
 mod lanes;
 #[cfg(not(feature = "small-code"))]
 mod page;
@@ -29,18 +29,18 @@ mod page_f16;
 mod tests;
 
 #[cfg(not(feature = "small-code"))]
-pub(super) use attend::attend_page;
+pub(crate) use isa::Avx2F16c;
 
 /// The `Isa` of `small-code` builds' one page loop (`attention::small`): the portable one.
 #[cfg(feature = "small-code")]
-pub(super) type SmallCode = super::Portable;
+pub(crate) type SmallCode = super::Portable;
 use half::f16;
 
 use crate::format::QuantKernels;
 
 /// Whether the AVX2/F16C kernels run here (this CPU, this build).
 #[inline]
-pub(super) fn available() -> bool {
+pub(crate) fn available() -> bool {
     detect::avx2_f16c()
 }
 
@@ -92,4 +92,4 @@ impl QuantKernels for NativeQuant {
 
 /// The quantized query as it is (no ISA score kernel here reads it in another order).
 #[inline(always)]
-pub(super) fn arrange_query(_codes: &mut [i16], _g: usize) {}
+pub(crate) fn arrange_query(_codes: &mut [i16], _g: usize) {}

@@ -17,8 +17,8 @@ use core::arch::x86_64::{
 };
 
 use crate::arch::Portable;
-use crate::attention::page::PageRows;
-use crate::attention::query::QueryCodes;
+use crate::arch::query::QueryCodes;
+use crate::arch::rows::PageRows;
 use crate::numeric::Widen;
 
 /// Q8_0's group: 32 codes per scale.
@@ -282,7 +282,7 @@ pub(super) mod tests {
     use std::vec::Vec;
 
     use super::*;
-    use crate::attention::kernels::{self, Row};
+    use crate::arch::kernels::{self, Row};
 
     /// A random page: `n` rows `stride` bytes apart (`hd` codes each, −128 and 127 among them),
     /// f16 scales `sstride` bytes apart (subnormal, huge, infinite and NaN ones among them).

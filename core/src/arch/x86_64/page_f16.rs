@@ -14,7 +14,7 @@ use core::arch::x86_64::{
 };
 
 use crate::arch::Isa;
-use crate::attention::page::PageRows;
+use crate::arch::rows::PageRows;
 
 /// Elements per lane block (one `vcvtph2ps`).
 const LANES: usize = 8;
@@ -175,7 +175,7 @@ mod tests {
     use super::super::page::tests::{same, xorshift};
     use super::*;
     use crate::arch::Portable;
-    use crate::attention::kernels::{Row, add_scaled, dot_lanes};
+    use crate::arch::kernels::{Row, add_scaled, dot_lanes};
     use crate::format::ElementFormat;
     use crate::numeric::reduce;
 

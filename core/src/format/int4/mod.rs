@@ -16,7 +16,7 @@
 //! `head_dim / 32` whole blocks in the value pool, exactly ggml's bytes (no scale pool). Attention
 //! decodes a block's codes half by half ([`Q4Codes`]: values 0–15 from the low nibbles, 16–31
 //! from the high ones) into the dequantized values (K) or codes whose block scale is folded into
-//! the weights (V, see `attention::kernels`).
+//! the weights (V, see `arch::kernels`).
 
 use half::f16;
 

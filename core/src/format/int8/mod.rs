@@ -11,7 +11,7 @@
 //! This module holds the format's byte layout ([`head_bytes`], [`head_scale_bytes`]), its reference
 //! codec ([`quantize_q8_with`], [`dequantize_q8`], in `groups` the group loop) and the decoders that
 //! attention fuses into its V accumulation ([`I8s`]; int8 keys score from integer sums, see
-//! `attention::query`).
+//! `arch::query`).
 
 pub(crate) mod groups;
 #[cfg(test)]

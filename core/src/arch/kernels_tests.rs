@@ -1,4 +1,4 @@
-//! Tests of `attention::kernels`: fused kernels against dequantized rows, batched calls against
+//! Tests of `arch::kernels`: fused kernels against dequantized rows, batched calls against
 //! one-row calls.
 
 use super::*;
@@ -93,7 +93,7 @@ fn fused_kernels_match_dequantized_rows() {
 /// to f32 rounding; several heads and several rows at once give each one's bits alone.
 #[test]
 fn int8_scores_match_the_dequantized_dot_product() {
-    use crate::attention::query;
+    use crate::arch::query;
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         x ^= x << 13;
