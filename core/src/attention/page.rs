@@ -450,14 +450,18 @@ impl Layout {
             let (a, b) = (kv.k, kv.ks);
             (a, b, self.k_row, self.k_srow, self.k_head, self.k_shead)
         };
-        let last = n - 1;
-        PageRows {
-            vals: &vals[kh * head..][..last * stride + head],
-            scales: &scales[kh * shead..][..last * sstride + shead],
+        // The plan's geometry puts every row of a page within the page's slices (the general
+        // loop's `row` slices them the same way).
+        PageRows::new(
+            &vals[kh * head..],
+            &scales[(kh * shead).min(scales.len())..],
             stride,
             sstride,
             n,
-        }
+            head,
+            shead,
+        )
+        .expect("a page's rows lie within its slices")
     }
 }
 

@@ -396,6 +396,16 @@ pub(super) struct AddRows3 {
     pub(super) blocks: usize,
 }
 
+// The byte offsets [`add_rows3`]'s `asm!` reads and writes `AddRows3`'s fields at (`LDM` of `ps`
+// and `n`, then `#4`, `#8`, `#12`).
+const _: () = {
+    use core::mem::offset_of;
+    assert!(offset_of!(AddRows3, ps) == 0);
+    assert!(offset_of!(AddRows3, n) == 4);
+    assert!(offset_of!(AddRows3, head) == 8);
+    assert!(offset_of!(AddRows3, blocks) == 12);
+};
+
 /// `acc[h][l] += ps[ρ][h] · (row_ρ[l] as i8)` for three heads `h` (accumulators `p.head` bytes
 /// apart), the lanes `l` of `p.blocks` blocks of eight, and the rows `row_ρ = row + ρ·stride`
 /// (ρ < `p.n`) in order: each product rounded, then added (`VMUL`, then `VADD`: unfused, as the

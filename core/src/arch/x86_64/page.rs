@@ -49,17 +49,17 @@ unsafe fn scales8(rows: &PageRows<'_>, r0: usize, b: usize) -> __m256 {
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast::<__m128i>())) }
 }
 
-/// Whether a page of `n` rows of `hd` Q8_0 codes each fits its slices.
+/// Whether the page's rows hold `hd` Q8_0 codes and their scales each (the view checked the
+/// rows against its slices when it was built).
 #[inline(always)]
 fn page_fits(rows: &PageRows<'_>, hd: usize) -> bool {
-    let (n, nb) = (rows.n, hd / GROUP);
-    n > 0
-        && hd % GROUP == 0
+    let nb = hd / GROUP;
+    hd % GROUP == 0
         && hd > 0
         && rows.stride >= hd
         && rows.sstride >= 2 * nb
-        && rows.vals.len() >= (n - 1) * rows.stride + hd
-        && rows.scales.len() >= (n - 1) * rows.sstride + 2 * nb
+        && rows.row_bytes >= hd
+        && rows.scale_bytes >= 2 * nb
 }
 
 /// [`Isa::int8_page_scores`] for Q8_0 rows and `G` heads, eight rows at a time: per group the
@@ -326,14 +326,21 @@ pub(super) mod tests {
         }
 
         fn rows(&self, hd: usize) -> PageRows<'_> {
-            let last = self.n - 1;
-            PageRows {
-                vals: &self.vals[..last * self.stride + hd],
-                scales: &self.scales[..last * self.sstride + hd / 16],
-                stride: self.stride,
-                sstride: self.sstride,
-                n: self.n,
-            }
+            self.rows_of(hd, hd)
+        }
+
+        /// The page's rows as a view of `row_bytes` value bytes each.
+        fn rows_of(&self, hd: usize, row_bytes: usize) -> PageRows<'_> {
+            PageRows::new(
+                &self.vals,
+                &self.scales,
+                self.stride,
+                self.sstride,
+                self.n,
+                row_bytes,
+                hd / 16,
+            )
+            .expect("a page")
         }
 
         fn row(&self, r: usize, hd: usize) -> Row<'_> {
@@ -488,8 +495,7 @@ pub(super) mod tests {
         }
         let mut next = xorshift();
         let page = Page::new(&mut next, 16, 64);
-        let mut short = page.rows(64);
-        short.vals = &short.vals[..short.vals.len() - 1];
+        let short = page.rows_of(64, 63);
         let codes = std::vec![1i16; 3 * 64];
         let qs = std::vec![1.0f32; 6];
         let q = QueryCodes {

@@ -19,15 +19,11 @@ use crate::arch::rows::PageRows;
 /// Elements per lane block (one `vcvtph2ps`).
 const LANES: usize = 8;
 
-/// Whether a page of `n ≥ 1` rows of `d` f16 values each fits its bytes (`d` whole blocks).
+/// Whether the page's rows hold `d` f16 values each (`d` whole blocks; the view checked the
+/// rows against its slices when it was built).
 #[inline(always)]
 fn page_fits(rows: &PageRows<'_>, d: usize) -> bool {
-    let n = rows.n;
-    n > 0
-        && d > 0
-        && d % LANES == 0
-        && rows.stride >= 2 * d
-        && rows.vals.len() >= (n - 1) * rows.stride + 2 * d
+    d > 0 && d % LANES == 0 && rows.stride >= 2 * d && rows.row_bytes >= 2 * d
 }
 
 /// [`Isa::f16_page_scores`]: `scores[h·p + r] = scale · reduce(lanes)` for every row `r` of the
@@ -202,13 +198,7 @@ mod tests {
     }
 
     fn rows(vals: &[u8], stride: usize, n: usize, d: usize) -> PageRows<'_> {
-        PageRows {
-            vals: &vals[..(n - 1) * stride + 2 * d],
-            scales: &[],
-            stride,
-            sstride: 0,
-            n,
-        }
+        PageRows::new(vals, &[], stride, 0, n, 2 * d, 0).expect("a page")
     }
 
     #[target_feature(enable = "avx2,f16c")]
@@ -329,10 +319,7 @@ mod tests {
         let mut next = xorshift();
         let (vals, stride) = page(&mut next, 16, 64);
         let whole = rows(&vals, stride, 16, 64);
-        let short = PageRows {
-            vals: &vals[..15 * stride + 100],
-            ..whole
-        };
+        let short = PageRows::new(&vals, &[], stride, 0, 16, 100, 0).expect("a page");
         let q = std::vec![1.0f32; 3 * 64];
         let w = std::vec![1.0f32; 3 * 16];
         // SAFETY: AVX2 and F16C are present (checked above).
