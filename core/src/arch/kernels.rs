@@ -180,7 +180,7 @@ fn dot<D: Isa, const G: usize>(fmt: ElementFormat, q: &[f32], row: Row<'_>) -> [
 }
 
 /// The eight lanes of `q[h] · row` for each of `G` heads, before their fixed-tree sum
-/// ([`Isa::reduce8`] sums eight rows' lanes at once); `q` holds `G` query rows of `head_dim`
+/// (`Softmax::reduce8` sums eight rows' lanes at once); `q` holds `G` query rows of `head_dim`
 /// side by side (lengths checked by the caller), the row is of `fmt`.
 #[inline(always)]
 pub(crate) fn dot_lanes<D: Isa, const G: usize>(

@@ -30,10 +30,21 @@ pub(crate) use portable::Portable;
 #[allow(unsafe_code)]
 mod native;
 
+mod isa;
 pub(crate) mod kernels;
 pub(crate) mod query;
 pub(crate) mod rows;
 
+pub(crate) use isa::Isa;
+#[cfg(not(feature = "small-code"))]
+pub(crate) use isa::{PageKernels, Softmax};
+// Named by the ISA modules' `Isa` implementations (none in `none.rs`).
+#[cfg(not(feature = "small-code"))]
+#[cfg_attr(
+    not(any(edgekv_x86_kernels, edgekv_arm_kernels)),
+    allow(unused_imports)
+)]
+pub(crate) use isa::Strategy;
 #[cfg(all(edgekv_arm_kernels, not(feature = "small-code")))]
 pub(crate) use native::Arm;
 #[cfg(feature = "small-code")]
@@ -51,166 +62,6 @@ impl crate::format::QuantKernels for NativeQuant {}
 /// This build's quantizer kernels (`format::QuantKernels`): AVX2 and F16C where the CPU has them.
 #[cfg(edgekv_x86_kernels)]
 pub(crate) use native::NativeQuant;
-
-#[cfg(not(feature = "small-code"))]
-use crate::arch::query::QueryCodes;
-#[cfg(not(feature = "small-code"))]
-use crate::arch::rows::PageRows;
-#[cfg(not(feature = "small-code"))]
-use crate::numeric::LANES;
-use crate::numeric::Widen;
-#[cfg(not(feature = "small-code"))]
-use crate::numeric::exp;
-#[cfg(not(feature = "small-code"))]
-use kernels::Row;
-
-/// What a build of the attention page loop does with instructions of its own: f16 values (f16
-/// pages, int8 scales) to f32, and lane sums. Every implementation gives the same bits: f16
-/// decoding those of `half::f16::to_f32` (NaNs made quiet), lane sums the fixed tree of
-/// [`Portable::reduce8`], int8 scores those of the portable integer dot products. [`Portable`]
-/// runs on every target.
-pub(crate) trait Isa: Widen {
-    /// Whether the page kernel splits a block of query rows' heads (see `attention::block`) into
-    /// each row's own run of heads (a group of at most four), rather than into runs of four
-    /// across rows: for kernels that are best at the model's own group (the Arm `asm!` loops
-    /// for three heads). The same bits either way.
-    #[cfg(not(feature = "small-code"))]
-    const RUNS_BY_ROW: bool = false;
-    /// Whether the page kernel takes each weight's `exp` one at a time (`exp::scalar`:
-    /// `libm::expf`'s steps inline) rather than eight lanes at a time (`numeric::exp`, the
-    /// same bits): for cores without vector floats, where the lanes' selects cost more than
-    /// `libm`'s branches.
-    #[cfg(not(feature = "small-code"))]
-    const SCALAR_EXP: bool = false;
-    /// Whether the page kernel hands a whole page's int8 rows to [`Isa::int8_page_scores`] and
-    /// [`Isa::int8_page_values`] (one call per KV head and run of query heads) rather than eight
-    /// rows at a time to [`Isa::int8_scores`] and [`Isa::int8_add_rows`]. The same bits either
-    /// way.
-    #[cfg(not(feature = "small-code"))]
-    const PAGE_ROWS: bool = false;
-    /// Whether the page kernel hands a whole page of f16 K and V rows to its own loop, with
-    /// [`Isa::f16_page_scores`] and [`Isa::f16_page_values`], rather than to the general one. The
-    /// same bits either way.
-    #[cfg(not(feature = "small-code"))]
-    const F16_PAGE_ROWS: bool = false;
-    /// The largest of `s` not NaN (−∞ if none), as `exp::max_of` (which see for the zero's
-    /// sign).
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn max_of(s: &[f32]) -> f32 {
-        exp::max_of(s)
-    }
-    /// `xs[i] = floor::weight(libm::expf(xs[i] − shifts[i / row]))` for rows of `row` values (a
-    /// multiple of eight) where every `xs[i] ≤ shifts[i / row]` or one of them is NaN (each
-    /// shift is its row's maximum): [`exp::exp_shifted_rows`]'s bits.
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
-        exp::exp_shifted_rows(xs, row, shifts)
-    }
-    /// `s + w[0] + w[1] + …`, in that order: a head's sum of weights.
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn sum(s: f32, w: &[f32]) -> f32 {
-        w.iter().fold(s, |s, w| s + w)
-    }
-    /// `[reduce(x[0]), …, reduce(x[7])]`: eight rows' lanes, each summed in the fixed tree.
-    #[cfg(not(feature = "small-code"))]
-    fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES];
-    /// The scores of up to eight int8 K rows for `G` query heads from their quantized query:
-    /// [`kernels::int8_scores`]'s bits.
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn int8_scores<const G: usize>(
-        q: QueryCodes<'_>,
-        rows: &[Row<'_>],
-        g: usize,
-    ) -> [[f32; LANES]; G]
-    where
-        Self: Sized,
-    {
-        kernels::int8_scores::<Self, G>(q, rows, g)
-    }
-    /// `acc[h·d + i] += p[ρ][h] · rows[ρ][i]` for up to eight int8 V rows of group `g` in order
-    /// and `G` heads: [`kernels::int8_add_scaled_rows`]'s bits.
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn int8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>], g: usize)
-    where
-        Self: Sized,
-    {
-        kernels::int8_add_scaled_rows::<Self, G>(acc, p, rows, g)
-    }
-    /// `scores[h·p + r]` for every row `r` of `rows` (int8 K rows of group `g`, a whole page)
-    /// and `G` query heads: [`kernels::int8_scores`]'s bits. `false`, nothing written, where this
-    /// ISA has no page kernel for them (only asked where [`Isa::PAGE_ROWS`]).
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn int8_page_scores<const G: usize>(
-        _q: QueryCodes<'_>,
-        _rows: &PageRows<'_>,
-        _g: usize,
-        _scores: &mut [f32],
-        _p: usize,
-    ) -> bool
-    where
-        Self: Sized,
-    {
-        false
-    }
-    /// `acc[h·d + i] += w[h·p + r] · rows[r][i]` for every row `r` of `rows` (int8 V rows of
-    /// group `g`, a whole page) in order and `G` heads: [`kernels::int8_add_scaled_rows`]'s
-    /// bits. `false`, nothing written, where this ISA has no page kernel for them (only asked
-    /// where [`Isa::PAGE_ROWS`]).
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn int8_page_values<const G: usize>(
-        _acc: &mut [f32],
-        _w: &[f32],
-        _p: usize,
-        _rows: &PageRows<'_>,
-        _g: usize,
-    ) -> bool
-    where
-        Self: Sized,
-    {
-        false
-    }
-    /// `scores[h·p + r] = scale · q[h] · rows[r]` for every row `r` of `rows` (f16 K rows, a
-    /// whole page) and `G` query heads (`q` holds `G` query rows side by side):
-    /// [`kernels::dot_lanes`]'s lanes summed by [`Isa::reduce8`], times the scale, as the general
-    /// page loop. `false`, nothing written, where this ISA has no page kernel for them.
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn f16_page_scores<const G: usize>(
-        _q: &[f32],
-        _rows: &PageRows<'_>,
-        _scores: &mut [f32],
-        _p: usize,
-        _scale: f32,
-    ) -> bool
-    where
-        Self: Sized,
-    {
-        false
-    }
-    /// `acc[h·d + i] += w[h·p + r] · rows[r][i]` for every row `r` of `rows` (f16 V rows, a
-    /// whole page) in order and `G` heads: [`kernels::add_scaled`]'s bits. `false`, nothing
-    /// written, where this ISA has no page kernel for them.
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn f16_page_values<const G: usize>(
-        _acc: &mut [f32],
-        _w: &[f32],
-        _p: usize,
-        _rows: &PageRows<'_>,
-    ) -> bool
-    where
-        Self: Sized,
-    {
-        false
-    }
-}
 
 /// Lays a quantized query's codes (groups of `g`) out as this build's int8 score kernels read
 /// them: on cores with the DSP extension, each quad in the order `SXTB16` gives a key word's

@@ -3,6 +3,8 @@
 
 use super::Isa;
 #[cfg(not(feature = "small-code"))]
+use super::{PageKernels, Softmax};
+#[cfg(not(feature = "small-code"))]
 use crate::numeric::reduce;
 use crate::numeric::widen::{f16_block, f16_to_f32};
 use crate::numeric::{LANES, Widen};
@@ -24,8 +26,8 @@ impl Widen for Portable {
     }
 }
 
-impl Isa for Portable {
-    #[cfg(not(feature = "small-code"))]
+#[cfg(not(feature = "small-code"))]
+impl Softmax for Portable {
     #[inline(always)]
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES] {
         // The barrier keeps LLVM's SLP vectorizer from permuting the lanes where they are
@@ -34,3 +36,8 @@ impl Isa for Portable {
         core::array::from_fn(|i| reduce(x[i]))
     }
 }
+
+#[cfg(not(feature = "small-code"))]
+impl PageKernels for Portable {}
+
+impl Isa for Portable {}

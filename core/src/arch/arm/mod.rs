@@ -6,7 +6,7 @@
 //! int8 scores by `VMLADAVA` and int8 value rows of three heads eight lanes at a time
 //! (`mve.rs`; the DSP kernels there cost more than they save), and a page's maxima and weights
 //! `exp(score − max)` four lanes per vector (`mve_weights.rs`). Whole pages of int8 rows for
-//! three query heads per KV head go to `page.rs` ([`Isa::PAGE_ROWS`]): rows a stride apart, one
+//! three query heads per KV head go to `page.rs` (`Strategy::int8_pages`): rows a stride apart, one
 //! `asm!` loop nest for a page's scores, value accumulators kept across a page's rows; other
 //! pages (windows) and head counts take the eight-row kernels here. On hard-float targets
 //! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. Without Helium,
@@ -22,6 +22,8 @@
 
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 mod dsp;
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
+mod dsp_g32;
 #[cfg(edgekv_arm_f16cvt)]
 mod f16;
 #[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
@@ -41,6 +43,8 @@ mod page;
 use super::Isa;
 #[cfg(not(feature = "small-code"))]
 use super::Portable;
+#[cfg(not(feature = "small-code"))]
+use super::{PageKernels, Softmax, Strategy};
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::arch::kernels::{self, Row};
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
@@ -139,16 +143,7 @@ impl Widen for Arm {
 }
 
 #[cfg(not(feature = "small-code"))]
-impl Isa for Arm {
-    /// The DSP and Helium score loops are `asm!` for a group of three heads.
-    const RUNS_BY_ROW: bool = true;
-    /// Hard-float builds take a page's weights in `asm!`: four lanes per vector with Helium
-    /// (`mve_weights`), one at a time on a scalar FPU (`fpu_weights`). Soft-float builds take
-    /// them one at a time (`exp::scalar`).
-    const SCALAR_EXP: bool = cfg!(not(any(edgekv_arm_mve, edgekv_arm_f16cvt)));
-    /// Whole pages of int8 rows to `page.rs` (DSP or Helium).
-    const PAGE_ROWS: bool = cfg!(any(edgekv_arm_dsp, edgekv_arm_mve));
-
+impl Softmax for Arm {
     #[inline(always)]
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES] {
         Portable::reduce8(x)
@@ -194,7 +189,10 @@ impl Isa for Arm {
         // `heads · row` floats, `shifts` `heads`.
         unsafe { weights::exp_rows(xs.as_mut_ptr(), row, shifts.as_ptr(), heads) }
     }
+}
 
+#[cfg(not(feature = "small-code"))]
+impl PageKernels for Arm {
     /// [`kernels::int8_scores`]'s bits: per group, each query head's integer dot product by
     /// `SMLAD`, each key word decoded once for all the heads. The groups these loops take
     /// ([`dsp_takes`]) arrive interleaved (`arrange_query`); others take the portable kernel.
@@ -363,4 +361,19 @@ impl Isa for Arm {
     ) -> bool {
         G == 3 && page::values3(acc, w, p, rows, g)
     }
+}
+
+#[cfg(not(feature = "small-code"))]
+impl Isa for Arm {
+    const STRATEGY: Strategy = Strategy {
+        // The DSP and Helium score loops are `asm!` for a group of three heads.
+        runs_by_row: true,
+        // Hard-float builds take a page's weights in `asm!`: four lanes per vector with Helium
+        // (`mve_weights`), one at a time on a scalar FPU (`fpu_weights`). Soft-float builds take
+        // them one at a time (`exp::scalar`).
+        scalar_exp: cfg!(not(any(edgekv_arm_mve, edgekv_arm_f16cvt))),
+        // Whole pages of int8 rows to `page.rs` (DSP or Helium).
+        int8_pages: cfg!(any(edgekv_arm_dsp, edgekv_arm_mve)),
+        ..Strategy::GENERAL
+    };
 }

@@ -1,5 +1,5 @@
 //! Whole pages of int8 rows for three query heads per KV head (SmolLM2's group, and many
-//! models'): the Cortex-M page kernels behind [`crate::arch::Isa::PAGE_ROWS`]. A page's rows
+//! models'): the Cortex-M page kernels behind `Strategy::int8_pages`. A page's rows
 //! lie a fixed stride apart, so each row is one pointer step, the query's slices and scales are
 //! taken once per page, and the value accumulators stay in registers across all of the page's
 //! rows (up to [`CHUNK`] at a time) instead of eight. With Helium, the scores from their integer
@@ -10,6 +10,8 @@
 use super::Arm;
 #[cfg(edgekv_arm_dsp)]
 use super::dsp;
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
+use super::dsp_g32;
 #[cfg(edgekv_arm_mve)]
 use super::mve;
 #[cfg(not(edgekv_arm_mve))]
@@ -148,7 +150,7 @@ fn dot3_takes(g: usize, q: &[i16]) -> bool {
     g != 0 && g % SCORE_STEP == 0 && g <= 256 && q.as_ptr().align_offset(4) == 0
 }
 
-/// [`Isa::int8_page_scores`] for three heads: the integer sums of up to [`CHUNK`] rows and all
+/// `PageKernels::int8_page_scores` for three heads: the integer sums of up to [`CHUNK`] rows and all
 /// their groups in one `asm!` loop nest, then each row's score from its groups in order, four
 /// rows at a time (`mve::scores3x4`).
 #[cfg(edgekv_arm_mve)]
@@ -205,7 +207,7 @@ pub(super) fn scores3(
     true
 }
 
-/// [`Isa::int8_page_scores`] for three heads: the integer sums of up to [`CHUNK`] rows and all
+/// `PageKernels::int8_page_scores` for three heads: the integer sums of up to [`CHUNK`] rows and all
 /// their groups in one `asm!` loop nest, then each row's score from its groups in order.
 /// ([`SUMS`] ≥ 3 · [`MAX_GROUPS`], so every chunk holds a row.)
 #[cfg(not(edgekv_arm_mve))]
@@ -245,7 +247,7 @@ pub(super) fn scores3(
         // `stride ≥ 64` bytes apart within `rows.vals`, each with its two scales within
         // `rows.scales` (the view's row sizes, checked above); each head's `n ≤ p` scores lie within its `p` floats.
         unsafe {
-            dsp::page_scores3_g32(
+            dsp_g32::page_scores3_g32(
                 qh.map(<[i16]>::as_ptr),
                 &[qs[0], qs[1]],
                 rows.vals.as_ptr(),
@@ -346,7 +348,7 @@ fn scale_offsets(half: usize, last: usize) -> [u32; 4] {
     core::array::from_fn(|i| (i.min(last) * half) as u32)
 }
 
-/// [`Isa::int8_page_values`] for three heads: per group of `g` values, each row's three
+/// `PageKernels::int8_page_values` for three heads: per group of `g` values, each row's three
 /// weights times its scale, then one `asm!` loop over the rows per block of lanes.
 #[cfg(edgekv_arm_f16cvt)]
 #[inline(always)]

@@ -19,10 +19,10 @@ use core::arch::x86_64::{
 
 use super::page::{add_row16, group_sums8, q8_scores, q8_values};
 use super::page_f16::{f16_scores, f16_values};
-use crate::arch::Isa;
 use crate::arch::kernels::{self, Row};
 use crate::arch::query::QueryCodes;
 use crate::arch::rows::PageRows;
+use crate::arch::{Isa, PageKernels, Softmax, Strategy};
 use crate::format::u16_at;
 use crate::numeric::Widen;
 
@@ -52,10 +52,7 @@ impl Widen for Avx2F16c {
     }
 }
 
-impl Isa for Avx2F16c {
-    const PAGE_ROWS: bool = true;
-    const F16_PAGE_ROWS: bool = true;
-
+impl Softmax for Avx2F16c {
     #[inline(always)]
     fn reduce8(x: &[[f32; 8]; 8]) -> [f32; 8] {
         let mut out = [0f32; 8];
@@ -75,6 +72,18 @@ impl Isa for Avx2F16c {
         out
     }
 
+    /// A page's weights in AVX2 intrinsics (`exp::exp_rows`), the portable lanes for rows that
+    /// are not whole blocks of eight.
+    #[inline(always)]
+    fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
+        // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX2.
+        if !unsafe { super::exp::exp_rows(xs, row, shifts) } {
+            crate::numeric::exp::exp_shifted_rows(xs, row, shifts);
+        }
+    }
+}
+
+impl PageKernels for Avx2F16c {
     #[inline(always)]
     fn int8_scores<const G: usize>(q: QueryCodes<'_>, rows: &[Row<'_>], g: usize) -> [[f32; 8]; G] {
         match rows.try_into() {
@@ -94,16 +103,6 @@ impl Isa for Avx2F16c {
             unsafe { q8_add_rows::<G>(acc, p, rows) }
         } else {
             kernels::int8_add_scaled_rows::<Self, G>(acc, p, rows, g)
-        }
-    }
-
-    /// A page's weights in AVX2 intrinsics (`exp::exp_rows`), the portable lanes for rows that
-    /// are not whole blocks of eight.
-    #[inline(always)]
-    fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
-        // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX2.
-        if !unsafe { super::exp::exp_rows(xs, row, shifts) } {
-            crate::numeric::exp::exp_shifted_rows(xs, row, shifts);
         }
     }
 
@@ -156,7 +155,16 @@ impl Isa for Avx2F16c {
     }
 }
 
-/// [`Isa::int8_add_rows`] of up to eight Q8_0 rows (`head_dim` a multiple of 32): per group and
+impl Isa for Avx2F16c {
+    const STRATEGY: Strategy = Strategy {
+        int8_pages: true,
+
+        f16_pages: true,
+        ..Strategy::GENERAL
+    };
+}
+
+/// `PageKernels::int8_add_rows` of up to eight Q8_0 rows (`head_dim` a multiple of 32): per group and
 /// half group, each head's 16 accumulators stay in registers across the rows; each row's codes
 /// are widened to f32 once for every head. The portable kernel's operations, in its order: each
 /// weight times the row's group scale, then per element `acc + w · x`, rows in order.
@@ -203,7 +211,7 @@ unsafe fn q8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[R
     }
 }
 
-/// [`Isa::int8_scores`] of eight Q8_0 rows (group 32, `head_dim` a multiple of 32): per group,
+/// `PageKernels::int8_scores` of eight Q8_0 rows (group 32, `head_dim` a multiple of 32): per group,
 /// the rows' exact integer sums (`page::group_sums8`), then the float steps of the portable
 /// kernel, eight rows per instruction. (A `target_feature`
 /// function so that its closures are built with AVX2 too: intrinsics inline only there.)

@@ -1,4 +1,4 @@
-//! Whole pages of Q8_0 rows with AVX2 and F16C: the x86-64 kernels behind [`Isa::PAGE_ROWS`].
+//! Whole pages of Q8_0 rows with AVX2 and F16C: the x86-64 kernels behind `Strategy::int8_pages`.
 //!
 //! A page's rows of one KV head lie a fixed stride apart, so after one check of the page's
 //! extent every row is a pointer step: no per-row slices, no gathers of eight rows' positions,
@@ -62,7 +62,7 @@ fn page_fits(rows: &PageRows<'_>, hd: usize) -> bool {
         && rows.scale_bytes >= 2 * nb
 }
 
-/// [`Isa::int8_page_scores`] for Q8_0 rows and `G` heads, eight rows at a time: per group the
+/// `PageKernels::int8_page_scores` for Q8_0 rows and `G` heads, eight rows at a time: per group the
 /// rows' exact integer sums ([`group_sums8`]), then `score += (q scale · k scale) · sum`, group
 /// by group, eight rows per instruction, stored straight into each head's scores. `false`, nothing
 /// written, unless the page has a multiple of eight rows and every length fits.
@@ -173,7 +173,7 @@ pub(super) unsafe fn group_sums8<const G: usize>(
     }
 }
 
-/// [`Isa::int8_page_values`] for Q8_0 rows and `G ≤ 4`
+/// `PageKernels::int8_page_values` for Q8_0 rows and `G ≤ 4`
 /// heads: per group, each row's weights times its scale (eight rows per instruction, one
 /// rounding each, as `kernels::scale_weights`), then per sixteen lanes the heads' accumulators
 /// in registers across up to [`CHUNK`] rows, `acc + w · x` row by row in order. `false`, nothing

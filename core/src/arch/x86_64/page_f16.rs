@@ -1,9 +1,9 @@
 //! Whole pages of f16 rows with AVX2 and F16C: the x86-64 kernels behind
-//! [`Isa::f16_page_scores`] and [`Isa::f16_page_values`].
+//! `PageKernels::f16_page_scores` and `PageKernels::f16_page_values`.
 //!
 //! As the Q8_0 page kernels (`page`): one check of the page's extent, then every row is a
 //! pointer step. A K row's eight-element blocks are widened once for all `G` query heads into
-//! each head's eight lanes, eight rows' lanes are summed at once ([`Isa::reduce8`]); the value
+//! each head's eight lanes, eight rows' lanes are summed at once (`Softmax::reduce8`); the value
 //! accumulators of sixteen output elements stay in registers across all of the page's rows.
 //! Each lane, score and output element takes its terms in the portable kernels' order
 //! (`kernels::dot_lanes`, `kernels::add_scaled`), so the bits are theirs (tested below).
@@ -26,7 +26,7 @@ fn page_fits(rows: &PageRows<'_>, d: usize) -> bool {
     d > 0 && d % LANES == 0 && rows.stride >= 2 * d && rows.row_bytes >= 2 * d
 }
 
-/// [`Isa::f16_page_scores`]: `scores[h·p + r] = scale · reduce(lanes)` for every row `r` of the
+/// `PageKernels::f16_page_scores`: `scores[h·p + r] = scale · reduce(lanes)` for every row `r` of the
 /// page and `G` heads of `q` (`G` query rows side by side), where lane `l` of a head sums
 /// `q[8k + l] · x[8k + l]` over blocks `k` in order from zero, as `kernels::dot_lanes`; the
 /// lanes of up to eight rows then go to `D::reduce8` at once, as the general loop's
@@ -84,7 +84,7 @@ pub(super) unsafe fn f16_scores<D: Isa, const G: usize>(
     true
 }
 
-/// [`Isa::f16_page_values`]: `acc[h·d + i] += w[h·p + r] · x[r][i]` for every row `r` of the
+/// `PageKernels::f16_page_values`: `acc[h·d + i] += w[h·p + r] · x[r][i]` for every row `r` of the
 /// page in order and `G ≤ 4` heads (a multiply and an add, as `kernels::add_scaled`), sixteen
 /// output elements at a time (eight for a last odd block) with their `G` heads' accumulators in
 /// registers across the rows. `false`, nothing written, unless every length fits.

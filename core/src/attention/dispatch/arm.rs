@@ -16,7 +16,7 @@ use crate::arch::Arm;
 /// 7,054,880; now 6,128,840 against 6,271,000.)
 #[inline(always)]
 pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    // `None` unless [`Isa::PAGE_ROWS`] (the DSP or Helium builds).
+    // `None` unless `Strategy::int8_pages` (the DSP or Helium builds).
     let whole = whole_page_rows::<Arm, F, 3>(l, keys);
     match whole {
         Some(n) => whole_int8_page(l, keys.kv, heads, n),
