@@ -29,6 +29,7 @@ mod cache;
 mod config;
 mod error;
 mod format;
+mod numeric;
 pub mod planner;
 mod pool;
 pub mod prefix;

@@ -3,7 +3,7 @@
 use core::fmt;
 
 use crate::gguf::GgufError;
-use crate::model::TensorRole;
+use crate::role::TensorRole;
 
 /// What went wrong loading a model or running it. Small and `Copy`; nothing here panics on bad
 /// input.

@@ -37,6 +37,7 @@ mod model;
 pub mod ops;
 mod plan;
 pub mod quant;
+mod role;
 mod sample;
 mod session;
 
@@ -44,7 +45,8 @@ pub use config::LlamaConfig;
 pub use error::{Error, Result};
 pub use forward::{Logits, MAX_HEAD_DIM};
 pub use gguf::{Gguf, GgufError};
-pub use model::{Activations, Block, Llama, MAX_LAYERS, Norm, TensorRole};
+pub use model::{Activations, Block, Llama, MAX_LAYERS, Norm};
 pub use plan::ScratchPlan;
+pub use role::TensorRole;
 pub use sample::{MAX_TOP_K, Pcg32, Sampling, argmax};
 pub use session::Engine;

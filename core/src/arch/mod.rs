@@ -14,11 +14,12 @@
 //! functions as `none.rs`, its own [`Isa`] for the page loop if it has better f16 decoding or lane
 //! sums, and one more line in the selection below.
 
+// `small-code` Arm builds take `arm::Arm` as their one `Isa`.
+#[cfg(any(not(feature = "small-code"), not(edgekv_arm_kernels)))]
 mod portable;
 
+#[cfg(any(not(feature = "small-code"), not(edgekv_arm_kernels)))]
 pub(crate) use portable::Portable;
-#[cfg(any(test, feature = "small-code"))]
-pub(crate) use portable::reduce;
 
 // Which ISA module this build dispatches to: the build script names it (`edgekv_x86_kernels`,
 // `edgekv_arm_kernels`; neither with the feature `portable` or under Miri).
@@ -29,227 +30,38 @@ pub(crate) use portable::reduce;
 #[allow(unsafe_code)]
 mod native;
 
-/// The quantizer entries of an ISA module without quantizer kernels (`none.rs`, `arm/`):
-/// nothing written, the portable loops run.
+mod isa;
+pub(crate) mod kernels;
+pub(crate) mod query;
+pub(crate) mod rows;
+
+pub(crate) use isa::Isa;
+#[cfg(not(feature = "small-code"))]
+pub(crate) use isa::{PageKernels, Softmax};
+// Named by the ISA modules' `Isa` implementations (none in `none.rs`).
+#[cfg(not(feature = "small-code"))]
+#[cfg_attr(
+    not(any(edgekv_x86_kernels, edgekv_arm_kernels)),
+    allow(unused_imports)
+)]
+pub(crate) use isa::Strategy;
+#[cfg(all(edgekv_arm_kernels, not(feature = "small-code")))]
+pub(crate) use native::Arm;
+#[cfg(feature = "small-code")]
+pub(crate) use native::SmallCode;
+#[cfg(all(edgekv_x86_kernels, not(feature = "small-code")))]
+pub(crate) use native::{Avx2F16c, available};
+
+/// This build's quantizer kernels (`format::QuantKernels`): none here, the reference loops run.
 #[cfg(not(edgekv_x86_kernels))]
-mod portable_quantizers {
-    use half::f16;
+pub(crate) struct NativeQuant;
 
-    /// Always `false`: the portable int8 loop runs.
-    #[inline]
-    pub(crate) fn q8_f32(_: &[f32], _: usize, _: &mut [i8], _: &mut [f16]) -> bool {
-        false
-    }
+#[cfg(not(edgekv_x86_kernels))]
+impl crate::format::QuantKernels for NativeQuant {}
 
-    /// Always `false`: the portable int8 loop runs.
-    #[inline]
-    pub(crate) fn q8_f16(_: &[f16], _: usize, _: &mut [i8], _: &mut [f16]) -> bool {
-        false
-    }
-
-    /// Always `false`: the portable FP8 loop runs.
-    #[inline]
-    pub(crate) fn fp8_f32(_: &[f32], _: usize, _: &mut [u8], _: &mut [u8]) -> bool {
-        false
-    }
-
-    /// Always `false`: the portable FP8 loop runs.
-    #[inline]
-    pub(crate) fn fp8_f16(_: &[f16], _: usize, _: &mut [u8], _: &mut [u8]) -> bool {
-        false
-    }
-}
-
-use half::f16;
-
-#[cfg(not(feature = "small-code"))]
-use crate::attention::exp;
-#[cfg(not(feature = "small-code"))]
-use crate::attention::kernels::{self, Row};
-#[cfg(not(feature = "small-code"))]
-use crate::attention::page::PageRows;
-use crate::attention::page::{Heads, Keys, Layout};
-#[cfg(not(feature = "small-code"))]
-use crate::attention::query::QueryCodes;
-use crate::format::LANES;
-
-/// What a build of the attention page loop does with instructions of its own: f16 values (f16
-/// pages, int8 scales) to f32, and lane sums. Every implementation gives the same bits: f16
-/// decoding those of `half::f16::to_f32` (NaNs made quiet), lane sums the fixed tree of
-/// [`Portable::reduce8`], int8 scores those of the portable integer dot products. [`Portable`]
-/// runs on every target.
-pub(crate) trait Isa {
-    /// Whether the page kernel splits a block of query rows' heads (see `attention::block`) into
-    /// each row's own run of heads (a group of at most four), rather than into runs of four
-    /// across rows: for kernels that are best at the model's own group (the Arm `asm!` loops
-    /// for three heads). The same bits either way.
-    #[cfg(not(feature = "small-code"))]
-    const RUNS_BY_ROW: bool = false;
-    /// Whether the page kernel takes each weight's `exp` one at a time (`exp::scalar`:
-    /// `libm::expf`'s steps inline) rather than eight lanes at a time (`attention::exp`, the
-    /// same bits): for cores without vector floats, where the lanes' selects cost more than
-    /// `libm`'s branches.
-    #[cfg(not(feature = "small-code"))]
-    const SCALAR_EXP: bool = false;
-    /// Whether the page kernel hands a whole page's int8 rows to [`Isa::int8_page_scores`] and
-    /// [`Isa::int8_page_values`] (one call per KV head and run of query heads) rather than eight
-    /// rows at a time to [`Isa::int8_scores`] and [`Isa::int8_add_rows`]. The same bits either
-    /// way.
-    #[cfg(not(feature = "small-code"))]
-    const PAGE_ROWS: bool = false;
-    /// Whether the page kernel hands a whole page of f16 K and V rows to its own loop, with
-    /// [`Isa::f16_page_scores`] and [`Isa::f16_page_values`], rather than to the general one. The
-    /// same bits either way.
-    #[cfg(not(feature = "small-code"))]
-    const F16_PAGE_ROWS: bool = false;
-    /// The largest of `s` not NaN (−∞ if none), as `exp::max_of` (which see for the zero's
-    /// sign).
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn max_of(s: &[f32]) -> f32 {
-        exp::max_of(s)
-    }
-    /// `xs[i] = floor::weight(libm::expf(xs[i] − shifts[i / row]))` for rows of `row` values (a
-    /// multiple of eight) where every `xs[i] ≤ shifts[i / row]` or one of them is NaN (each
-    /// shift is its row's maximum): [`exp::exp_shifted_rows`]'s bits.
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
-        exp::exp_shifted_rows(xs, row, shifts)
-    }
-    /// `s + w[0] + w[1] + …`, in that order: a head's sum of weights.
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn sum(s: f32, w: &[f32]) -> f32 {
-        w.iter().fold(s, |s, w| s + w)
-    }
-    /// One f16 value.
-    fn one(h: u16) -> f32;
-    /// Eight little-endian f16 values.
-    fn block(b: &[u8; 2 * LANES]) -> [f32; LANES];
-    /// `[reduce(x[0]), …, reduce(x[7])]`: eight rows' lanes, each summed in the fixed tree.
-    #[cfg(not(feature = "small-code"))]
-    fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES];
-    /// The scores of up to eight int8 K rows for `G` query heads from their quantized query:
-    /// [`kernels::int8_scores`]'s bits.
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn int8_scores<const G: usize>(
-        q: QueryCodes<'_>,
-        rows: &[Row<'_>],
-        g: usize,
-    ) -> [[f32; LANES]; G]
-    where
-        Self: Sized,
-    {
-        kernels::int8_scores::<Self, G>(q, rows, g)
-    }
-    /// `acc[h·d + i] += p[ρ][h] · rows[ρ][i]` for up to eight int8 V rows of group `g` in order
-    /// and `G` heads: [`kernels::int8_add_scaled_rows`]'s bits.
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn int8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>], g: usize)
-    where
-        Self: Sized,
-    {
-        kernels::int8_add_scaled_rows::<Self, G>(acc, p, rows, g)
-    }
-    /// `scores[h·p + r]` for every row `r` of `rows` (int8 K rows of group `g`, a whole page)
-    /// and `G` query heads: [`kernels::int8_scores`]'s bits. `false`, nothing written, where this
-    /// ISA has no page kernel for them (only asked where [`Isa::PAGE_ROWS`]).
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn int8_page_scores<const G: usize>(
-        _q: QueryCodes<'_>,
-        _rows: &PageRows<'_>,
-        _g: usize,
-        _scores: &mut [f32],
-        _p: usize,
-    ) -> bool
-    where
-        Self: Sized,
-    {
-        false
-    }
-    /// `acc[h·d + i] += w[h·p + r] · rows[r][i]` for every row `r` of `rows` (int8 V rows of
-    /// group `g`, a whole page) in order and `G` heads: [`kernels::int8_add_scaled_rows`]'s
-    /// bits. `false`, nothing written, where this ISA has no page kernel for them (only asked
-    /// where [`Isa::PAGE_ROWS`]).
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn int8_page_values<const G: usize>(
-        _acc: &mut [f32],
-        _w: &[f32],
-        _p: usize,
-        _rows: &PageRows<'_>,
-        _g: usize,
-    ) -> bool
-    where
-        Self: Sized,
-    {
-        false
-    }
-    /// `scores[h·p + r] = scale · q[h] · rows[r]` for every row `r` of `rows` (f16 K rows, a
-    /// whole page) and `G` query heads (`q` holds `G` query rows side by side):
-    /// [`kernels::dot_lanes`]'s lanes summed by [`Isa::reduce8`], times the scale, as the general
-    /// page loop. `false`, nothing written, where this ISA has no page kernel for them.
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn f16_page_scores<const G: usize>(
-        _q: &[f32],
-        _rows: &PageRows<'_>,
-        _scores: &mut [f32],
-        _p: usize,
-        _scale: f32,
-    ) -> bool
-    where
-        Self: Sized,
-    {
-        false
-    }
-    /// `acc[h·d + i] += w[h·p + r] · rows[r][i]` for every row `r` of `rows` (f16 V rows, a
-    /// whole page) in order and `G` heads: [`kernels::add_scaled`]'s bits. `false`, nothing
-    /// written, where this ISA has no page kernel for them.
-    #[cfg(not(feature = "small-code"))]
-    #[inline(always)]
-    fn f16_page_values<const G: usize>(
-        _acc: &mut [f32],
-        _w: &[f32],
-        _p: usize,
-        _rows: &PageRows<'_>,
-    ) -> bool
-    where
-        Self: Sized,
-    {
-        false
-    }
-}
-
-/// Quantizes an f32 row into int8 groups (as the portable `quantize_groups`) if an ISA kernel
-/// applies; `false` (nothing written) otherwise. Lengths as checked by `quantize_q8`.
-#[inline]
-pub(crate) fn q8_f32(x: &[f32], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
-    g % 8 == 0 && native::q8_f32(x, g, codes, scales)
-}
-
-/// [`q8_f32`] for an f16 row.
-#[inline]
-pub(crate) fn q8_f16(x: &[f16], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
-    g % 8 == 0 && native::q8_f16(x, g, codes, scales)
-}
-
-/// Quantizes the first `dv` values of an f32 row into FP8 tiles with f32 scales (as the portable
-/// `quantize_tiles` without bf16) if an ISA kernel applies; `false` (nothing written) otherwise.
-#[inline]
-pub(crate) fn fp8_f32(x: &[f32], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
-    tile % 8 == 0 && native::fp8_f32(x, tile, codes, scales)
-}
-
-/// [`fp8_f32`] for an f16 row.
-#[inline]
-pub(crate) fn fp8_f16(x: &[f16], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
-    tile % 8 == 0 && native::fp8_f16(x, tile, codes, scales)
-}
+/// This build's quantizer kernels (`format::QuantKernels`): AVX2 and F16C where the CPU has them.
+#[cfg(edgekv_x86_kernels)]
+pub(crate) use native::NativeQuant;
 
 /// Lays a quantized query's codes (groups of `g`) out as this build's int8 score kernels read
 /// them: on cores with the DSP extension, each quad in the order `SXTB16` gives a key word's
@@ -257,15 +69,4 @@ pub(crate) fn fp8_f16(x: &[f16], tile: usize, codes: &mut [u8], scales: &mut [u8
 #[inline]
 pub(crate) fn arrange_query(codes: &mut [i16], g: usize) {
     native::arrange_query(codes, g)
-}
-
-/// One page of keys for one query row (the attention page loop), in the best build this CPU runs
-/// (`small-code`: the one small loop, with the ISA module's `SmallCode`, for its f16
-/// conversion).
-#[inline(always)]
-pub(crate) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    #[cfg(not(feature = "small-code"))]
-    native::attend_page(l, keys, heads);
-    #[cfg(feature = "small-code")]
-    crate::attention::page::attend_page::<native::SmallCode, F>(l, keys, heads);
 }

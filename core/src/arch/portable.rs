@@ -2,19 +2,17 @@
 //! target.
 
 use super::Isa;
-use crate::format::LANES;
-use crate::format::float::{f16_block, f16_to_f32};
+#[cfg(not(feature = "small-code"))]
+use super::{PageKernels, Softmax};
+#[cfg(not(feature = "small-code"))]
+use crate::numeric::reduce;
+use crate::numeric::widen::{f16_block, f16_to_f32};
+use crate::numeric::{LANES, Widen};
 
 /// [`Isa`] with integer operations and scalar sums, on every target.
 pub(crate) struct Portable;
 
-/// Sums eight lanes in a fixed tree.
-#[inline(always)]
-pub(crate) fn reduce(a: [f32; LANES]) -> f32 {
-    ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
-}
-
-impl Isa for Portable {
+impl Widen for Portable {
     // `small-code`: one out-of-line copy of the decoder (int8 scales of K and V rows).
     #[cfg_attr(not(feature = "small-code"), inline(always))]
     #[cfg_attr(feature = "small-code", inline(never))]
@@ -26,8 +24,10 @@ impl Isa for Portable {
     fn block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
         f16_block(b)
     }
+}
 
-    #[cfg(not(feature = "small-code"))]
+#[cfg(not(feature = "small-code"))]
+impl Softmax for Portable {
     #[inline(always)]
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES] {
         // The barrier keeps LLVM's SLP vectorizer from permuting the lanes where they are
@@ -36,3 +36,8 @@ impl Isa for Portable {
         core::array::from_fn(|i| reduce(x[i]))
     }
 }
+
+#[cfg(not(feature = "small-code"))]
+impl PageKernels for Portable {}
+
+impl Isa for Portable {}

@@ -10,13 +10,13 @@
 //! same order, the same segments merged in the same order. Pages some row sees only in part (the
 //! block's last keys, a window's edge) are computed row by row on that row's state.
 
+use super::dispatch;
 use super::page::{
     Heads, Keys, Layout, PageSlices, Scratch, finish_row, k_rotated, kept_by, merge, prepare_query,
     segment_pages, segments,
 };
-use super::query::{self, QueryCodes};
 use super::{Window, block_scratch_len};
-use crate::arch;
+use crate::arch::query::{self, QueryCodes};
 use crate::error::Result;
 
 /// Query rows one block computes together, at most.
@@ -183,7 +183,7 @@ pub(crate) fn attend_rows<'d>(
                     sum: &mut bsum[..heads],
                     scores: &mut scores[..heads * p],
                 };
-                arch::attend_page(&vl, &keys, heads);
+                dispatch::attend_page(&vl, &keys, heads);
                 continue;
             }
             let mut kv = None;
@@ -234,7 +234,7 @@ pub(crate) fn attend_rows<'d>(
                     sum: &mut *s.seg_sum,
                     scores: &mut *s.scores,
                 };
-                arch::attend_page(l, &keys, heads);
+                dispatch::attend_page(l, &keys, heads);
                 state(
                     l,
                     rows,

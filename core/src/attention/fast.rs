@@ -4,13 +4,15 @@
 //! kernels and eight-lane `exp`. `small-code` builds take `attention::small` instead (same
 //! bits).
 
-use super::exp::exp_shifted;
-use super::floor::exp_weight;
-use super::kernels::{Row, add_scaled, dot_lanes};
-use super::page::{Heads, Keys, Layout, PageRows, PageSlices, larger, rescale};
-use super::query::{self, QueryCodes};
+use super::page::{Heads, Keys, Layout, PageSlices, rescale};
 use crate::arch::Isa;
+use crate::arch::kernels::{Row, add_scaled, dot_lanes};
+use crate::arch::query::{self, QueryCodes};
+use crate::arch::rows::PageRows;
 use crate::format::{ElementFormat, LANES};
+use crate::numeric::exp::exp_shifted;
+use crate::numeric::floor::exp_weight;
+use crate::numeric::larger;
 
 impl Layout {
     /// The query heads of KV head `kh`: `[h0, end)`.
@@ -20,10 +22,10 @@ impl Layout {
     }
 
     /// The longest run of query heads sharing each decoded row: [`MAX_RUN`], or one row's group
-    /// where `D` asks for it (see [`Isa::RUNS_BY_ROW`]).
+    /// where `D` asks for it (see `Strategy::runs_by_row`).
     #[inline(always)]
     fn max_run<D: Isa>(&self) -> usize {
-        if D::RUNS_BY_ROW && self.row_group <= MAX_RUN {
+        if D::STRATEGY.runs_by_row && self.row_group <= MAX_RUN {
             self.row_group
         } else {
             MAX_RUN
@@ -58,7 +60,7 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
     let whole = (keys.j0..keys.j1).all(keys.kept);
     let rows = || (0..n).filter(move |&r| whole || (keys.kept)(keys.j0 + r as u32));
     // A whole page of int8 rows goes to the ISA's page kernels where it has them.
-    let page_rows = D::PAGE_ROWS && whole && n > 0;
+    let page_rows = D::STRATEGY.int8_pages && whole && n > 0;
     let page_k = page_rows && query::int8_group(l.k_fmt).is_some();
     page_scores::<D, _>(l, keys.kv, (q, qc), scores, rows, page_k.then_some(n));
     page_softmax::<D, _>(l, out, max, sum, scores, n, whole, rows);
@@ -107,8 +109,8 @@ pub(crate) fn attend_page<D: Isa, F: Fn(u32) -> bool>(
 }
 
 /// The rows of a whole page (no window drops any) whose query heads run `G` at a time, where
-/// `D` has page kernels for its formats: int8 K and V rows ([`Isa::PAGE_ROWS`]) or f16 K and V
-/// rows ([`Isa::F16_PAGE_ROWS`]). What [`attend_whole_page`] takes.
+/// `D` has page kernels for its formats: int8 K and V rows ([`Strategy::int8_pages`](crate::arch::Strategy::int8_pages)) or f16 K and V
+/// rows ([`Strategy::f16_pages`](crate::arch::Strategy::f16_pages)). What [`attend_whole_page`] takes.
 // Only the ISA modules with page kernels (x86-64, Arm with DSP or f16 conversion) call it.
 #[cfg_attr(not(any(edgekv_x86_kernels, edgekv_arm_kernels)), allow(dead_code))]
 #[inline(always)]
@@ -117,10 +119,11 @@ pub(crate) fn whole_page_rows<D: Isa, F: Fn(u32) -> bool, const G: usize>(
     keys: &Keys<'_, F>,
 ) -> Option<usize> {
     let n = (keys.j1 - keys.j0) as usize;
-    let int8 = D::PAGE_ROWS
+    let int8 = D::STRATEGY.int8_pages
         && query::int8_group(l.k_fmt).is_some()
         && matches!(l.v_fmt, ElementFormat::Int8 { .. });
-    let f16 = D::F16_PAGE_ROWS && l.k_fmt == ElementFormat::F16 && l.v_fmt == ElementFormat::F16;
+    let f16 =
+        D::STRATEGY.f16_pages && l.k_fmt == ElementFormat::F16 && l.v_fmt == ElementFormat::F16;
     // Runs of `G` heads need not be the general loop's runs: each head's arithmetic is the same
     // in any run, so any `G` up to the ISA's longest run that divides the group will do.
     let runs = G <= l.max_run::<D>() && l.group % G == 0;
@@ -165,7 +168,7 @@ pub(crate) fn attend_whole_page<D: Isa, const G: usize>(
                 if !D::int8_page_scores::<G>(qh, &pr, g, s, p) {
                     score_rows_int8::<D, G>(l, kv, kh, qc, scores, h0, 0..n, g);
                 }
-            } else if D::F16_PAGE_ROWS
+            } else if D::STRATEGY.f16_pages
                 && !D::f16_page_scores::<G>(&q[h0 * hd..(h0 + G) * hd], &pr, s, p, l.scale)
             {
                 // (A constant test first: ISAs without f16 pages build no f16 branch here.)
@@ -186,7 +189,7 @@ pub(crate) fn attend_whole_page<D: Isa, const G: usize>(
                 ElementFormat::Int8 { group } => {
                     page_values::<D, G>(l, &pr, &mut st, h0, group as usize)
                 }
-                _ if D::F16_PAGE_ROWS => page_values_f16::<D, G>(l, &pr, &mut st, h0),
+                _ if D::STRATEGY.f16_pages => page_values_f16::<D, G>(l, &pr, &mut st, h0),
                 _ => {}
             }
         }
@@ -237,7 +240,7 @@ fn page_softmax<D: Isa, R: Iterator<Item = usize>>(
     rows: impl Fn() -> R,
 ) {
     let (hd, p) = (l.head_dim, l.page_tokens);
-    let all_at_once = whole && n == p && p % 8 == 0 && !D::SCALAR_EXP;
+    let all_at_once = whole && n == p && p % 8 == 0 && !D::STRATEGY.scalar_exp;
     for (h, oh) in out.chunks_exact_mut(hd).enumerate() {
         let page_max = if whole {
             D::max_of(&scores[h * p..h * p + n])
@@ -246,7 +249,7 @@ fn page_softmax<D: Isa, R: Iterator<Item = usize>>(
         };
         let new_max = larger(max[h], page_max);
         rescale(oh, &mut max[h], &mut sum[h], new_max);
-        if D::SCALAR_EXP {
+        if D::STRATEGY.scalar_exp {
             // Scalar cores: `libm`'s branches cost less than eight lanes of selects.
             for s in &mut scores[h * p..h * p + n] {
                 *s = exp_weight(*s - new_max);

@@ -20,15 +20,11 @@
 
 #[cfg(not(feature = "small-code"))]
 mod block;
-#[cfg(any(test, not(feature = "small-code")))]
-pub(crate) mod exp;
+mod dispatch;
 #[cfg(not(feature = "small-code"))]
 mod fast;
-pub(crate) mod floor;
-pub(crate) mod kernels;
 pub(crate) mod page;
 mod params;
-pub(crate) mod query;
 #[cfg(feature = "small-code")]
 mod small;
 

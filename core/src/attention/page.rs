@@ -3,12 +3,15 @@
 //! the kernels of `kernels` and, for each page, the best build `crate::arch` has for this CPU.
 
 use super::Window;
-use super::floor::{exp_weight, scaled, state};
-use super::kernels::Row;
-use super::query::{self, QueryCodes};
+use super::dispatch;
 use crate::arch;
+use crate::arch::query::{self, QueryCodes};
+#[cfg(not(feature = "small-code"))]
+use crate::arch::rows::PageRows;
+use crate::arch::rows::Row;
 use crate::error::Result;
 use crate::format::{ElementFormat, Rotation};
+use crate::numeric::floor::{exp_weight, scaled, state};
 
 /// One page of keys for every query head of one query row (what `crate::arch` builds per ISA):
 /// the fast kernels, or with `small-code` one rolled path per step (the same bits).
@@ -276,7 +279,7 @@ pub(crate) fn segment<'d>(
             sum: &mut *sum,
             scores: &mut *s.scores,
         };
-        arch::attend_page(l, &keys, heads);
+        dispatch::attend_page(l, &keys, heads);
     }
     if let Some(acc) = merge_into {
         merge(l, acc, s.max, s.sum, s.seg_out, s.seg_max, s.seg_sum);
@@ -338,16 +341,6 @@ pub(crate) fn merge(
         sum[h] = sum[h] * a + sum2[h] * b;
         max[h] = m;
     }
-}
-
-/// The larger of a running maximum `m` and `x`, by one compare: `x` only where it is larger (a
-/// NaN never is). The page loops' maxima, rather than `f32::max` (a call of `fmaxf` on cores
-/// without `VMAXNM`). Where both are zeros the sign may differ from `f32::max`'s, which changes
-/// no weight: a maximum only enters `exp(score − max)` with `max ≥ score`, where `±0 − max` is
-/// `−max` for a nonzero `max` and `±0` (whose `exp` is 1) for a zero one.
-#[inline(always)]
-pub(crate) fn larger(m: f32, x: f32) -> f32 {
-    if x > m { x } else { m }
 }
 
 /// One head's online-softmax step to a page's new maximum `new_max`: its outputs and sum
@@ -457,38 +450,18 @@ impl Layout {
             let (a, b) = (kv.k, kv.ks);
             (a, b, self.k_row, self.k_srow, self.k_head, self.k_shead)
         };
-        let last = n - 1;
-        PageRows {
-            vals: &vals[kh * head..][..last * stride + head],
-            scales: &scales[kh * shead..][..last * sstride + shead],
+        // The plan's geometry puts every row of a page within the page's slices (the general
+        // loop's `row` slices them the same way).
+        PageRows::new(
+            &vals[kh * head..],
+            &scales[(kh * shead).min(scales.len())..],
             stride,
             sstride,
             n,
-        }
-    }
-}
-
-/// One KV head's rows `0..n` of a page (row `r`'s value bytes at `vals[r·stride..]`, its scale
-/// bytes at `scales[r·sstride..]`): what the ISAs' whole-page kernels take.
-#[cfg(not(feature = "small-code"))]
-#[derive(Clone, Copy)]
-pub(crate) struct PageRows<'p> {
-    pub(crate) vals: &'p [u8],
-    pub(crate) scales: &'p [u8],
-    pub(crate) stride: usize,
-    pub(crate) sstride: usize,
-    pub(crate) n: usize,
-}
-
-#[cfg(not(feature = "small-code"))]
-impl<'p> PageRows<'p> {
-    /// Row `r < n`, `d` value bytes and its scale bytes.
-    #[inline(always)]
-    pub(crate) fn row(&self, r: usize, d: usize) -> Row<'p> {
-        Row {
-            vals: &self.vals[r * self.stride..][..d],
-            scales: &self.scales[r * self.sstride..],
-        }
+            head,
+            shead,
+        )
+        .expect("a page's rows lie within its slices")
     }
 }
 
@@ -504,7 +477,7 @@ pub(crate) struct Keys<'k, F: Fn(u32) -> bool> {
 /// and sums, and one page of scores each (`head_dim` and `page_tokens` apart).
 pub(crate) struct Heads<'h> {
     pub(super) q: &'h [f32],
-    /// `q` quantized for int8 keys (see `attention::query`; stale otherwise).
+    /// `q` quantized for int8 keys (see `arch::query`; stale otherwise).
     pub(super) qc: QueryCodes<'h>,
     pub(super) out: &'h mut [f32],
     pub(super) max: &'h mut [f32],

@@ -67,7 +67,7 @@ impl AttentionParams {
 pub const fn scratch_len(q_heads: u16, page_tokens: u16, head_dim: u16) -> usize {
     q_heads as usize * (page_tokens as usize + 2)
         + super::page::merge_slots(q_heads as usize, head_dim as usize)
-        + super::query::slots(q_heads as usize, head_dim as usize)
+        + crate::arch::query::slots(q_heads as usize, head_dim as usize)
 }
 
 /// Query rows [`KvCache::attention`](crate::KvCache::attention) computes together at most (see

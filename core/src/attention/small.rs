@@ -14,12 +14,14 @@
 //!
 //! Only the kept rows of a page are scored and weighted: the others are never read.
 
-use super::floor::exp_weight;
-use super::kernels::{Row, add_scaled, dot_lanes, int_dot};
-use super::page::{Heads, Keys, Layout, larger, rescale};
-use super::query::{self, QueryCodes};
-use crate::arch::{Isa, reduce};
+use super::page::{Heads, Keys, Layout, rescale};
+use crate::arch::Isa;
+use crate::arch::kernels::{Row, add_scaled, dot_lanes, int_dot};
+use crate::arch::query::{self, QueryCodes};
 use crate::format::u16_at;
+use crate::numeric::floor::exp_weight;
+use crate::numeric::larger;
+use crate::numeric::reduce;
 
 /// One page of keys for every query head of one query row: per head its scores, its
 /// online-softmax rescale, its weights and sum, then its weighted V rows.

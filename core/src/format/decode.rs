@@ -7,8 +7,7 @@
 //! Elements past the last whole block (a `head_dim`, group or tail not a multiple of eight) go one
 //! at a time into lanes 0.., exactly as a block would.
 
-/// Elements per block; the lanes of every kernel sum.
-pub(crate) const LANES: usize = 8;
+pub(crate) use crate::numeric::LANES;
 
 /// How a kernel reads one kind of page element: blocks of eight from `B` bytes, and single
 /// elements (`i`-th of `bytes`) past the last whole block. A trait rather than closures: its

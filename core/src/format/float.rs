@@ -8,7 +8,9 @@ use half::{bf16, f16};
 
 use super::decode::{Decode, LANES, f32_at, u16_at};
 use super::{Element, ElementFormat};
-use crate::arch::Isa;
+use crate::numeric::Widen;
+#[cfg(test)]
+use crate::numeric::widen::f16_to_f32;
 
 /// Encodes `src` into the little-endian page bytes `dst` of full-precision format `fmt`.
 /// `dst.len()` must be `src.len()` times the element size (callers check); quantized formats go
@@ -146,7 +148,7 @@ impl Decode<{ 4 * LANES }> for F32s {
     }
 }
 
-/// Little-endian f16 elements, decoded by the page loop's ISA `D` (see [`Isa`]).
+/// Little-endian f16 elements, widened by `D` (see [`Widen`]).
 pub(crate) struct F16s<D>(pub PhantomData<D>);
 
 impl<D> Clone for F16s<D> {
@@ -157,7 +159,7 @@ impl<D> Clone for F16s<D> {
 
 impl<D> Copy for F16s<D> {}
 
-impl<D: Isa> Decode<{ 2 * LANES }> for F16s<D> {
+impl<D: Widen> Decode<{ 2 * LANES }> for F16s<D> {
     #[inline(always)]
     fn block(self, b: &[u8; 2 * LANES]) -> [f32; LANES] {
         D::block(b)
@@ -187,38 +189,6 @@ impl Decode<{ 2 * LANES }> for Bf16s {
     fn one(self, bytes: &[u8], i: usize) -> f32 {
         bf16_to_f32(u16_at(bytes, i))
     }
-}
-
-/// Eight little-endian f16 values, the portable way. Out of line: inlined into the large
-/// attention loops, LLVM leaves this scalar (one branchy conversion per element); alone it
-/// vectorizes.
-#[inline(never)]
-pub(crate) fn f16_block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
-    let mut x = [0f32; LANES];
-    for l in 0..LANES {
-        x[l] = f16_to_f32(u16::from_le_bytes([b[2 * l], b[2 * l + 1]]));
-    }
-    x
-}
-
-/// IEEE binary16 to f32, bit-identical to `half::f16::to_f32` (NaNs made quiet) but branch-free
-/// and without `half`'s per-call CPU feature check, so it inlines and vectorizes. Integer ops
-/// and one exact subtraction; no subnormal f32 is ever formed.
-#[inline(always)]
-pub(crate) fn f16_to_f32(h: u16) -> f32 {
-    let h = h as u32;
-    let em = (h & 0x7FFF) << 13; // exponent and mantissa in f32 position
-    let exp = em & 0x0F80_0000;
-    let normal = em + (112 << 23); // rebias 15 → 127
-    // Subnormal or zero: 2^-14 · (1 + m) − 2^-14 = 2^-14 · m, exact.
-    let sub = (f32::from_bits(em + (113 << 23)) - f32::from_bits(113 << 23)).to_bits();
-    // Infinity or NaN (quiet bit set, as `half` does).
-    let special = em | 0x7F80_0000 | ((((em & 0x007F_FFFF) != 0) as u32) << 22);
-    // Selected with masks, not `if`s: branches here would keep LLVM from vectorizing.
-    let is_sub = ((exp == 0) as u32).wrapping_neg();
-    let is_special = ((exp == 0x0F80_0000) as u32).wrapping_neg();
-    let mag = (sub & is_sub) | (special & is_special) | (normal & !(is_sub | is_special));
-    f32::from_bits(mag | (h & 0x8000) << 16)
 }
 
 /// bfloat16 to f32, bit-identical to `half::bf16::to_f32` (NaNs made quiet), branch-free.

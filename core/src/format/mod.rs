@@ -11,7 +11,8 @@
 //!
 //! Shared by all: [`Element`] (the caller's types), `load` (how the codecs read elements),
 //! `decode` (the interface to the attention kernels). [`ElementFormat`] and the row codecs below
-//! dispatch on the format. ISA-specific builds of a codec live in `crate::arch`.
+//! dispatch on the format. ISA-specific builds of a codec live in `crate::arch`, which this
+//! layer does not name: the codecs take them as a type parameter ([`QuantKernels`], `kernels`).
 
 mod decode;
 mod element;
@@ -19,11 +20,13 @@ pub(crate) mod float;
 pub(crate) mod fp8;
 pub(crate) mod int4;
 pub(crate) mod int8;
+pub(crate) mod kernels;
 pub(crate) mod load;
 mod rotation;
 
 pub(crate) use decode::{Decode, LANES, f32_at, u16_at};
 pub use element::Element;
+pub(crate) use kernels::QuantKernels;
 
 pub use int4::Q4Kind;
 pub use rotation::{MAX_ROTATED_DIM, Rotation};
@@ -173,8 +176,9 @@ impl ElementFormat {
 }
 
 /// Encodes whole token rows `src` (`[tokens][kv_heads][head_dim]`) into value bytes `vals` and,
-/// for int8, scale bytes `scales` of format `fmt`. Lengths come from the plan (callers check).
-pub(crate) fn encode_rows<T: Element>(
+/// for int8, scale bytes `scales` of format `fmt`, with `K`'s quantizer kernels. Lengths come
+/// from the plan (callers check).
+pub(crate) fn encode_rows<K: QuantKernels, T: Element>(
     fmt: ElementFormat,
     head_dim: usize,
     src: &[T],
@@ -190,13 +194,18 @@ pub(crate) fn encode_rows<T: Element>(
         ElementFormat::Int8 { group } => {
             let scales = bytemuck::try_cast_slice_mut(scales)
                 .map_err(|_| Error::Config(ConfigError::MisalignedArena))?;
-            int8::quantize_q8(src, group as usize, bytemuck::cast_slice_mut(vals), scales)
+            int8::quantize_q8_with::<K, T>(
+                src,
+                group as usize,
+                bytemuck::cast_slice_mut(vals),
+                scales,
+            )
         }
         ElementFormat::Fp8Tile { dv, tile, bf16 } => {
             let heads = src.len() / head_dim;
             let row = vals.len() / heads.max(1);
             for (x, r) in src.chunks_exact(head_dim).zip(vals.chunks_exact_mut(row)) {
-                fp8::quantize_fp8_tile(x, dv as usize, tile as usize, bf16, r)?;
+                fp8::quantize_fp8_tile_with::<K, T>(x, dv as usize, tile as usize, bf16, r)?;
             }
             Ok(())
         }
@@ -292,7 +301,7 @@ mod tests {
             } else {
                 0
             }];
-            let rows = encode_rows(fmt, 64, &[1.0f32; 64], vals, scales);
+            let rows = encode_rows::<kernels::Reference, f32>(fmt, 64, &[1.0f32; 64], vals, scales);
             assert_eq!(rows.is_ok(), on, "{fmt:?}");
         }
     }

@@ -11,7 +11,7 @@
 //! every target computes the same bits; for `head_dim` an even power of two (16, 64, 256) the
 //! scale `1 / √head_dim` is a power of two and exact.
 
-use super::{Element, ElementFormat, decode_rows, encode_rows};
+use super::{Element, ElementFormat, QuantKernels, decode_rows, encode_rows};
 use crate::error::{ConfigError, Result};
 
 /// The largest head_dim a rotation accepts (rows are rotated in a stack buffer of this many f32).
@@ -99,9 +99,9 @@ fn fits(x: &[f32]) -> bool {
         && x.len() <= MAX_ROTATED_DIM
 }
 
-/// [`encode_rows`] with each head row rotated by `rot` first (through f32); lengths from the
+/// [`encode_rows`] (with `K`'s kernels) with each head row rotated by `rot` first (through f32); lengths from the
 /// plan, `head_dim` checked by [`Rotation::check`] when the configuration planned.
-pub(crate) fn encode_rotated<T: Element>(
+pub(crate) fn encode_rotated<K: QuantKernels, T: Element>(
     fmt: ElementFormat,
     rot: Rotation,
     head_dim: usize,
@@ -111,7 +111,7 @@ pub(crate) fn encode_rotated<T: Element>(
 ) -> Result<()> {
     if !cfg!(feature = "rotation") || !rot.is_some() || src.is_empty() || head_dim > MAX_ROTATED_DIM
     {
-        return encode_rows(fmt, head_dim, src, vals, scales);
+        return encode_rows::<K, T>(fmt, head_dim, src, vals, scales);
     }
     let heads = src.len() / head_dim;
     let (hb, sb) = (vals.len() / heads, scales.len() / heads);
@@ -123,7 +123,7 @@ pub(crate) fn encode_rotated<T: Element>(
         }
         rot.forward(buf);
         let (v, s) = (&mut vals[i * hb..][..hb], &mut scales[i * sb..][..sb]);
-        encode_rows(fmt, head_dim, &*buf, v, s)?;
+        encode_rows::<K, f32>(fmt, head_dim, &*buf, v, s)?;
     }
     Ok(())
 }

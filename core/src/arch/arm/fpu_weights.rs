@@ -1,6 +1,6 @@
 //! Attention weights on a scalar FPU (Cortex-M4F, M7, M33 without Helium), in `asm!`: a page's
 //! maximum score per head, its scores into weights `exp(score − max)`, and a head's sum of
-//! weights, with the bits of `attention::exp` (`libm::expf`, floored).
+//! weights, with the bits of `numeric::exp` (`libm::expf`, floored).
 //!
 //! LLVM's build of `exp::scalar` cost 42 instructions per weight on the Cortex-M4: `VCMP` and
 //! `VMRS` for each range test and constants rebuilt with `MOVW`/`MOVT` inside the loop. Here the
@@ -15,7 +15,7 @@
 
 use core::arch::asm;
 
-use crate::attention::exp;
+use crate::numeric::exp;
 
 /// `asm!` constants, loaded into `s16`–`s24` once per call: `1/ln 2`, `−1/2`, `ln 2` high and
 /// low, the approximation's `P1` and `P2`, `2`, `1` and `0`.

@@ -6,7 +6,7 @@
 //! int8 scores by `VMLADAVA` and int8 value rows of three heads eight lanes at a time
 //! (`mve.rs`; the DSP kernels there cost more than they save), and a page's maxima and weights
 //! `exp(score − max)` four lanes per vector (`mve_weights.rs`). Whole pages of int8 rows for
-//! three query heads per KV head go to `page.rs` ([`Isa::PAGE_ROWS`]): rows a stride apart, one
+//! three query heads per KV head go to `page.rs` (`Strategy::int8_pages`): rows a stride apart, one
 //! `asm!` loop nest for a page's scores, value accumulators kept across a page's rows; other
 //! pages (windows) and head counts take the eight-row kernels here. On hard-float targets
 //! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. Without Helium,
@@ -22,6 +22,8 @@
 
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 mod dsp;
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
+mod dsp_g32;
 #[cfg(edgekv_arm_f16cvt)]
 mod f16;
 #[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
@@ -39,27 +41,21 @@ use mve_weights as weights;
 mod page;
 
 use super::Isa;
-#[cfg(any(not(feature = "small-code"), not(edgekv_arm_f16cvt)))]
-use super::Portable;
-#[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
-use crate::attention::kernels::{self, Row};
-#[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
-use crate::attention::page::PageRows;
 #[cfg(not(feature = "small-code"))]
-use crate::attention::page::{
-    Heads, Keys, Layout, PageSlices, attend_page as portable_page, attend_whole_page,
-    whole_page_rows,
-};
-#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
-use crate::attention::query;
+use super::Portable;
+#[cfg(not(feature = "small-code"))]
+use super::{PageKernels, Softmax, Strategy};
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
-use crate::attention::query::QueryCodes;
-use crate::format::LANES;
+use crate::arch::kernels::{self, Row};
+#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
+use crate::arch::query;
+#[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
+use crate::arch::query::QueryCodes;
+#[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
+use crate::arch::rows::PageRows;
 #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
 use crate::format::u16_at;
-
-// No ISA quantizers: the portable loops run.
-pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
+use crate::numeric::{LANES, Widen};
 
 /// With the DSP extension, groups of a multiple of 4 codes up to 256 (those the `SMLAD` kernels
 /// take: `Arm::int8_scores`, `page::scores3`) interleaved quad by quad
@@ -67,7 +63,7 @@ pub(super) use super::portable_quantizers::{fp8_f16, fp8_f32, q8_f16, q8_f32};
 /// as they are. Every other group, and every other build, keeps its order.
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 #[inline(always)]
-pub(super) fn arrange_query(codes: &mut [i16], g: usize) {
+pub(crate) fn arrange_query(codes: &mut [i16], g: usize) {
     if dsp_takes(g) {
         query::interleave_quads(codes);
     }
@@ -77,7 +73,7 @@ pub(super) fn arrange_query(codes: &mut [i16], g: usize) {
 /// quantized query as it is.
 #[cfg(not(all(edgekv_arm_dsp, not(feature = "small-code"))))]
 #[inline(always)]
-pub(super) fn arrange_query(_codes: &mut [i16], _g: usize) {}
+pub(crate) fn arrange_query(_codes: &mut [i16], _g: usize) {}
 
 /// Whether the DSP score kernels take groups of `g` codes (and so read the query interleaved).
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
@@ -86,41 +82,10 @@ fn dsp_takes(g: usize) -> bool {
     g % 4 == 0 && g <= 256
 }
 
-/// The attention page loop with the DSP and Helium kernels: a whole page of int8 rows whose
-/// query heads run three at a time goes to its own loop (`fast::attend_whole_page`), other pages
-/// to the general one. Each loop out of line, as the portable build (see `none.rs`). (The M4
-/// took the general loop for every page until its weights, weights × scales and scores from the
-/// sums were `asm!`: then the whole-page loop cost 7,170,480 instructions a step against
-/// 7,054,880; now 6,128,840 against 6,271,000.)
-#[cfg(not(feature = "small-code"))]
-#[inline(always)]
-pub(super) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    // `None` unless [`Isa::PAGE_ROWS`] (the DSP or Helium builds).
-    let whole = whole_page_rows::<Arm, F, 3>(l, keys);
-    match whole {
-        Some(n) => whole_int8_page(l, keys.kv, heads, n),
-        None => general_page(l, keys, heads),
-    }
-}
-
-/// [`attend_whole_page`] with the Helium kernels.
-#[cfg(not(feature = "small-code"))]
-#[inline(never)]
-fn whole_int8_page(l: &Layout, kv: &PageSlices<'_>, heads: Heads<'_>, n: usize) {
-    attend_whole_page::<Arm, 3>(l, kv, heads, n)
-}
-
-/// The general page loop with the DSP kernels.
-#[cfg(not(feature = "small-code"))]
-#[inline(never)]
-fn general_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    portable_page::<Arm, F>(l, keys, heads)
-}
-
 /// The `Isa` of `small-code` builds' one page loop (`attention::small`): [`Arm`], for its f16
 /// conversion.
 #[cfg(feature = "small-code")]
-pub(super) type SmallCode = Arm;
+pub(crate) type SmallCode = Arm;
 
 /// [`Isa`] of Cortex-M cores.
 pub(crate) struct Arm;
@@ -132,19 +97,19 @@ fn f16_one(h: u16) -> f32 {
     #[cfg(edgekv_arm_f16cvt)]
     return f16::to_f32(h);
     #[cfg(not(edgekv_arm_f16cvt))]
-    return Portable::one(h);
+    return crate::numeric::widen::Soft::one(h);
 }
 
 /// Eight little-endian f16s to f32, each by `D::one`. Both builds' [`Arm::block`].
 #[inline(always)]
-fn f16_block<D: Isa>(b: &[u8; 2 * LANES]) -> [f32; LANES] {
+fn f16_block<D: Widen>(b: &[u8; 2 * LANES]) -> [f32; LANES] {
     core::array::from_fn(|i| D::one(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])))
 }
 
 /// `small-code` builds: [`f16_one`] out of line (on a Cortex-M4, 24 bytes of code against the
 /// portable decoder's 116).
 #[cfg(feature = "small-code")]
-impl Isa for Arm {
+impl Widen for Arm {
     #[inline(never)]
     fn one(h: u16) -> f32 {
         f16_one(h)
@@ -156,21 +121,15 @@ impl Isa for Arm {
     }
 }
 
+#[cfg(feature = "small-code")]
+impl Isa for Arm {}
+
 /// Lanes of the value kernel's accumulators (three heads' worth stay in the FPU's registers).
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 const V_LANES: usize = 4;
 
 #[cfg(not(feature = "small-code"))]
-impl Isa for Arm {
-    /// The DSP and Helium score loops are `asm!` for a group of three heads.
-    const RUNS_BY_ROW: bool = true;
-    /// Hard-float builds take a page's weights in `asm!`: four lanes per vector with Helium
-    /// (`mve_weights`), one at a time on a scalar FPU (`fpu_weights`). Soft-float builds take
-    /// them one at a time (`exp::scalar`).
-    const SCALAR_EXP: bool = cfg!(not(any(edgekv_arm_mve, edgekv_arm_f16cvt)));
-    /// Whole pages of int8 rows to `page.rs` (DSP or Helium).
-    const PAGE_ROWS: bool = cfg!(any(edgekv_arm_dsp, edgekv_arm_mve));
-
+impl Widen for Arm {
     /// [`f16_one`], inline.
     #[inline(always)]
     fn one(h: u16) -> f32 {
@@ -181,7 +140,10 @@ impl Isa for Arm {
     fn block(b: &[u8; 2 * LANES]) -> [f32; LANES] {
         f16_block::<Self>(b)
     }
+}
 
+#[cfg(not(feature = "small-code"))]
+impl Softmax for Arm {
     #[inline(always)]
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES] {
         Portable::reduce8(x)
@@ -194,14 +156,11 @@ impl Isa for Arm {
     fn max_of(s: &[f32]) -> f32 {
         let n = s.len() & !3;
         if n == 0 {
-            return crate::attention::exp::max_of(s);
+            return crate::numeric::exp::max_of(s);
         }
         // SAFETY: `n` is a nonzero multiple of 4 within `s`.
         let m = unsafe { weights::max_of(s.as_ptr(), n) };
-        s[n..]
-            .iter()
-            .copied()
-            .fold(m, crate::attention::page::larger)
+        s[n..].iter().copied().fold(m, crate::numeric::larger)
     }
 
     /// Hard-float builds: `weights::sum` over whole blocks of four, the rest in order after them.
@@ -224,13 +183,16 @@ impl Isa for Arm {
     fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
         let heads = shifts.len().min(xs.len().checked_div(row).unwrap_or(0));
         if row % 4 != 0 || heads == 0 {
-            return crate::attention::exp::exp_shifted_rows(xs, row, shifts);
+            return crate::numeric::exp::exp_shifted_rows(xs, row, shifts);
         }
         // SAFETY: `row` is a nonzero multiple of 4 (a zero `row` gives no heads), and `xs` holds
         // `heads · row` floats, `shifts` `heads`.
         unsafe { weights::exp_rows(xs.as_mut_ptr(), row, shifts.as_ptr(), heads) }
     }
+}
 
+#[cfg(not(feature = "small-code"))]
+impl PageKernels for Arm {
     /// [`kernels::int8_scores`]'s bits: per group, each query head's integer dot product by
     /// `SMLAD`, each key word decoded once for all the heads. The groups these loops take
     /// ([`dsp_takes`]) arrive interleaved (`arrange_query`); others take the portable kernel.
@@ -399,4 +361,19 @@ impl Isa for Arm {
     ) -> bool {
         G == 3 && page::values3(acc, w, p, rows, g)
     }
+}
+
+#[cfg(not(feature = "small-code"))]
+impl Isa for Arm {
+    const STRATEGY: Strategy = Strategy {
+        // The DSP and Helium score loops are `asm!` for a group of three heads.
+        runs_by_row: true,
+        // Hard-float builds take a page's weights in `asm!`: four lanes per vector with Helium
+        // (`mve_weights`), one at a time on a scalar FPU (`fpu_weights`). Soft-float builds take
+        // them one at a time (`exp::scalar`).
+        scalar_exp: cfg!(not(any(edgekv_arm_mve, edgekv_arm_f16cvt))),
+        // Whole pages of int8 rows to `page.rs` (DSP or Helium).
+        int8_pages: cfg!(any(edgekv_arm_dsp, edgekv_arm_mve)),
+        ..Strategy::GENERAL
+    };
 }

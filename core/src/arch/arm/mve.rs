@@ -215,7 +215,7 @@ pub(super) unsafe fn dot3_page32(p: &super::page::Dot3Page, k: *const u8, out: *
 /// (products, not fused, then the add); `ks_b` the row's f16 scale of group `b`, gathered from
 /// `sc + 2b + 2·offs[ρ]` (`VLDRH.U32` with `offs` in halfwords, `VCVTB.F32.F16`). Vector floats
 /// flush subnormals: none arises, since query scales are 2^-67 or more or zero and f16 key scales
-/// are normal as f32, so every product and sum is zero or normal (see `attention::floor`).
+/// are normal as f32, so every product and sum is zero or normal (see `numeric::floor`).
 ///
 /// # Safety
 ///
@@ -395,6 +395,16 @@ pub(super) struct AddRows3 {
     pub(super) head: usize,
     pub(super) blocks: usize,
 }
+
+// The byte offsets [`add_rows3`]'s `asm!` reads and writes `AddRows3`'s fields at (`LDM` of `ps`
+// and `n`, then `#4`, `#8`, `#12`).
+const _: () = {
+    use core::mem::offset_of;
+    assert!(offset_of!(AddRows3, ps) == 0);
+    assert!(offset_of!(AddRows3, n) == 4);
+    assert!(offset_of!(AddRows3, head) == 8);
+    assert!(offset_of!(AddRows3, blocks) == 12);
+};
 
 /// `acc[h][l] += ps[ρ][h] · (row_ρ[l] as i8)` for three heads `h` (accumulators `p.head` bytes
 /// apart), the lanes `l` of `p.blocks` blocks of eight, and the rows `row_ρ = row + ρ·stride`

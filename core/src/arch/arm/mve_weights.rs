@@ -1,6 +1,6 @@
 //! Helium (M-profile vector extension) attention weights, in `asm!`: a page's maximum score per
 //! head, and its scores into weights `exp(score − max)`, four lanes per vector, with the bits of
-//! `attention::exp` (`libm::expf`, floored).
+//! `numeric::exp` (`libm::expf`, floored).
 //!
 //! LLVM's vectorization of the eight-lane `exp` cost 29 instructions per weight on the
 //! Cortex-M55 (Helium has no vector division, and the lanes' selects became long mask
@@ -10,17 +10,17 @@
 //! `hi`, `lo`, `r`, the rational approximation with its one division per lane by the scalar FPU
 //! (`VDIV` on the lanes' S registers), `2^k` built in the exponent bits, `1 + x` for
 //! `|x| ≤ 2^-14`. The floor needs no compare of its own: `weight(expf(x))` is zero exactly for
-//! `x <` [`exp::ZERO_BELOW`] (every negative `f32` checked in `attention::exp`'s tests), which
+//! `x <` [`exp::ZERO_BELOW`] (every negative `f32` checked in `numeric::exp`'s tests), which
 //! also zeroes `−∞` and every argument below `libm`'s range. NaN stays NaN.
 //!
 //! Helium's vector floats flush subnormals; none arises in a lane kept: for `x ≥ −41.6`, `k ≥
 //! −60`, `r` is zero or at least 2^-44 in magnitude, and the result is at least 2^-60; lanes with
-//! `|x| ≤ 2^-14` take `1 + x`, which rounds to 1 for subnormal `x`. `attention::exp`'s tests run
+//! `|x| ≤ 2^-14` take `1 + x`, which rounds to 1 for subnormal `x`. `numeric::exp`'s tests run
 //! this form with subnormals flushed against `libm` over the negative floats.
 
 use core::arch::asm;
 
-use crate::attention::exp;
+use crate::numeric::exp;
 
 /// `asm!` constants, two per `LDRD`: `1/ln 2` and `−1/2` (the reduction), `−ln 2 / 2` and
 /// `−1.5 ln 2` (where `k` is `libm`'s rounded quotient, `−1` or `0`), `ln 2` high and low, the

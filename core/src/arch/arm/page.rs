@@ -1,5 +1,5 @@
 //! Whole pages of int8 rows for three query heads per KV head (SmolLM2's group, and many
-//! models'): the Cortex-M page kernels behind [`crate::arch::Isa::PAGE_ROWS`]. A page's rows
+//! models'): the Cortex-M page kernels behind `Strategy::int8_pages`. A page's rows
 //! lie a fixed stride apart, so each row is one pointer step, the query's slices and scales are
 //! taken once per page, and the value accumulators stay in registers across all of the page's
 //! rows (up to [`CHUNK`] at a time) instead of eight. With Helium, the scores from their integer
@@ -10,15 +10,17 @@
 use super::Arm;
 #[cfg(edgekv_arm_dsp)]
 use super::dsp;
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
+use super::dsp_g32;
 #[cfg(edgekv_arm_mve)]
 use super::mve;
 #[cfg(not(edgekv_arm_mve))]
-use crate::arch::Isa;
+use crate::numeric::Widen;
 #[cfg(not(edgekv_arm_mve))]
 use core::mem::MaybeUninit;
 
-use crate::attention::page::PageRows;
-use crate::attention::query::QueryCodes;
+use crate::arch::query::QueryCodes;
+use crate::arch::rows::PageRows;
 #[cfg(not(edgekv_arm_mve))]
 use crate::format::u16_at;
 
@@ -68,11 +70,24 @@ pub(super) struct Dot3Page {
     back: usize,
 }
 
+// The byte offsets the `asm!` loops read `Dot3Page`'s fields at (`dsp::dot3_page`,
+// `mve::dot3_page`, `mve::dot3_page32`: `LDM` of the three query pointers, then `#12`…`#28`).
+const _: () = {
+    use core::mem::offset_of;
+    assert!(offset_of!(Dot3Page, q) == 0);
+    assert!(offset_of!(Dot3Page, steps) == 12);
+    assert!(offset_of!(Dot3Page, advance) == 16);
+    assert!(offset_of!(Dot3Page, groups) == 20);
+    assert!(offset_of!(Dot3Page, rows) == 24);
+    assert!(offset_of!(Dot3Page, back) == 28);
+};
+
 /// The integer dot products of three query heads' codes with every group of `g` codes of `n`
 /// rows `stride` bytes apart from `k`'s start, into `out` as [`SUMS`] lays them out (`groups`
-/// groups a row), in the ISA's loop nest. Nothing is written unless every length fits (and
-/// [`dot3_takes`] `g`).
+/// groups a row), in the ISA's loop nest. `false`, nothing written, unless every length fits
+/// (and [`dot3_takes`] `g`).
 #[inline(always)]
+#[must_use]
 fn dot3_page(
     q: [&[i16]; 3],
     k: &[u8],
@@ -81,7 +96,7 @@ fn dot3_page(
     g: usize,
     groups: usize,
     out: &mut [i32],
-) {
+) -> bool {
     let row = groups * g;
     let need = if cfg!(edgekv_arm_mve) {
         3 * CHUNK * groups
@@ -98,7 +113,7 @@ fn dot3_page(
             .all(|q| q.len() >= row && q.as_ptr().align_offset(4) == 0)
         && k.len() >= (n - 1) * stride + row;
     if !fits {
-        return;
+        return false;
     }
     let p = Dot3Page {
         q: q.map(<[i16]>::as_ptr),
@@ -125,6 +140,7 @@ fn dot3_page(
     unsafe {
         dsp::dot3_page(&p, k.as_ptr(), out.as_mut_ptr().cast())
     };
+    true
 }
 
 /// Whether [`dot3_page`] takes groups of `g` codes (exact in `i32` up to 256, whole steps of
@@ -134,7 +150,7 @@ fn dot3_takes(g: usize, q: &[i16]) -> bool {
     g != 0 && g % SCORE_STEP == 0 && g <= 256 && q.as_ptr().align_offset(4) == 0
 }
 
-/// [`Isa::int8_page_scores`] for three heads: the integer sums of up to [`CHUNK`] rows and all
+/// `PageKernels::int8_page_scores` for three heads: the integer sums of up to [`CHUNK`] rows and all
 /// their groups in one `asm!` loop nest, then each row's score from its groups in order, four
 /// rows at a time (`mve::scores3x4`).
 #[cfg(edgekv_arm_mve)]
@@ -148,6 +164,11 @@ pub(super) fn scores3(
 ) -> bool {
     let hd = q.codes.len() / 3;
     if !dot3_takes(g, q.codes) || hd % g != 0 || hd / g > MAX_GROUPS || rows.n > p {
+        return false;
+    }
+    // Every row's `hd` codes and `hd / g` scales within the view (so every chunk below fits
+    // `dot3_page` as the first does).
+    if rows.row_bytes < hd || rows.scale_bytes < 2 * (hd / g) {
         return false;
     }
     // The scales are gathered as halfwords and four scores stored at a time: a page of a
@@ -169,7 +190,8 @@ pub(super) fn scores3(
     let mut isums = [0i32; SUMS];
     for r0 in (0..n).step_by(CHUNK) {
         let m = (n - r0).min(CHUNK);
-        dot3_page(
+        // Only the first chunk can be refused (the checks above hold for all): nothing written.
+        if !dot3_page(
             qh,
             &rows.vals[r0 * rows.stride..],
             rows.stride,
@@ -177,13 +199,15 @@ pub(super) fn scores3(
             g,
             nb,
             &mut isums,
-        );
+        ) {
+            return false;
+        }
         scale4(&isums, rows, r0, m, &qs, nb, scores, p);
     }
     true
 }
 
-/// [`Isa::int8_page_scores`] for three heads: the integer sums of up to [`CHUNK`] rows and all
+/// `PageKernels::int8_page_scores` for three heads: the integer sums of up to [`CHUNK`] rows and all
 /// their groups in one `asm!` loop nest, then each row's score from its groups in order.
 /// ([`SUMS`] ≥ 3 · [`MAX_GROUPS`], so every chunk holds a row.)
 #[cfg(not(edgekv_arm_mve))]
@@ -199,6 +223,11 @@ pub(super) fn scores3(
     if !dot3_takes(g, q.codes) || hd % g != 0 || hd / g > MAX_GROUPS || rows.n > p {
         return false;
     }
+    // Every row's `hd` codes and `hd / g` scales within the view (so every chunk below fits
+    // `dot3_page` as the first does).
+    if rows.row_bytes < hd || rows.scale_bytes < 2 * (hd / g) {
+        return false;
+    }
     let nb = hd / g;
     let mut qs = [[0f32; 3]; MAX_GROUPS];
     for (b, qs) in qs.iter_mut().enumerate().take(nb) {
@@ -210,19 +239,15 @@ pub(super) fn scores3(
     let n = rows.n;
     // Heads of 64 codes in two groups of 32 (SmolLM2's, and many models'): one `asm!` loop
     // from the codes to the scores.
-    let last = n - 1;
-    let fits = g == 32
-        && nb == 2
-        && rows.stride >= 64
-        && rows.vals.len() >= last * rows.stride + 64
-        && rows.scales.len() >= last * rows.sstride + 4;
+    // (The view holds every row's 64 codes and two scales: checked above.)
+    let fits = g == 32 && nb == 2 && rows.stride >= 64;
     if fits {
         let out = [&mut *s0, &mut *s1, &mut *s2].map(|s| s.as_mut_ptr());
         // SAFETY: each query row is 64 codes, 4-byte aligned (`dot3_takes`); rows `0..n` lie
         // `stride ≥ 64` bytes apart within `rows.vals`, each with its two scales within
-        // `rows.scales` (checked above); each head's `n ≤ p` scores lie within its `p` floats.
+        // `rows.scales` (the view's row sizes, checked above); each head's `n ≤ p` scores lie within its `p` floats.
         unsafe {
-            dsp::page_scores3_g32(
+            dsp_g32::page_scores3_g32(
                 qh.map(<[i16]>::as_ptr),
                 &[qs[0], qs[1]],
                 rows.vals.as_ptr(),
@@ -240,7 +265,8 @@ pub(super) fn scores3(
     for r0 in (0..n).step_by(chunk) {
         let m = (n - r0).min(chunk);
         let isums = &mut isums[..m * nb];
-        dot3_page(
+        // Only the first chunk can be refused (the checks above hold for all): nothing written.
+        if !dot3_page(
             qh,
             &rows.vals[r0 * rows.stride..],
             rows.stride,
@@ -248,7 +274,9 @@ pub(super) fn scores3(
             g,
             nb,
             isums.as_flattened_mut(),
-        );
+        ) {
+            return false;
+        }
         let scales = rows.scales[r0 * rows.sstride..].chunks(rows.sstride);
         for (j, (isums, sc)) in isums.chunks_exact(nb).zip(scales).enumerate() {
             let mut s = [0f32; 3];
@@ -320,21 +348,19 @@ fn scale_offsets(half: usize, last: usize) -> [u32; 4] {
     core::array::from_fn(|i| (i.min(last) * half) as u32)
 }
 
-/// [`Isa::int8_page_values`] for three heads: per group of `g` values, each row's three
+/// `PageKernels::int8_page_values` for three heads: per group of `g` values, each row's three
 /// weights times its scale, then one `asm!` loop over the rows per block of lanes.
 #[cfg(edgekv_arm_f16cvt)]
 #[inline(always)]
 pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>, g: usize) -> bool {
     let d = acc.len() / 3;
     let n = rows.n;
-    // Every row's `d` value bytes lie within `rows.vals` (so do the pointers below).
-    let fits = n > 0 && rows.vals.len() >= (n - 1) * rows.stride + d;
-    if g == 0 || g % V_LANES != 0 || d % g != 0 || !fits || n > p || w.len() < 3 * p {
+    if g == 0 || g % V_LANES != 0 || d % g != 0 || n > p || w.len() < 3 * p {
         return false;
     }
-    // And every row's f16 scale of every group within `rows.scales` (for `dsp::weights3`).
-    #[cfg(not(edgekv_arm_mve))]
-    if rows.scales.len() < (n - 1) * rows.sstride + 2 * (d / g) {
+    // Every row's `d` value bytes and f16 scale of every group lie within the view (so do the
+    // pointers below).
+    if rows.row_bytes < d || rows.scale_bytes < 2 * (d / g) {
         return false;
     }
     // Helium gathers the scales as halfwords and reads four rows' weights at a time: a page of

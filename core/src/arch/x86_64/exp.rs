@@ -1,4 +1,4 @@
-//! A page's attention weights with AVX2: `attention::exp`'s lanes (libm's `expf` steps for
+//! A page's attention weights with AVX2: `numeric::exp`'s lanes (libm's `expf` steps for
 //! `|x| < 87.3`, in its order, unfused, then the weight floor) as intrinsics, two blocks of
 //! eight per step.
 //!
@@ -18,10 +18,10 @@ use core::arch::x86_64::{
     _mm256_srai_epi32, _mm256_storeu_ps, _mm256_sub_ps,
 };
 
-use crate::attention::exp::{
+use crate::numeric::exp::{
     EDGE, HALF_LN2, INV_LN2, LN2_HI, LN2_LO, P1, P2, THREE_HALVES_LN2, TINY,
 };
-use crate::attention::floor::{WEIGHT_FLOOR, weight};
+use crate::numeric::floor::{WEIGHT_FLOOR, weight};
 
 /// `xs[i] = weight(exp(xs[i] − shifts[i / row]))` for rows of `row` values, each bit-identical
 /// to `floor::weight(libm::expf(xs[i] - shifts[i / row]))`. `false`, nothing written, unless
@@ -64,7 +64,7 @@ pub(super) unsafe fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) -> boo
     true
 }
 
-/// Eight `floor::weight(libm::expf(x))`s: `attention::exp`'s lane, step for step.
+/// Eight `floor::weight(libm::expf(x))`s: `numeric::exp`'s lane, step for step.
 ///
 /// # Safety
 ///

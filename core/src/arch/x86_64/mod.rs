@@ -1,7 +1,7 @@
 //! x86-64 with AVX2 and F16C (detected at run time, see `detect`; used directly when the build
 //! enables both statically): the quantizers' hot loops with explicit intrinsics (`int8`, `fp8`,
-//! reading rows through `lanes`), and the attention page loop built a second time for these
-//! instructions (`attend`).
+//! reading rows through `lanes`), and the [`Isa`](super::Isa) of the attention page loop's
+//! build for these instructions (`isa`; the build itself is `attention::dispatch`'s).
 //!
 //! Baseline x86-64 has only SSE2, where the f16 widening, the `max|x|` reductions and the 4-lane
 //! division dominate. No FMA is used (it would change roundings); the f16 → f32 widening is exact
@@ -12,14 +12,14 @@
 // the workspace supports 1.85, where they are unsafe fns: keep the blocks, allow them unused.
 #![allow(unused_unsafe)]
 
-// The page loop's AVX2 build: `small-code` builds keep the portable one only.
-#[cfg(not(feature = "small-code"))]
-mod attend;
+// The page loop's AVX2 `Isa`: `small-code` builds keep the portable loop only.
 mod detect;
 #[cfg(not(feature = "small-code"))]
 mod exp;
 mod fp8;
 mod int8;
+#[cfg(not(feature = "small-code"))]
+mod isa;
 mod lanes;
 #[cfg(not(feature = "small-code"))]
 mod page;
@@ -29,63 +29,67 @@ mod page_f16;
 mod tests;
 
 #[cfg(not(feature = "small-code"))]
-pub(super) use attend::attend_page;
+pub(crate) use isa::Avx2F16c;
 
 /// The `Isa` of `small-code` builds' one page loop (`attention::small`): the portable one.
 #[cfg(feature = "small-code")]
-pub(super) type SmallCode = super::Portable;
+pub(crate) type SmallCode = super::Portable;
 use half::f16;
+
+use crate::format::QuantKernels;
 
 /// Whether the AVX2/F16C kernels run here (this CPU, this build).
 #[inline]
-pub(super) fn available() -> bool {
+pub(crate) fn available() -> bool {
     detect::avx2_f16c()
 }
 
-/// See [`super::q8_f32`].
-#[inline]
-pub(super) fn q8_f32(x: &[f32], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
-    if !available() {
-        return false;
-    }
-    // SAFETY: `available()` checked AVX2 and F16C.
-    unsafe { int8::quantize_groups(x, g, codes, scales) };
-    true
-}
+/// The quantizer kernels with AVX2 and F16C, where this CPU has them and the group (tile) is a
+/// multiple of 8.
+pub(crate) struct NativeQuant;
 
-/// See [`super::q8_f16`].
-#[inline]
-pub(super) fn q8_f16(x: &[f16], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
-    if !available() {
-        return false;
+impl QuantKernels for NativeQuant {
+    #[inline]
+    fn q8_f32(x: &[f32], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
+        if g % 8 != 0 || !available() {
+            return false;
+        }
+        // SAFETY: `available()` checked AVX2 and F16C.
+        unsafe { int8::quantize_groups(x, g, codes, scales) };
+        true
     }
-    // SAFETY: `available()` checked AVX2 and F16C.
-    unsafe { int8::quantize_groups(x, g, codes, scales) };
-    true
-}
 
-/// See [`super::fp8_f32`].
-#[inline]
-pub(super) fn fp8_f32(x: &[f32], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
-    if !available() {
-        return false;
+    #[inline]
+    fn q8_f16(x: &[f16], g: usize, codes: &mut [i8], scales: &mut [f16]) -> bool {
+        if g % 8 != 0 || !available() {
+            return false;
+        }
+        // SAFETY: `available()` checked AVX2 and F16C.
+        unsafe { int8::quantize_groups(x, g, codes, scales) };
+        true
     }
-    // SAFETY: `available()` checked AVX2 and F16C.
-    unsafe { fp8::quantize_tiles(x, tile, codes, scales) };
-    true
-}
 
-/// See [`super::fp8_f16`].
-#[inline]
-pub(super) fn fp8_f16(x: &[f16], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
-    if !available() {
-        return false;
+    #[inline]
+    fn fp8_f32(x: &[f32], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
+        if tile % 8 != 0 || !available() {
+            return false;
+        }
+        // SAFETY: `available()` checked AVX2 and F16C.
+        unsafe { fp8::quantize_tiles(x, tile, codes, scales) };
+        true
     }
-    // SAFETY: `available()` checked AVX2 and F16C.
-    unsafe { fp8::quantize_tiles(x, tile, codes, scales) };
-    true
+
+    #[inline]
+    fn fp8_f16(x: &[f16], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
+        if tile % 8 != 0 || !available() {
+            return false;
+        }
+        // SAFETY: `available()` checked AVX2 and F16C.
+        unsafe { fp8::quantize_tiles(x, tile, codes, scales) };
+        true
+    }
 }
 
 /// The quantized query as it is (no ISA score kernel here reads it in another order).
 #[inline(always)]
-pub(super) fn arrange_query(_codes: &mut [i16], _g: usize) {}
+pub(crate) fn arrange_query(_codes: &mut [i16], _g: usize) {}

@@ -1,4 +1,4 @@
-//! Whole pages of Q8_0 rows with AVX2 and F16C: the x86-64 kernels behind [`Isa::PAGE_ROWS`].
+//! Whole pages of Q8_0 rows with AVX2 and F16C: the x86-64 kernels behind `Strategy::int8_pages`.
 //!
 //! A page's rows of one KV head lie a fixed stride apart, so after one check of the page's
 //! extent every row is a pointer step: no per-row slices, no gathers of eight rows' positions,
@@ -16,9 +16,10 @@ use core::arch::x86_64::{
     _mm256_storeu_ps,
 };
 
-use crate::arch::{Isa, Portable};
-use crate::attention::page::PageRows;
-use crate::attention::query::QueryCodes;
+use crate::arch::Portable;
+use crate::arch::query::QueryCodes;
+use crate::arch::rows::PageRows;
+use crate::numeric::Widen;
 
 /// Q8_0's group: 32 codes per scale.
 const GROUP: usize = 32;
@@ -48,20 +49,20 @@ unsafe fn scales8(rows: &PageRows<'_>, r0: usize, b: usize) -> __m256 {
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast::<__m128i>())) }
 }
 
-/// Whether a page of `n` rows of `hd` Q8_0 codes each fits its slices.
+/// Whether the page's rows hold `hd` Q8_0 codes and their scales each (the view checked the
+/// rows against its slices when it was built).
 #[inline(always)]
 fn page_fits(rows: &PageRows<'_>, hd: usize) -> bool {
-    let (n, nb) = (rows.n, hd / GROUP);
-    n > 0
-        && hd % GROUP == 0
+    let nb = hd / GROUP;
+    hd % GROUP == 0
         && hd > 0
         && rows.stride >= hd
         && rows.sstride >= 2 * nb
-        && rows.vals.len() >= (n - 1) * rows.stride + hd
-        && rows.scales.len() >= (n - 1) * rows.sstride + 2 * nb
+        && rows.row_bytes >= hd
+        && rows.scale_bytes >= 2 * nb
 }
 
-/// [`Isa::int8_page_scores`] for Q8_0 rows and `G` heads, eight rows at a time: per group the
+/// `PageKernels::int8_page_scores` for Q8_0 rows and `G` heads, eight rows at a time: per group the
 /// rows' exact integer sums ([`group_sums8`]), then `score += (q scale · k scale) · sum`, group
 /// by group, eight rows per instruction, stored straight into each head's scores. `false`, nothing
 /// written, unless the page has a multiple of eight rows and every length fits.
@@ -172,7 +173,7 @@ pub(super) unsafe fn group_sums8<const G: usize>(
     }
 }
 
-/// [`Isa::int8_page_values`] for Q8_0 rows and `G ≤ 4`
+/// `PageKernels::int8_page_values` for Q8_0 rows and `G ≤ 4`
 /// heads: per group, each row's weights times its scale (eight rows per instruction, one
 /// rounding each, as `kernels::scale_weights`), then per sixteen lanes the heads' accumulators
 /// in registers across up to [`CHUNK`] rows, `acc + w · x` row by row in order. `false`, nothing
@@ -281,7 +282,7 @@ pub(super) mod tests {
     use std::vec::Vec;
 
     use super::*;
-    use crate::attention::kernels::{self, Row};
+    use crate::arch::kernels::{self, Row};
 
     /// A random page: `n` rows `stride` bytes apart (`hd` codes each, −128 and 127 among them),
     /// f16 scales `sstride` bytes apart (subnormal, huge, infinite and NaN ones among them).
@@ -325,14 +326,21 @@ pub(super) mod tests {
         }
 
         fn rows(&self, hd: usize) -> PageRows<'_> {
-            let last = self.n - 1;
-            PageRows {
-                vals: &self.vals[..last * self.stride + hd],
-                scales: &self.scales[..last * self.sstride + hd / 16],
-                stride: self.stride,
-                sstride: self.sstride,
-                n: self.n,
-            }
+            self.rows_of(hd, hd)
+        }
+
+        /// The page's rows as a view of `row_bytes` value bytes each.
+        fn rows_of(&self, hd: usize, row_bytes: usize) -> PageRows<'_> {
+            PageRows::new(
+                &self.vals,
+                &self.scales,
+                self.stride,
+                self.sstride,
+                self.n,
+                row_bytes,
+                hd / 16,
+            )
+            .expect("a page")
         }
 
         fn row(&self, r: usize, hd: usize) -> Row<'_> {
@@ -487,8 +495,7 @@ pub(super) mod tests {
         }
         let mut next = xorshift();
         let page = Page::new(&mut next, 16, 64);
-        let mut short = page.rows(64);
-        short.vals = &short.vals[..short.vals.len() - 1];
+        let short = page.rows_of(64, 63);
         let codes = std::vec![1i16; 3 * 64];
         let qs = std::vec![1.0f32; 6];
         let q = QueryCodes {

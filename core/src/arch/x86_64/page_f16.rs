@@ -1,9 +1,9 @@
 //! Whole pages of f16 rows with AVX2 and F16C: the x86-64 kernels behind
-//! [`Isa::f16_page_scores`] and [`Isa::f16_page_values`].
+//! `PageKernels::f16_page_scores` and `PageKernels::f16_page_values`.
 //!
 //! As the Q8_0 page kernels (`page`): one check of the page's extent, then every row is a
 //! pointer step. A K row's eight-element blocks are widened once for all `G` query heads into
-//! each head's eight lanes, eight rows' lanes are summed at once ([`Isa::reduce8`]); the value
+//! each head's eight lanes, eight rows' lanes are summed at once (`Softmax::reduce8`); the value
 //! accumulators of sixteen output elements stay in registers across all of the page's rows.
 //! Each lane, score and output element takes its terms in the portable kernels' order
 //! (`kernels::dot_lanes`, `kernels::add_scaled`), so the bits are theirs (tested below).
@@ -14,23 +14,19 @@ use core::arch::x86_64::{
 };
 
 use crate::arch::Isa;
-use crate::attention::page::PageRows;
+use crate::arch::rows::PageRows;
 
 /// Elements per lane block (one `vcvtph2ps`).
 const LANES: usize = 8;
 
-/// Whether a page of `n ≥ 1` rows of `d` f16 values each fits its bytes (`d` whole blocks).
+/// Whether the page's rows hold `d` f16 values each (`d` whole blocks; the view checked the
+/// rows against its slices when it was built).
 #[inline(always)]
 fn page_fits(rows: &PageRows<'_>, d: usize) -> bool {
-    let n = rows.n;
-    n > 0
-        && d > 0
-        && d % LANES == 0
-        && rows.stride >= 2 * d
-        && rows.vals.len() >= (n - 1) * rows.stride + 2 * d
+    d > 0 && d % LANES == 0 && rows.stride >= 2 * d && rows.row_bytes >= 2 * d
 }
 
-/// [`Isa::f16_page_scores`]: `scores[h·p + r] = scale · reduce(lanes)` for every row `r` of the
+/// `PageKernels::f16_page_scores`: `scores[h·p + r] = scale · reduce(lanes)` for every row `r` of the
 /// page and `G` heads of `q` (`G` query rows side by side), where lane `l` of a head sums
 /// `q[8k + l] · x[8k + l]` over blocks `k` in order from zero, as `kernels::dot_lanes`; the
 /// lanes of up to eight rows then go to `D::reduce8` at once, as the general loop's
@@ -88,7 +84,7 @@ pub(super) unsafe fn f16_scores<D: Isa, const G: usize>(
     true
 }
 
-/// [`Isa::f16_page_values`]: `acc[h·d + i] += w[h·p + r] · x[r][i]` for every row `r` of the
+/// `PageKernels::f16_page_values`: `acc[h·d + i] += w[h·p + r] · x[r][i]` for every row `r` of the
 /// page in order and `G ≤ 4` heads (a multiply and an add, as `kernels::add_scaled`), sixteen
 /// output elements at a time (eight for a last odd block) with their `G` heads' accumulators in
 /// registers across the rows. `false`, nothing written, unless every length fits.
@@ -174,9 +170,10 @@ mod tests {
 
     use super::super::page::tests::{same, xorshift};
     use super::*;
-    use crate::arch::{Portable, reduce};
-    use crate::attention::kernels::{Row, add_scaled, dot_lanes};
+    use crate::arch::Portable;
+    use crate::arch::kernels::{Row, add_scaled, dot_lanes};
     use crate::format::ElementFormat;
+    use crate::numeric::reduce;
 
     /// A random page of `n` f16 rows `stride` bytes apart (`d` values each): ordinary values,
     /// with zeros of both signs, subnormals, the largest finite, infinities and NaNs among them.
@@ -201,13 +198,7 @@ mod tests {
     }
 
     fn rows(vals: &[u8], stride: usize, n: usize, d: usize) -> PageRows<'_> {
-        PageRows {
-            vals: &vals[..(n - 1) * stride + 2 * d],
-            scales: &[],
-            stride,
-            sstride: 0,
-            n,
-        }
+        PageRows::new(vals, &[], stride, 0, n, 2 * d, 0).expect("a page")
     }
 
     #[target_feature(enable = "avx2,f16c")]
@@ -328,10 +319,7 @@ mod tests {
         let mut next = xorshift();
         let (vals, stride) = page(&mut next, 16, 64);
         let whole = rows(&vals, stride, 16, 64);
-        let short = PageRows {
-            vals: &vals[..15 * stride + 100],
-            ..whole
-        };
+        let short = PageRows::new(&vals, &[], stride, 0, 16, 100, 0).expect("a page");
         let q = std::vec![1.0f32; 3 * 64];
         let w = std::vec![1.0f32; 3 * 16];
         // SAFETY: AVX2 and F16C are present (checked above).

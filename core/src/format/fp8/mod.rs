@@ -22,8 +22,8 @@ use half::bf16;
 
 use super::decode::{Decode, LANES};
 use super::load::{BUF, Bf16Of, F16Bits, Load, ViaElement, store_f32};
-use crate::arch;
 use crate::error::{ConfigError, Error, Result};
+use crate::format::kernels::QuantKernels;
 use crate::format::{Element, ElementFormat};
 
 /// 2^-120: moves an f32 holding an e4m3 value to where its bits `>> 20` are the e4m3 code (the
@@ -153,42 +153,13 @@ fn split_row(
     Ok((dv, dv + 4 * (dv / tile)))
 }
 
-/// Quantizes one head row of `d = x.len()` values into `row`
-/// ([`fp8_tile_row_bytes`]`(d, dv, tile, bf16)` bytes; layout in the module docs).
-///
-/// With `bf16` the row's input dtype is bf16: f32/f16 values are first rounded to bf16 (to nearest
-/// even; exact for bf16 callers), each tile scale is the f32 quotient `amax / 448` rounded to bf16,
-/// and the tail is stored as bf16. Without it everything is f32 (f16/bf16 values widen exactly).
-///
-/// - A tile whose scale is 0 (all zeros, or `amax` so tiny that `amax / 448` underflows) gets
-///   codes 0 (the reference writes NaN codes for 0/0).
-/// - A tile containing a NaN gets scale NaN (`f32::NAN`) and NaN codes; one containing an
-///   infinity (and no NaN) gets scale +inf, codes ±0 for finite values and NaN codes for the
-///   infinities. NaN codes carry the sign bit of the input value (0x7F or 0xFF), on every target.
-///   Finite input never yields NaN codes. Nothing panics.
+/// Quantizes one head row into `row` through `K`'s kernel where it has one (the same bits): the
+/// public `quant::quantize_fp8_tile`, which see for the rules and errors.
 ///
 /// # Errors
 ///
-/// [`Error::Config`] ([`InvalidFormat`](ConfigError::InvalidFormat)) if `tile == 0`, `dv == 0`, `dv % tile != 0` or `dv > x.len()`;
-/// [`Error::LengthMismatch`] if `row.len()` is not the row size. On error nothing is written.
-///
-/// # Example
-///
-/// ```
-/// use edgekv::quant::{dequantize_fp8_tile, fp8_tile_row_bytes, quantize_fp8_tile};
-///
-/// let x = [448.0f32, -224.0, 1.0, 0.0, 7.5, 8.5];
-/// let mut row = [0u8; 4 + 4 + 2 * 4];
-/// assert_eq!(fp8_tile_row_bytes(6, 4, 4, false), Some(row.len()));
-/// quantize_fp8_tile(&x, 4, 4, false, &mut row)?;
-/// assert_eq!(&row[..4], &[0x7E, 0xF6, 0x38, 0x00]); // scale 1: 448, -224, 1, 0
-/// assert_eq!(&row[4..8], &1.0f32.to_le_bytes());
-/// let mut y = [0f32; 6];
-/// dequantize_fp8_tile(&row, 4, 4, false, &mut y)?;
-/// assert_eq!(y, x);
-/// # Ok::<(), edgekv::Error>(())
-/// ```
-pub fn quantize_fp8_tile<T: Element>(
+/// As `quant::quantize_fp8_tile`.
+pub(crate) fn quantize_fp8_tile_with<K: QuantKernels, T: Element>(
     x: &[T],
     dv: usize,
     tile: usize,
@@ -216,12 +187,12 @@ pub fn quantize_fp8_tile<T: Element>(
     };
     match (bf16, f16_row) {
         (false, Some(h)) => {
-            if !arch::fp8_f16(h, tile, codes, scales) {
+            if !K::fp8_f16(h, tile, codes, scales) {
                 quantize_tiles::<F16Bits>(h, tile, false, codes, scales);
             }
         }
         (false, None) => {
-            if !f32_row.is_some_and(|f| arch::fp8_f32(f, tile, codes, scales)) {
+            if !f32_row.is_some_and(|f| K::fp8_f32(f, tile, codes, scales)) {
                 quantize_tiles::<ViaElement<T>>(xq, tile, false, codes, scales);
             }
         }

@@ -2,6 +2,7 @@
 //! corner cases.
 
 use super::*;
+use crate::quant::quantize_fp8_tile;
 
 /// The oracle: `float8`'s cast (through f64), except that NaN signs are taken from the bits
 /// (a float cast may change a NaN's sign; Miri does so at random).

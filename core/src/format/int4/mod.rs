@@ -16,14 +16,14 @@
 //! `head_dim / 32` whole blocks in the value pool, exactly ggml's bytes (no scale pool). Attention
 //! decodes a block's codes half by half ([`Q4Codes`]: values 0–15 from the low nibbles, 16–31
 //! from the high ones) into the dequantized values (K) or codes whose block scale is folded into
-//! the weights (V, see `attention::kernels`).
+//! the weights (V, see `arch::kernels`).
 
 use half::f16;
 
 use super::Element;
 use super::decode::{Decode, LANES, u16_at};
-use crate::arch::{Isa, Portable};
 use crate::error::{ConfigError, Error, Result};
+use crate::numeric::widen::{Soft, Widen};
 
 /// Values per block.
 pub const Q4_BLOCK: usize = 32;
@@ -69,9 +69,9 @@ pub(crate) const fn head_bytes(head_dim: usize, kind: Q4Kind) -> Result<usize, C
 }
 
 /// A block's f16 scale `d` and (Q4_1) minimum `m` as f32 (`m = 0` for Q4_0), and its 16 code
-/// bytes; f16 widened by `D` (every [`Isa`] gives the same bits). `b` is one whole block.
+/// bytes; f16 widened by `D` (every [`Widen`] gives the same bits). `b` is one whole block.
 #[inline(always)]
-pub(crate) fn block_parts<D: Isa>(kind: Q4Kind, b: &[u8]) -> (f32, f32, &[u8]) {
+pub(crate) fn block_parts<D: Widen>(kind: Q4Kind, b: &[u8]) -> (f32, f32, &[u8]) {
     let d = D::one(u16_at(b, 0));
     match kind {
         Q4Kind::Q4_0 => (d, 0.0, &b[2..]),
@@ -196,7 +196,7 @@ pub fn dequantize_q4<T: Element>(kind: Q4Kind, blocks: &[u8], y: &mut [T]) -> Re
         .chunks_exact(kind.block_bytes())
         .zip(y.chunks_exact_mut(Q4_BLOCK))
     {
-        let (d, m, codes) = block_parts::<Portable>(kind, b);
+        let (d, m, codes) = block_parts::<Soft>(kind, b);
         let (lo, hi) = (
             dequantizing(kind, false, d, m),
             dequantizing(kind, true, d, m),

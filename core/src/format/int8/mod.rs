@@ -9,9 +9,9 @@
 //! so that the two divisions per group overlap with the next group's `max|x|`.
 //!
 //! This module holds the format's byte layout ([`head_bytes`], [`head_scale_bytes`]), its reference
-//! codec ([`quantize_q8`], [`dequantize_q8`], in `groups` the group loop) and the decoders that
+//! codec ([`quantize_q8_with`], [`dequantize_q8`], in `groups` the group loop) and the decoders that
 //! attention fuses into its V accumulation ([`I8s`]; int8 keys score from integer sums, see
-//! `attention::query`).
+//! `arch::query`).
 
 pub(crate) mod groups;
 #[cfg(test)]
@@ -25,46 +25,18 @@ use groups::{f16_bits_rne, round_mag_cast, round_mag_magic, round_q8};
 
 use super::decode::{Decode, LANES};
 use super::load::{BUF, F16Bits, ViaElement, store_f32};
-use crate::arch;
 use crate::error::{ConfigError, Error, Result};
+use crate::format::kernels::QuantKernels;
 use crate::format::{Element, ElementFormat};
 
-/// Quantizes `x` in groups of `group` values into `codes` (one per value) and `scales` (one per
-/// group), with ggml Q8_0 math (see the module docs).
-///
-/// `group` may be any size ≥ 1 that divides `x.len()`: 32 is Q8_0, `head_dim` gives one scale
-/// per token and head.
-///
-/// - Every code is `round_half_away_from_zero(x * id)` saturated to `i8`; the codes are computed
-///   from the f32 `d`, so a group whose `d` underflows f16 still gets its codes (and a stored
-///   scale 0), and one whose `d` overflows f16 gets scale `inf`, as in ggml.
-/// - A group containing an infinity gets scale `+inf` and all codes 0; a group containing a NaN
-///   gets scale NaN (`f16::NAN`) and all codes 0. Both dequantize to NaN for the whole group,
-///   which is what gguf-py produces. Nothing panics.
-/// - f16 and bf16 values are widened to f32 exactly first.
+/// Quantizes `x` in groups of `group` values into `codes` and `scales` with ggml Q8_0 math,
+/// through `K`'s kernel where it has one (the same bits): the public `quant::quantize_q8`, which
+/// see for the rules and errors.
 ///
 /// # Errors
 ///
-/// [`Error::Config`] ([`InvalidFormat`](ConfigError::InvalidFormat)) if `group == 0`; [`Error::LengthMismatch`] if `group` does not divide
-/// `x.len()`, `codes.len() != x.len()` or `scales.len() != x.len() / group`. On error nothing is
-/// written.
-///
-/// # Example
-///
-/// ```
-/// use edgekv::quant::{dequantize_q8, quantize_q8};
-/// use half::f16;
-///
-/// let x = [0.5f32, -1.0, 0.25, 1.27];
-/// let (mut q, mut s) = ([0i8; 4], [f16::ZERO; 1]);
-/// quantize_q8(&x, 4, &mut q, &mut s)?;
-/// assert_eq!(q, [50, -100, 25, 127]);
-/// let mut y = [0f32; 4];
-/// dequantize_q8(&q, &s, 4, &mut y)?;
-/// assert!((y[1] + 1.0).abs() < 1e-3);
-/// # Ok::<(), edgekv::Error>(())
-/// ```
-pub fn quantize_q8<T: Element>(
+/// As `quant::quantize_q8`.
+pub(crate) fn quantize_q8_with<K: QuantKernels, T: Element>(
     x: &[T],
     group: usize,
     codes: &mut [i8],
@@ -73,7 +45,7 @@ pub fn quantize_q8<T: Element>(
     check_q8(x.len(), group, codes.len(), scales.len())?;
     if T::FORMAT == ElementFormat::F16 {
         if let Ok(h) = bytemuck::try_cast_slice::<T, f16>(x) {
-            if !arch::q8_f16(h, group, codes, scales) {
+            if !K::q8_f16(h, group, codes, scales) {
                 quantize_groups::<F16Bits>(h, group, codes, scales);
             }
             return Ok(());
@@ -81,7 +53,7 @@ pub fn quantize_q8<T: Element>(
     }
     if T::FORMAT == ElementFormat::F32 {
         if let Ok(f) = bytemuck::try_cast_slice::<T, f32>(x) {
-            if arch::q8_f32(f, group, codes, scales) {
+            if K::q8_f32(f, group, codes, scales) {
                 return Ok(());
             }
         }

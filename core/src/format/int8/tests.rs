@@ -4,6 +4,7 @@ use half::bf16;
 
 use super::*;
 use crate::format::load::*;
+use crate::quant::quantize_q8;
 
 /// `2^e` for a normal exponent, exactly (`powi` is not exact under Miri).
 fn p2(e: i32) -> f32 {

@@ -17,7 +17,7 @@ const Q16_MAX: f32 = 32_767.0;
 /// Query groups whose largest magnitude is below 2⁻⁶⁰ quantize to zero: their scores' terms are
 /// below 10⁻¹⁸ of the key scale, and every query scale is then at least 2⁻⁷⁸, so its product with
 /// a key's f16 scale is normal (no subnormal for vector floats that flush them; see
-/// `attention::floor`).
+/// `numeric::floor`).
 const TINY: f32 = f32::from_bits(0x2180_0000);
 
 /// The key group of a K format that scores from quantized queries: int8 (whose groups hold at

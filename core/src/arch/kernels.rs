@@ -3,7 +3,7 @@
 //! decoded (so a K dot product over a quantized row has the bits of the same dot product over the
 //! dequantized f32 row), a V row's scale is folded into each head's weight once per group or
 //! tile. Int8 K rows (groups ≥ 2) score against the quantized query instead ([`int8_scores`]:
-//! exact integer sums per group, see `attention::query`).
+//! exact integer sums per group, see `arch::query`).
 //!
 //! Every sum runs in eight fixed lanes combined in a fixed order, so compilers can vectorize it
 //! without reassociating floats: the bits are the same on every target and at every width.
@@ -20,16 +20,17 @@
 use core::hint::black_box;
 use core::marker::PhantomData;
 
+use super::Isa;
 #[cfg(any(test, not(feature = "small-code")))]
 use super::query::QueryCodes;
-use crate::arch::Isa;
-#[cfg(test)]
-use crate::arch::reduce;
+pub(crate) use super::rows::Row;
 use crate::format::float::{Bf16s, F16s, F32s};
 use crate::format::fp8::{E4m3Scaled, E4m3s};
 use crate::format::int4::{self, Q4_BLOCK, Q4Codes, Q4Kind};
 use crate::format::int8::I8s;
 use crate::format::{Decode, ElementFormat, LANES, f32_at, u16_at};
+#[cfg(test)]
+use crate::numeric::reduce;
 
 /// Running dot products of `G` query heads with one page row, eight lanes per head.
 struct Lanes<const G: usize>([[f32; LANES]; G]);
@@ -170,13 +171,6 @@ fn axpy_with<const G: usize, const B: usize, const R: usize>(
     }
 }
 
-/// One head row of one token in a page: its value bytes and (int8) its scale bytes.
-#[derive(Clone, Copy)]
-pub(crate) struct Row<'p> {
-    pub vals: &'p [u8],
-    pub scales: &'p [u8],
-}
-
 /// `[q[h] · row; G]` for a head row of `fmt`, `q` holding `G` query rows of `head_dim` side
 /// by side (lengths checked by the caller): [`dot_lanes`], each head's lanes summed.
 #[cfg(test)]
@@ -186,7 +180,7 @@ fn dot<D: Isa, const G: usize>(fmt: ElementFormat, q: &[f32], row: Row<'_>) -> [
 }
 
 /// The eight lanes of `q[h] · row` for each of `G` heads, before their fixed-tree sum
-/// ([`Isa::reduce8`] sums eight rows' lanes at once); `q` holds `G` query rows of `head_dim`
+/// (`Softmax::reduce8` sums eight rows' lanes at once); `q` holds `G` query rows of `head_dim`
 /// side by side (lengths checked by the caller), the row is of `fmt`.
 #[inline(always)]
 pub(crate) fn dot_lanes<D: Isa, const G: usize>(
@@ -352,7 +346,7 @@ fn int4_axpy<D: Isa, const G: usize, const R: usize, const MIN: bool>(
 }
 
 /// The scores of up to eight int8 K rows (group `g`) for `G` query heads from their quantized
-/// query (`q`: `G` heads' codes and scales, see `attention::query`): `[h][j]` is
+/// query (`q`: `G` heads' codes and scales, see `arch::query`): `[h][j]` is
 /// `Σ_b (qs[h][b] · ks_j[b]) · Σ_{i ∈ b} qc[h][i] · kc_j[i]`, the groups in order from 0.0. The
 /// integer sums are exact (any order, any width gives these bits); ISA builds must keep the
 /// float steps as written.
@@ -382,7 +376,7 @@ pub(crate) fn int8_scores<D: Isa, const G: usize>(
 /// `Σ q[i] · (k[i] as i8)`, exact, as the nearest f32 (sums of up to 256 products fit an `i32`:
 /// 256 · 32767 · 128 < 2³¹; longer groups add such sums in an `i64`).
 #[inline(always)]
-pub(super) fn int_dot(q: &[i16], k: &[u8]) -> f32 {
+pub(crate) fn int_dot(q: &[i16], k: &[u8]) -> f32 {
     if q.len() <= 256 {
         int_dot_part(q, k) as f32
     } else {

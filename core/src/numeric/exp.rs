@@ -13,9 +13,7 @@
 //! because no no_std crate offers a batched `expf` with `libm`'s exact bits.
 
 use super::floor::weight;
-use super::page::larger;
-
-const LANES: usize = 8;
+use super::{LANES, larger};
 
 /// `ln 2` split in a high part (exact when multiplied by small integers) and a low part.
 pub(crate) const LN2_HI: f32 = f32::from_bits(0x3f31_7200);

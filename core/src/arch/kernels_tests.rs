@@ -1,4 +1,4 @@
-//! Tests of `attention::kernels`: fused kernels against dequantized rows, batched calls against
+//! Tests of `arch::kernels`: fused kernels against dequantized rows, batched calls against
 //! one-row calls.
 
 use super::*;
@@ -11,7 +11,8 @@ use std::vec::Vec;
 fn encoded(fmt: ElementFormat, d: usize, x: &[f32]) -> (Vec<u8>, Vec<u16>) {
     let mut v = vec![0u8; fmt.row_bytes(1, d).unwrap()];
     let mut w = vec![0u16; fmt.scale_row_bytes(1, d).unwrap() / 2];
-    encode_rows(fmt, d, x, &mut v, bytemuck::cast_slice_mut(&mut w)).unwrap();
+    encode_rows::<crate::arch::NativeQuant, _>(fmt, d, x, &mut v, bytemuck::cast_slice_mut(&mut w))
+        .unwrap();
     (v, w)
 }
 
@@ -92,7 +93,7 @@ fn fused_kernels_match_dequantized_rows() {
 /// to f32 rounding; several heads and several rows at once give each one's bits alone.
 #[test]
 fn int8_scores_match_the_dequantized_dot_product() {
-    use crate::attention::query;
+    use crate::arch::query;
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         x ^= x << 13;

@@ -1,14 +1,15 @@
-//! The attention page loop compiled a second time for AVX2 and F16C, chosen at run time.
+//! [`Avx2F16c`]: the [`Isa`] of the page loop's AVX2 and F16C build (`attention::dispatch`
+//! compiles the loop a second time with these instructions enabled and takes this type there).
 //!
-//! The same source as the portable path (`attend_page` and every kernel it calls are
+//! The same source as the portable path (the page loop and every kernel it calls are
 //! `#[inline(always)]`), so the compiler only gets wider registers: eight-lane blocks become one
 //! 256-bit operation instead of two 128-bit ones, int8 codes widen with one `vpmovsxbd`. It never
 //! reorders or fuses floating-point operations (Rust does neither without explicit intrinsics),
 //! so the results have the portable path's bits. The explicit differences: f16 decoding (f16
 //! pages, int8 scales) with F16C's exact `vcvtph2ps`, equal to the portable decoder on all
-//! 65,536 codes (tested), and the K dot products' lane sums, eight rows at once with `vhaddps`,
-//! whose adds are exactly those of the portable fixed tree (tested). Tests compare whole
-//! attention results of both builds.
+//! 65,536 codes (tested), the K dot products' lane sums, eight rows at once with `vhaddps`,
+//! whose adds are exactly those of the portable fixed tree (tested), and the int8 and f16 page
+//! kernels of `page` and `page_f16` (tested against the portable kernels).
 
 use core::arch::x86_64::{
     __m128i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm256_add_ps,
@@ -18,97 +19,29 @@ use core::arch::x86_64::{
 
 use super::page::{add_row16, group_sums8, q8_scores, q8_values};
 use super::page_f16::{f16_scores, f16_values};
-use crate::arch::{Isa, Portable};
-use crate::attention::kernels::{self, Row};
-use crate::attention::page::{
-    Heads, Keys, Layout, PageRows, PageSlices, attend_page as page, attend_whole_page,
-    whole_page_rows,
-};
-use crate::attention::query::QueryCodes;
+use crate::arch::kernels::{self, Row};
+use crate::arch::query::QueryCodes;
+use crate::arch::rows::PageRows;
+use crate::arch::{Isa, PageKernels, Softmax, Strategy};
 use crate::format::u16_at;
+use crate::numeric::Widen;
 
-/// The page loop, its AVX2/F16C build when this CPU has both.
-#[inline(always)]
-pub(crate) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    if super::available() && !portable_only() {
-        // SAFETY: the CPU supports AVX2 and F16C (checked just above).
-        unsafe { attend_page_avx2(l, keys, heads) }
-    } else {
-        page::<Portable, F>(l, keys, heads)
-    }
-}
+/// [`Isa`] with F16C and AVX horizontal adds. Its methods require AVX2 and F16C: only
+/// `attention::dispatch` names it, inside its `#[target_feature(enable = "avx2,f16c")]` builds
+/// of the page loop, which run only where [`available`](super::available) said so.
+pub(crate) struct Avx2F16c;
 
-/// Whether a test asked for the portable build only.
-#[inline(always)]
-fn portable_only() -> bool {
-    #[cfg(test)]
-    {
-        tests::portable_only()
-    }
-    #[cfg(not(test))]
-    {
-        false
-    }
-}
-
-/// The page loop built with AVX2 and F16C enabled.
-///
-/// # Safety
-///
-/// The CPU supports AVX2 and F16C.
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn attend_page_avx2<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    // Whole pages of int8 (or f16) rows, query heads four at a time where the group allows,
-    // else three (SmolLM2's group): the lean page loop.
-    let whole = if l.group % 4 == 0 {
-        whole_page_rows::<Avx2F16c, F, 4>(l, keys).map(|n| (4, n))
-    } else {
-        whole_page_rows::<Avx2F16c, F, 3>(l, keys).map(|n| (3, n))
-    };
-    match whole {
-        // SAFETY: the caller's contract (AVX2 and F16C).
-        Some((4, n)) => unsafe { whole_page_avx2::<4>(l, keys.kv, heads, n) },
-        // SAFETY: the caller's contract (AVX2 and F16C).
-        Some((_, n)) => unsafe { whole_page_avx2::<3>(l, keys.kv, heads, n) },
-        None => page::<Avx2F16c, F>(l, keys, heads),
-    }
-}
-
-/// [`attend_whole_page`] built with AVX2 and F16C enabled, out of line (its own set-up, not
-/// the general page loop's).
-///
-/// # Safety
-///
-/// The CPU supports AVX2 and F16C.
-#[target_feature(enable = "avx2,f16c")]
-#[inline(never)]
-unsafe fn whole_page_avx2<const G: usize>(
-    l: &Layout,
-    kv: &PageSlices<'_>,
-    heads: Heads<'_>,
-    n: usize,
-) {
-    attend_whole_page::<Avx2F16c, G>(l, kv, heads, n)
-}
-
-/// [`Isa`] with F16C and AVX horizontal adds. Private to this module and used only inside
-/// [`attend_page_avx2`], so its methods only run where AVX2 and F16C are present.
-struct Avx2F16c;
-
-impl Isa for Avx2F16c {
-    const PAGE_ROWS: bool = true;
-    const F16_PAGE_ROWS: bool = true;
-
+impl Widen for Avx2F16c {
     #[inline(always)]
     fn one(h: u16) -> f32 {
-        // SAFETY: only reached from `attend_page_avx2`, which requires F16C; register-only.
+        // SAFETY: only reached from the AVX2/F16C page loop, which requires F16C; register-only.
         unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32))) }
     }
 
     #[inline(always)]
     fn block(b: &[u8; 16]) -> [f32; 8] {
         let mut out = [0f32; 8];
-        // SAFETY: only reached from `attend_page_avx2`, which requires AVX and F16C; the load
+        // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX and F16C; the load
         // reads exactly the 16 bytes of `b` (unaligned load), the store writes exactly the 32
         // bytes of `out`.
         unsafe {
@@ -117,11 +50,13 @@ impl Isa for Avx2F16c {
         }
         out
     }
+}
 
+impl Softmax for Avx2F16c {
     #[inline(always)]
     fn reduce8(x: &[[f32; 8]; 8]) -> [f32; 8] {
         let mut out = [0f32; 8];
-        // SAFETY: only reached from `attend_page_avx2`, which requires AVX; each load reads
+        // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX; each load reads
         // exactly the 32 bytes of one `x[i]`, the store writes exactly the 32 bytes of `out`.
         unsafe {
             let v = |i: usize| _mm256_loadu_ps(x[i].as_ptr());
@@ -137,10 +72,22 @@ impl Isa for Avx2F16c {
         out
     }
 
+    /// A page's weights in AVX2 intrinsics (`exp::exp_rows`), the portable lanes for rows that
+    /// are not whole blocks of eight.
+    #[inline(always)]
+    fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
+        // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX2.
+        if !unsafe { super::exp::exp_rows(xs, row, shifts) } {
+            crate::numeric::exp::exp_shifted_rows(xs, row, shifts);
+        }
+    }
+}
+
+impl PageKernels for Avx2F16c {
     #[inline(always)]
     fn int8_scores<const G: usize>(q: QueryCodes<'_>, rows: &[Row<'_>], g: usize) -> [[f32; 8]; G] {
         match rows.try_into() {
-            // SAFETY: only reached from `attend_page_avx2`, which requires AVX2 and F16C.
+            // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX2 and F16C.
             Ok(rows) if g == 32 && (q.codes.len() / G) % 32 == 0 => unsafe {
                 q8_scores8::<G>(q, rows)
             },
@@ -152,20 +99,10 @@ impl Isa for Avx2F16c {
     #[inline(always)]
     fn int8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>], g: usize) {
         if g == 32 && acc.len() % (32 * G) == 0 && G <= 4 {
-            // SAFETY: only reached from `attend_page_avx2`, which requires AVX2 and F16C.
+            // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX2 and F16C.
             unsafe { q8_add_rows::<G>(acc, p, rows) }
         } else {
             kernels::int8_add_scaled_rows::<Self, G>(acc, p, rows, g)
-        }
-    }
-
-    /// A page's weights in AVX2 intrinsics (`exp::exp_rows`), the portable lanes for rows that
-    /// are not whole blocks of eight.
-    #[inline(always)]
-    fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
-        // SAFETY: only reached from `attend_page_avx2`, which requires AVX2.
-        if !unsafe { super::exp::exp_rows(xs, row, shifts) } {
-            crate::attention::exp::exp_shifted_rows(xs, row, shifts);
         }
     }
 
@@ -177,7 +114,7 @@ impl Isa for Avx2F16c {
         scores: &mut [f32],
         p: usize,
     ) -> bool {
-        // SAFETY: only reached from `attend_page_avx2`, which requires AVX2 and F16C.
+        // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX2 and F16C.
         g == 32 && unsafe { q8_scores::<G>(q, rows, scores, p) }
     }
 
@@ -189,7 +126,7 @@ impl Isa for Avx2F16c {
         p: usize,
         scale: f32,
     ) -> bool {
-        // SAFETY: only reached from `attend_page_avx2`, which requires AVX2 and F16C (as does
+        // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX2 and F16C (as does
         // this type's `reduce8`).
         unsafe { f16_scores::<Self, G>(q, rows, scores, p, scale) }
     }
@@ -201,7 +138,7 @@ impl Isa for Avx2F16c {
         p: usize,
         rows: &PageRows<'_>,
     ) -> bool {
-        // SAFETY: only reached from `attend_page_avx2`, which requires AVX2 and F16C.
+        // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX2 and F16C.
         unsafe { f16_values::<G>(acc, w, p, rows) }
     }
 
@@ -213,12 +150,21 @@ impl Isa for Avx2F16c {
         rows: &PageRows<'_>,
         g: usize,
     ) -> bool {
-        // SAFETY: only reached from `attend_page_avx2`, which requires AVX2 and F16C.
+        // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX2 and F16C.
         g == 32 && unsafe { q8_values::<G>(acc, w, p, rows) }
     }
 }
 
-/// [`Isa::int8_add_rows`] of up to eight Q8_0 rows (`head_dim` a multiple of 32): per group and
+impl Isa for Avx2F16c {
+    const STRATEGY: Strategy = Strategy {
+        int8_pages: true,
+
+        f16_pages: true,
+        ..Strategy::GENERAL
+    };
+}
+
+/// `PageKernels::int8_add_rows` of up to eight Q8_0 rows (`head_dim` a multiple of 32): per group and
 /// half group, each head's 16 accumulators stay in registers across the rows; each row's codes
 /// are widened to f32 once for every head. The portable kernel's operations, in its order: each
 /// weight times the row's group scale, then per element `acc + w · x`, rows in order.
@@ -265,7 +211,7 @@ unsafe fn q8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[R
     }
 }
 
-/// [`Isa::int8_scores`] of eight Q8_0 rows (group 32, `head_dim` a multiple of 32): per group,
+/// `PageKernels::int8_scores` of eight Q8_0 rows (group 32, `head_dim` a multiple of 32): per group,
 /// the rows' exact integer sums (`page::group_sums8`), then the float steps of the portable
 /// kernel, eight rows per instruction. (A `target_feature`
 /// function so that its closures are built with AVX2 too: intrinsics inline only there.)
@@ -308,25 +254,10 @@ unsafe fn q8_scores8<const G: usize>(q: QueryCodes<'_>, rows: &[Row<'_>; 8]) -> 
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use core::sync::atomic::{AtomicBool, Ordering};
     use std::vec::Vec;
 
     use super::*;
-    use crate::alloc::FreeList;
-    use crate::attention::{AttentionParams, scratch_len};
-    use crate::cache::tests::{arenas, cache};
-    use crate::format::ElementFormat;
-    use crate::planner::CacheConfig;
-    use crate::sequence::SeqMode;
-    use crate::shape::Shape;
-
-    /// Set by the test below: route every page through the portable build. Other tests running
-    /// meanwhile then take the portable path too, which gives them the same bits.
-    static PORTABLE_ONLY: AtomicBool = AtomicBool::new(false);
-
-    pub(super) fn portable_only() -> bool {
-        PORTABLE_ONLY.load(Ordering::Relaxed)
-    }
+    use crate::arch::Portable;
 
     #[test]
     fn f16c_decodes_every_code_like_the_portable_decoder() {
@@ -541,106 +472,5 @@ pub(crate) mod tests {
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn avx2_int8_scores(q: QueryCodes<'_>, rows: &[Row<'_>; 8]) -> [[f32; 8]; 3] {
         Avx2F16c::int8_scores::<3>(q, rows, 32)
-    }
-
-    /// Decode and prefill attention of both builds, every format (head_dim 64 and 36, so whole
-    /// blocks and leftovers), full and windowed: the same bits.
-    #[test]
-    fn avx2_build_gives_the_portable_bits() {
-        if !super::super::available() {
-            return;
-        }
-        let cases: [(u16, &[ElementFormat]); 2] = [
-            (
-                64,
-                &[
-                    ElementFormat::F32,
-                    ElementFormat::F16,
-                    ElementFormat::Bf16,
-                    ElementFormat::Q8_0,
-                    ElementFormat::Int8 { group: 64 },
-                    ElementFormat::Fp8Tile {
-                        dv: 64,
-                        tile: 64,
-                        bf16: false,
-                    },
-                    ElementFormat::Fp8Tile {
-                        dv: 48,
-                        tile: 16,
-                        bf16: true,
-                    },
-                ],
-            ),
-            (
-                36,
-                &[
-                    ElementFormat::F32,
-                    ElementFormat::F16,
-                    ElementFormat::Int8 { group: 12 },
-                    ElementFormat::Fp8Tile {
-                        dv: 20,
-                        tile: 4,
-                        bf16: false,
-                    },
-                ],
-            ),
-        ];
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        };
-        let tokens = 150u32;
-        for (hd, fmts) in cases {
-            let shape = Shape {
-                layers: 1,
-                kv_heads: 3,
-                head_dim: hd,
-            };
-            let row = 3 * hd as usize;
-            let k: Vec<f32> = (0..tokens as usize * row).map(|_| next() * 3.0).collect();
-            let v: Vec<f32> = (0..tokens as usize * row).map(|_| next()).collect();
-            let q: Vec<f32> = (0..8 * 4 * row).map(|_| next()).collect();
-            for &fmt in fmts {
-                for (k_fmt, v_fmt) in [(fmt, fmt), (ElementFormat::F16, fmt)] {
-                    let cfg = CacheConfig::new(shape)
-                        .with_page_tokens(16)
-                        .with_formats(k_fmt, v_fmt)
-                        .with_sequences(1, tokens);
-                    let mut a = arenas(&cfg, 10);
-                    let mut c = cache::<FreeList<'_>>(&mut a, cfg, 10);
-                    let s = c.create_sequence(SeqMode::Paged).unwrap();
-                    c.reserve(s, tokens).unwrap();
-                    c.write_kv(s, 0, 0, &k, &v).unwrap();
-                    for params in [
-                        AttentionParams::new(shape, 9),
-                        // Groups of four: whole int8 pages four heads at a time.
-                        AttentionParams::new(shape, 12),
-                        AttentionParams::new(shape, 6).with_window(4, 40),
-                    ] {
-                        let n = params.q_heads as usize * hd as usize;
-                        let q = &q[..8 * n];
-                        let mut scratch = std::vec![0f32; scratch_len(params.q_heads, 16, hd)];
-                        let run = |portable: bool, scratch: &mut [f32]| {
-                            PORTABLE_ONLY.store(portable, Ordering::Relaxed);
-                            let mut out = std::vec![0f32; q.len()];
-                            c.attention(s, 0, tokens - 8, q, &mut out, &params, scratch)
-                                .unwrap();
-                            out
-                        };
-                        let wide = run(false, &mut scratch);
-                        let portable = run(true, &mut scratch);
-                        PORTABLE_ONLY.store(false, Ordering::Relaxed);
-                        let same = wide
-                            .iter()
-                            .zip(&portable)
-                            .all(|(a, b)| a.to_bits() == b.to_bits());
-                        assert!(same, "{k_fmt:?}/{v_fmt:?} hd {hd} {params:?}");
-                    }
-                }
-            }
-        }
     }
 }
