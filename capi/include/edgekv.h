@@ -572,6 +572,29 @@ typedef int32_t (*ekv_maint_fn)(void *ctx, void *addr, size_t len);
 // The sequence has pages released by a sliding window.
 #define EKV_ERR_WINDOWED_SEQUENCE (-136)
 
+// More layer groups than the cache supports.
+#define EKV_ERR_TOO_MANY_GROUPS (-137)
+
+// A layer group is malformed (a run or period of 0, a window of 0, a listed group that takes
+// "the rest").
+#define EKV_ERR_INVALID_GROUP (-138)
+
+// A layer group names a layer not below `layers`.
+#define EKV_ERR_GROUP_LAYER_OUT_OF_RANGE (-139)
+
+// Two layer groups name the same layer.
+#define EKV_ERR_LAYER_IN_TWO_GROUPS (-140)
+
+// The base layer group is left with no layer.
+#define EKV_ERR_EMPTY_GROUP (-141)
+
+// The call does not take a configuration of several layer groups (yet).
+#define EKV_ERR_MULTIPLE_GROUPS (-142)
+
+// `truncate` was asked to go further back than a windowed sequence keeps (its window plus
+// rollback positions): nothing changed.
+#define EKV_ERR_TRUNCATE_BEYOND_WINDOW (-143)
+
 // A range is not contiguously mapped to device addresses.
 #define EKV_ERR_UNMAPPED (-201)
 

@@ -120,6 +120,22 @@ pub const EKV_ERR_FLASH_BOUNDS: EkvStatus = -134;
 pub const EKV_ERR_FLASH: EkvStatus = -135;
 /// The sequence has pages released by a sliding window.
 pub const EKV_ERR_WINDOWED_SEQUENCE: EkvStatus = -136;
+/// More layer groups than the cache supports.
+pub const EKV_ERR_TOO_MANY_GROUPS: EkvStatus = -137;
+/// A layer group is malformed (a run or period of 0, a window of 0, a listed group that takes
+/// "the rest").
+pub const EKV_ERR_INVALID_GROUP: EkvStatus = -138;
+/// A layer group names a layer not below `layers`.
+pub const EKV_ERR_GROUP_LAYER_OUT_OF_RANGE: EkvStatus = -139;
+/// Two layer groups name the same layer.
+pub const EKV_ERR_LAYER_IN_TWO_GROUPS: EkvStatus = -140;
+/// The base layer group is left with no layer.
+pub const EKV_ERR_EMPTY_GROUP: EkvStatus = -141;
+/// The call does not take a configuration of several layer groups (yet).
+pub const EKV_ERR_MULTIPLE_GROUPS: EkvStatus = -142;
+/// `truncate` was asked to go further back than a windowed sequence keeps (its window plus
+/// rollback positions): nothing changed.
+pub const EKV_ERR_TRUNCATE_BEYOND_WINDOW: EkvStatus = -143;
 
 // ---- edgekv_hal::HalError (-200 ..= -299) ----
 
@@ -199,6 +215,12 @@ pub(crate) const fn config_code(e: edgekv::ConfigError) -> EkvStatus {
         C::InvalidFormat => EKV_ERR_INVALID_FORMAT,
         C::InvalidChunkSize => EKV_ERR_INVALID_CHUNK_SIZE,
         C::FormatDisabled => EKV_ERR_FORMAT_DISABLED,
+        C::TooManyGroups => EKV_ERR_TOO_MANY_GROUPS,
+        C::InvalidGroup => EKV_ERR_INVALID_GROUP,
+        C::GroupLayerOutOfRange => EKV_ERR_GROUP_LAYER_OUT_OF_RANGE,
+        C::LayerInTwoGroups => EKV_ERR_LAYER_IN_TWO_GROUPS,
+        C::EmptyGroup => EKV_ERR_EMPTY_GROUP,
+        C::MultipleGroups => EKV_ERR_MULTIPLE_GROUPS,
         _ => EKV_ERR_UNKNOWN,
     }
 }
@@ -225,6 +247,7 @@ pub(crate) const fn core_code(e: edgekv::Error) -> EkvStatus {
         E::PromptMismatch => EKV_ERR_PROMPT_MISMATCH,
         E::StaleHit => EKV_ERR_STALE_HIT,
         E::HeadMismatch => EKV_ERR_HEAD_MISMATCH,
+        E::TruncateBeyondWindow => EKV_ERR_TRUNCATE_BEYOND_WINDOW,
         _ => EKV_ERR_UNKNOWN,
     }
 }
