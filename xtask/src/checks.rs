@@ -417,6 +417,7 @@ const MSRV_TARGET: &str = "thumbv7em-none-eabihf";
 /// with the toolchain of the workspace's declared `rust-version` for an ARMv7E-M target, in
 /// their own target directory.
 fn package() -> Result<(), String> {
+    forget_packaged_sources()?;
     let mut args = vec!["publish", "--dry-run", "--allow-dirty"];
     for p in PUBLISHED {
         args.extend(["-p", p]);
@@ -447,6 +448,49 @@ fn package() -> Result<(), String> {
         all.extend(set);
         all.push(&target);
         run_in(None, "cargo", &all, &env)?;
+    }
+    Ok(())
+}
+
+/// Removes what an earlier dry run unpacked of [`PUBLISHED`] from its temporary local
+/// registry (`$CARGO_HOME/registry/{src,cache}/-<hash>/`): cargo reuses an unpacked
+/// `edgekv-0.1.0` there instead of the newly packaged one, so a second dry run after a change
+/// would build the first one's sources.
+fn forget_packaged_sources() -> Result<(), String> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
+        .ok_or("neither CARGO_HOME nor HOME is set")?;
+    for kind in ["src", "cache"] {
+        let Ok(registries) = std::fs::read_dir(home.join("registry").join(kind)) else {
+            continue;
+        };
+        // Local registries' directories start with '-' (crates.io's with its host name).
+        for reg in registries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with('-'))
+        {
+            let Ok(entries) = std::fs::read_dir(reg.path()) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let ours = PUBLISHED.iter().any(|c| {
+                    name.strip_prefix(c)
+                        .and_then(|r| r.strip_prefix('-'))
+                        .is_some_and(|v| v.starts_with(|ch: char| ch.is_ascii_digit()))
+                });
+                if ours {
+                    let p = e.path();
+                    let removed = if p.is_dir() {
+                        std::fs::remove_dir_all(&p)
+                    } else {
+                        std::fs::remove_file(&p)
+                    };
+                    removed.map_err(|err| format!("{}: {err}", p.display()))?;
+                }
+            }
+        }
     }
     Ok(())
 }
