@@ -452,15 +452,21 @@ fn package() -> Result<(), String> {
     Ok(())
 }
 
-/// Removes what an earlier dry run unpacked of [`PUBLISHED`] from its temporary local
-/// registry (`$CARGO_HOME/registry/{src,cache}/-<hash>/`): cargo reuses an unpacked
-/// `edgekv-0.1.0` there instead of the newly packaged one, so a second dry run after a change
-/// would build the first one's sources.
+/// Removes what an earlier dry run left of [`PUBLISHED`]: its build directory
+/// (`target/package`) and what it unpacked from its temporary local registry
+/// (`$CARGO_HOME/registry/{src,cache}/-<hash>/`). Cargo reuses both for the same name and
+/// version, so a second dry run after a change would verify the first one's build.
 fn forget_packaged_sources() -> Result<(), String> {
     let home = std::env::var_os("CARGO_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
         .ok_or("neither CARGO_HOME nor HOME is set")?;
+    // The verify builds' target directory too: cargo takes registry sources as immutable, so
+    // it would reuse the earlier build of the same name and version.
+    let package = qemu::repo_root().join("target/package");
+    if package.is_dir() {
+        std::fs::remove_dir_all(&package).map_err(|e| format!("{}: {e}", package.display()))?;
+    }
     for kind in ["src", "cache"] {
         let Ok(registries) = std::fs::read_dir(home.join("registry").join(kind)) else {
             continue;
