@@ -408,6 +408,10 @@ fn no_std() -> Result<(), String> {
     Ok(())
 }
 
+/// The dry run's own target directory (its packages and verify builds), emptied before each
+/// run.
+const PUBLISH_TARGET_DIR: &str = "target/publish";
+
 /// The no_std target the declared `rust-version` is built for (the `package` stage).
 const MSRV_TARGET: &str = "thumbv7em-none-eabihf";
 
@@ -422,7 +426,7 @@ fn package() -> Result<(), String> {
     for p in PUBLISHED {
         args.extend(["-p", p]);
     }
-    cargo(&args, &[])?;
+    cargo(&args, &[("CARGO_TARGET_DIR", PUBLISH_TARGET_DIR)])?;
     let msrv = format!("+{}", setup::rust_version(&qemu::repo_root())?);
     let target = format!("--target={MSRV_TARGET}");
     let env = [("CARGO_TARGET_DIR", "target/msrv")];
@@ -452,8 +456,8 @@ fn package() -> Result<(), String> {
     Ok(())
 }
 
-/// Removes what an earlier dry run left of [`PUBLISHED`]: its build directory
-/// (`target/package`) and what it unpacked from its temporary local registry
+/// Removes what an earlier dry run left of [`PUBLISHED`]: its target directory
+/// ([`PUBLISH_TARGET_DIR`]) and what it unpacked from its temporary local registry
 /// (`$CARGO_HOME/registry/{src,cache}/-<hash>/`). Cargo reuses both for the same name and
 /// version, so a second dry run after a change would verify the first one's build.
 fn forget_packaged_sources() -> Result<(), String> {
@@ -463,9 +467,9 @@ fn forget_packaged_sources() -> Result<(), String> {
         .ok_or("neither CARGO_HOME nor HOME is set")?;
     // The verify builds' target directory too: cargo takes registry sources as immutable, so
     // it would reuse the earlier build of the same name and version.
-    let package = qemu::repo_root().join("target/package");
-    if package.is_dir() {
-        std::fs::remove_dir_all(&package).map_err(|e| format!("{}: {e}", package.display()))?;
+    let publish = qemu::repo_root().join(PUBLISH_TARGET_DIR);
+    if publish.is_dir() {
+        std::fs::remove_dir_all(&publish).map_err(|e| format!("{}: {e}", publish.display()))?;
     }
     for kind in ["src", "cache"] {
         let Ok(registries) = std::fs::read_dir(home.join("registry").join(kind)) else {
