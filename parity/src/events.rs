@@ -66,16 +66,16 @@ pub enum Event<'a> {
 }
 
 impl Event<'_> {
-    /// The kind of cache call the event follows, for per-call figures (stack depth, say):
-    /// `rows` (written with `write_kv`, or attached from the prefix index), `fork`, `truncate`,
-    /// `slide` or `attention`.
-    pub const fn kind(&self) -> &'static str {
+    /// The kind of cache call the event follows in `case`, and a detail, for per-call figures
+    /// (stack depth, say): `rows` (written with `write_kv`, or attached from the prefix index),
+    /// `fork`, `truncate`, `slide`, or `attention` with the case's page formats.
+    pub const fn call(&self, case: Case) -> (&'static str, &'static str) {
         match self {
-            Event::Rows { .. } => "rows",
-            Event::Fork { .. } => "fork",
-            Event::Truncate { .. } => "truncate",
-            Event::Slide { .. } => "slide",
-            Event::Attention { .. } => "attention",
+            Event::Rows { .. } => ("rows", ""),
+            Event::Fork { .. } => ("fork", ""),
+            Event::Truncate { .. } => ("truncate", ""),
+            Event::Slide { .. } => ("slide", ""),
+            Event::Attention { .. } => ("attention", case.formats_label()),
         }
     }
 }

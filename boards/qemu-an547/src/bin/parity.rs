@@ -37,12 +37,8 @@ fn main() -> ! {
     for &case in CASES {
         let (result, deepest) = stack::laps(&mut marks, |lap| {
             edgekv_parity::run(case, &mut arenas, &mut |e| {
-                let detail = if e.kind() == "attention" {
-                    case.formats_label()
-                } else {
-                    ""
-                };
-                lap(e.kind(), detail)
+                let (kind, detail) = e.call(case);
+                lap(kind, detail)
             })
         });
         defmt::println!("stack {=u32} B: case {=str}", deepest, case.name());
