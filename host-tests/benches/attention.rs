@@ -61,9 +61,14 @@ const FORMATS: [(&str, ElementFormat); 6] = [
     ("q4_1", ElementFormat::Q4_1),
 ];
 
-/// Deterministic rows: xorshift values in [-1, 1), a scale per row (0.25 to 4), and one outlier
-/// channel in 31 scaled by 8.
+/// Deterministic rows of SmolLM2-135M's shape (see [`rows_of`]).
 fn rows(seed: u64, tokens: usize) -> Vec<f32> {
+    rows_of(seed, tokens, KV_HEADS, HD)
+}
+
+/// Deterministic rows of `heads` heads of `hd`: xorshift values in [-1, 1), a scale per row (0.25
+/// to 4), and one outlier channel in 31 scaled by 8.
+fn rows_of(seed: u64, tokens: usize, heads: usize, hd: usize) -> Vec<f32> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut next = move || {
         x ^= x << 13;
@@ -71,10 +76,10 @@ fn rows(seed: u64, tokens: usize) -> Vec<f32> {
         x ^= x << 17;
         (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     };
-    let mut out = Vec::with_capacity(tokens * KV_ROW);
-    for _ in 0..tokens * KV_HEADS {
+    let mut out = Vec::with_capacity(tokens * heads * hd);
+    for _ in 0..tokens * heads {
         let row_scale = 2f32.powf(2.0 * next());
-        for d in 0..HD {
+        for d in 0..hd {
             let outlier = if d % 31 == 7 { 8.0 } else { 1.0 };
             out.push(next() * row_scale * outlier);
         }
@@ -189,19 +194,20 @@ fn with_cache(
     v: &[f32],
     f: impl FnOnce(&KvCache<'_, FreeList<'_>>, SeqId),
 ) {
-    with_layers(fmt, k, v, 1, f)
+    with_layers(SHAPE, fmt, k, v, 1, f)
 }
 
 /// [`with_cache`] with `layers` layers, each holding the same `k`, `v`.
 fn with_layers(
+    shape: Shape,
     fmt: ElementFormat,
     k: &[f32],
     v: &[f32],
     layers: u16,
     f: impl FnOnce(&KvCache<'_, FreeList<'_>>, SeqId),
 ) {
-    let tokens = k.len() / KV_ROW;
-    let cfg = CacheConfig::new(Shape { layers, ..SHAPE })
+    let tokens = k.len() / (shape.kv_heads as usize * shape.head_dim as usize);
+    let cfg = CacheConfig::new(Shape { layers, ..shape })
         .with_page_tokens(PAGE_TOKENS)
         .with_formats(fmt, fmt)
         .with_sequences(1, tokens as u32);
@@ -447,8 +453,34 @@ fn median_best(t: &mut [f64]) -> (f64, f64) {
     (t[t.len() / 2], t[0])
 }
 
+/// The peer mode's shape, `EDGEKV_SHAPE=q_heads,kv_heads,head_dim` (default SmolLM2-135M's
+/// 9,3,64), one layer: the shape and the query heads.
+fn peer_shape() -> (Shape, u16) {
+    let Ok(v) = std::env::var("EDGEKV_SHAPE") else {
+        return (SHAPE, Q_HEADS);
+    };
+    let n: Vec<u16> = v
+        .split(',')
+        .map(|x| x.trim().parse().ok())
+        .collect::<Option<_>>()
+        .unwrap_or_default();
+    let [q_heads, kv_heads, head_dim] = n[..] else {
+        panic!("EDGEKV_SHAPE={v}: expected q_heads,kv_heads,head_dim");
+    };
+    assert!(
+        kv_heads > 0 && head_dim > 0 && q_heads % kv_heads == 0,
+        "EDGEKV_SHAPE={v}: q_heads a multiple of kv_heads, both nonzero"
+    );
+    let shape = Shape {
+        layers: 1,
+        kv_heads,
+        head_dim,
+    };
+    (shape, q_heads)
+}
+
 /// Peer mode (`EDGEKV_PEER_CTX=<ctx>`, run by `host-tests/peer/ggml-attention.sh`): for that one
-/// context, decode attention over Q8_0 pages and over f16 pages (K and V in the same format, the
+/// context and shape ([`peer_shape`]), decode attention over Q8_0 pages and over f16 pages (K and V in the same format, the
 /// other settings as above), and a `memcpy` of exactly the bytes the Q8_0 pages hold for K and V
 /// (values and scales, from the cache's page geometry). `EDGEKV_PEER_WHAT` picks one of `q8_0`,
 /// `f16`, `memcpy` (default: all three, in that order); `EDGEKV_PEER_BATCHES` is the number of
@@ -470,14 +502,19 @@ fn peer(ctx: usize) {
         ctx > 0 && ctx % PAGE_TOKENS as usize == 0,
         "EDGEKV_PEER_CTX={ctx}: a positive multiple of {PAGE_TOKENS}"
     );
-    let params = AttentionParams::new(SHAPE, Q_HEADS);
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS, SHAPE.head_dim)];
-    let (k, v) = (rows(1, ctx), rows(2, ctx));
-    let q: Vec<f32> = rows(3, GROUP).into_iter().map(|x| x * 0.5).collect();
+    let (shape, q_heads) = peer_shape();
+    let (kvh, hd) = (shape.kv_heads as usize, shape.head_dim as usize);
+    let params = AttentionParams::new(shape, q_heads);
+    let mut scratch = vec![0f32; scratch_len(q_heads, PAGE_TOKENS, shape.head_dim)];
+    let (k, v) = (rows_of(1, ctx, kvh, hd), rows_of(2, ctx, kvh, hd));
+    let q: Vec<f32> = rows_of(3, 1, q_heads as usize, hd)
+        .into_iter()
+        .map(|x| x * 0.5)
+        .collect();
     let last = ctx as u32 - 1;
     // K+V bytes `ctx` tokens take in pages of `fmt`: values and scales, from the geometry.
     let page_bytes = |fmt: ElementFormat| {
-        let g = CacheConfig::new(SHAPE)
+        let g = CacheConfig::new(shape)
             .with_page_tokens(PAGE_TOKENS)
             .with_formats(fmt, fmt)
             .with_sequences(1, ctx as u32)
@@ -511,8 +548,8 @@ fn peer(ctx: usize) {
                 } else {
                     ElementFormat::F16
                 };
-                with_layers(fmt, &k, &v, layers16, |cache, s| {
-                    let mut out = vec![0f32; Q_ROW];
+                with_layers(shape, fmt, &k, &v, layers16, |cache, s| {
+                    let mut out = vec![0f32; q.len()];
                     let t = time_batches(batches, || {
                         for layer in 0..layers16 {
                             cache

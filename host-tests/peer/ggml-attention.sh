@@ -12,6 +12,9 @@
 #   EDGEKV_PEER_EDGEKV_ROUNDS  timed batches inside one edgekv measurement (default 10, about
 #                       1 s as ggml's perf loop; the median of them is that measurement)
 #   EDGEKV_PEER_BUILD_ONLY=1   stop after building both sides
+#   EDGEKV_SHAPE        the decode shape, q_heads,kv_heads,head_dim (default 9,3,64: SmolLM2-135M);
+#                       ggml has cases for 9,3,64  4,1,256  16,8,128  32,8,64  15,5,64 (the five
+#                       models of FIGURES.md), see patch-test-backend-ops.py
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,6 +23,14 @@ cache="${EDGEKV_PEER_CACHE:-$HOME/.cache/edgekv-peer}"
 rounds="${EDGEKV_PEER_ROUNDS:-5}"
 ctxs="${EDGEKV_PEER_CTXS:-512 2048 8192}"
 edgekv_rounds="${EDGEKV_PEER_EDGEKV_ROUNDS:-10}"
+shape="${EDGEKV_SHAPE:-9,3,64}"
+IFS=, read -r q_heads kv_heads head_dim <<<"$shape"
+if ! [[ "$q_heads" =~ ^[0-9]+$ && "$kv_heads" =~ ^[0-9]+$ && "$head_dim" =~ ^[0-9]+$ ]] ||
+    [ "$kv_heads" -eq 0 ] || [ $((q_heads % kv_heads)) -ne 0 ]; then
+    echo "[ggml-peer] EDGEKV_SHAPE=$shape: expected q_heads,kv_heads,head_dim with q_heads a multiple of kv_heads" >&2
+    exit 2
+fi
+group=$((q_heads / kv_heads))
 
 version=0.3.36
 sdist="llama_cpp_python-$version.tar.gz"
@@ -101,7 +112,7 @@ fi
 ggml_us() { # ctx type
     local ctx="$1" t="$2" out
     out="$("$bin" perf -o FLASH_ATTN_EXT -b CPU \
-        -p "^hsk=64,hsv=64,nh=3,nr23=\[3,1\],kv=$ctx,nb=1,mask=1,sinks=0,max_bias=0\.0+,logit_softcap=0\.0+,prec=f32,type_K=$t,type_V=$t,permute=\[0,1,2,3\]," \
+        -p "^hsk=$head_dim,hsv=$head_dim,nh=$kv_heads,nr23=\[$group,1\],kv=$ctx,nb=1,mask=1,sinks=0,max_bias=0\.0+,logit_softcap=0\.0+,prec=f32,type_K=$t,type_V=$t,permute=\[0,1,2,3\]," \
         2>"$tmp/ggml.err")" || { cat "$tmp/ggml.err" >&2; return 1; }
     grep -q "CPU backend threads = 1$" "$tmp/ggml.err" ||
         { log "ggml did not report 1 thread:"; cat "$tmp/ggml.err" >&2; return 1; }
@@ -112,7 +123,7 @@ ggml_us() { # ctx type
 # edgekv: one measurement per call of the bench binary.
 edgekv_us() { # ctx what
     local line
-    line="$(EDGEKV_PEER_CTX="$1" EDGEKV_PEER_WHAT="$2" EDGEKV_PEER_BATCHES="$edgekv_rounds" \
+    line="$(EDGEKV_SHAPE="$shape" EDGEKV_PEER_CTX="$1" EDGEKV_PEER_WHAT="$2" EDGEKV_PEER_BATCHES="$edgekv_rounds" \
         "$edgekv_bin" | grep '^edgekv-peer ')"
     echo "$line" >>"$tmp/edgekv.lines"
     sed -E 's/.* median_us=([0-9.]+) .*/\1/' <<<"$line"
@@ -121,7 +132,7 @@ edgekv_us() { # ctx what
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 load_before="$(uptime)"
-log "$rounds rounds x contexts ($ctxs); load before: $load_before"
+log "shape $shape: $rounds rounds x contexts ($ctxs); load before: $load_before"
 : >"$tmp/results.tsv"
 for r in $(seq 1 "$rounds"); do
     for ctx in $ctxs; do
@@ -137,7 +148,7 @@ done
 load_after="$(uptime)"
 
 echo "ggml FLASH_ATTN_EXT (llama-cpp-python $version's llama.cpp, test-backend-ops perf, 1 thread)"
-echo "vs edgekv KvCache::attention, SmolLM2-135M decode (hd 64, 3 KV x 3 query heads, 1 row);"
+echo "vs edgekv KvCache::attention, decode shape $shape (q_heads,kv_heads,head_dim; 1 row);"
 echo "median over $rounds alternating rounds, µs per call; $(date -u '+%Y-%m-%d %H:%M UTC')"
 python3 - "$tmp/results.tsv" <<'EOF2'
 import statistics, sys

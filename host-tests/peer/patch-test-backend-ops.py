@@ -4,9 +4,10 @@
 Applied at build time by ggml-attention.sh to the llama.cpp sources vendored in the
 llama-cpp-python 0.3.36 sdist (no llama.cpp source is kept in this repository). Two edits:
 
-1. `make_test_cases_perf()` gets FLASH_ATTN_EXT perf cases for SmolLM2-135M's decode shape:
-   hsk = hsv = 64, nh = 3 KV heads, nr23 = {3, 1} (3 query heads per KV head), nb = 1 query row,
-   kv in {512, 2048, 8192}, mask on, no sinks, max_bias 0, softcap 0, GGML_PREC_F32 (the
+1. `make_test_cases_perf()` gets FLASH_ATTN_EXT perf cases for the decode shapes of five edge
+   models (head_dim, KV heads, query heads per KV head): SmolLM2-135M (64, 3, 3), Gemma 3 270M
+   (256, 1, 4), Qwen3-0.6B (128, 8, 2), Llama 3.2 1B (64, 8, 4), SmolLM2-360M (64, 5, 3); as
+   hsk = hsv = head_dim, nh = KV heads, nr23 = {group, 1}, nb = 1 query row, kv in {512, 2048, 8192}, mask on, no sinks, max_bias 0, softcap 0, GGML_PREC_F32 (the
    constructor's default and what llama.cpp's graph sets; the CPU backend treats
    GGML_PREC_DEFAULT the same), K/V q8_0/q8_0 and f16/f16, the remaining arguments at their
    defaults (permute {0,1,2,3}, K/V as views of a larger cache buffer, n_kv_max 0).
@@ -18,14 +19,16 @@ Idempotent: a file already patched is left as is. Fails loudly if an anchor is m
 
 import sys
 
-MARK = "// edgekv-peer: SmolLM2 decode shape"
+MARK = "// edgekv-peer: edge models' decode shapes"
 
 CASES = """
-    {MARK} (hsk = hsv = 64, 3 KV heads x 3 query heads, one query row)
-    for (int64_t kv : {{512, 2048, 8192}}) {{
-        for (ggml_type t : {{GGML_TYPE_Q8_0, GGML_TYPE_F16}}) {{
-            test_cases.emplace_back(new test_flash_attn_ext(64, 64, 3, {{3, 1}}, kv, 1, true, false, 0.0f, 0.0f,
-                                                            GGML_PREC_F32, t, t));
+    {MARK} (head_dim, KV heads, query heads per KV head; one query row)
+    for (auto s : std::vector<std::array<int64_t, 3>>{{{{64, 3, 3}}, {{256, 1, 4}}, {{128, 8, 2}}, {{64, 8, 4}}, {{64, 5, 3}}}}) {{
+        for (int64_t kv : {{512, 2048, 8192}}) {{
+            for (ggml_type t : {{GGML_TYPE_Q8_0, GGML_TYPE_F16}}) {{
+                test_cases.emplace_back(new test_flash_attn_ext(s[0], s[0], s[1], {{s[2], 1}}, kv, 1, true, false, 0.0f,
+                                                                0.0f, GGML_PREC_F32, t, t));
+            }}
         }}
     }}
 """.format(MARK=MARK)

@@ -83,8 +83,12 @@ impl Src {
 /// One token's K and V rows: per head a row scale in [0.25, 2), values uniform in ±scale, K
 /// channels [`K_OUTLIERS`] × [`K_OUTLIER`], V channel [`V_OUTLIER_CHANNEL`] × [`V_OUTLIER`].
 pub(crate) fn kv_rows(seed: u64, k: &mut [f32], v: &mut [f32]) {
+    kv_rows_of(seed, SHAPE.head_dim as usize, k, v)
+}
+
+/// [`kv_rows`] for heads of `hd` dimensions.
+pub(crate) fn kv_rows_of(seed: u64, hd: usize, k: &mut [f32], v: &mut [f32]) {
     let mut r = Rng::new(seed);
-    let hd = SHAPE.head_dim as usize;
     for (kh, vh) in k.chunks_exact_mut(hd).zip(v.chunks_exact_mut(hd)) {
         let sk = 0.25 + 1.75 * r.unit();
         let sv = 0.25 + 1.75 * r.unit();

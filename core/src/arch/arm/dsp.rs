@@ -36,7 +36,8 @@ pub(super) fn halves(w: u32) -> (u32, u32) {
             "sxtb16 {e}, {w}",
             "sxtb16 {o}, {w}, ror #8",
             w = in(reg) w,
-            e = lateout(reg) even,
+            // Written before the second instruction reads `w`: never `w`'s register.
+            e = out(reg) even,
             o = lateout(reg) odd,
             options(pure, nomem, nostack, preserves_flags),
         );
