@@ -3,6 +3,7 @@
 //! flash and must decode after it as the host does; its counted decode step over 2,048 keys must
 //! give the host's output; then its demo session must pass. The Cortex-M55 firmware's parity
 //! binary must print the same case digests too, and so must the M4 firmware built `small-code`.
+//! Both boards' decode-step binaries must give the host's output for every model shape.
 //! Each firmware's stack high-water marks (per case and per kind of call) must stay within its
 //! budget. Needs
 //! qemu-system-arm (`cargo test-all`'s setup stage installs it; the defmt log is decoded in
@@ -11,7 +12,10 @@
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
-use edgekv_parity::{Arenas, CASES, Case, DATA_BYTES, META_BYTES, WORK_F32, snapshot};
+use edgekv_parity::{
+    Arenas, CASES, Case, DATA_BYTES, META_BYTES, STEP_SHAPES, STEP_SHAPES_ARENA_BYTES,
+    STEP_SHAPES_WORK_F32, WORK_F32, decode_step_of, snapshot,
+};
 use edgekv_xtask::qemu;
 
 /// Runs the board's README command (`cargo run --release` in `boards/qemu-an386`): `cargo
@@ -57,6 +61,43 @@ fn m55_case_digests_equal_the_hosts() {
     let digests = run.digests();
     assert_case_digests(&digests, &mut buffers.arenas(), "M55", &text);
     assert_stack(&run, M55_STACK_BUDGET, "M55", &text);
+}
+
+/// Each board's decode-step firmware (the Arm kernels at every model shape of `STEP_SHAPES`: runs
+/// of one to four query heads, head_dim 64 to 256) gives the host's output bits, shape by shape.
+#[test]
+fn decode_steps_of_every_shape_equal_the_hosts() {
+    let root = qemu::repo_root();
+    let mut arena = vec![MaybeUninit::uninit(); STEP_SHAPES_ARENA_BYTES];
+    let mut work = vec![0f32; STEP_SHAPES_WORK_F32];
+    let host: Vec<String> = STEP_SHAPES
+        .iter()
+        .map(|s| {
+            let c = decode_step_of(s, &mut arena, &mut work, &mut || 0).expect("host step");
+            let shape = format!("{},{},{}", s.q_heads, s.kv_heads, s.head_dim);
+            format!("{} shape {shape} crc32 {:08x}", s.model, c.crc32)
+        })
+        .collect();
+    for board in [qemu::Board::An386, qemu::Board::An547] {
+        let elf = qemu::build(&root, board, qemu::DECODE_STEP, true).expect("build the firmware");
+        let mut log = Vec::new();
+        let run = qemu::run(board, &elf, Duration::from_secs(300), &mut log).expect("run QEMU");
+        let text = String::from_utf8_lossy(&log);
+        assert_eq!(run.code, 0, "{} exit code; log:\n{text}", board.name());
+        // `decode_step <model> shape <q,kv,hd> keys 2048 instructions <n> crc32 <x>`, without
+        // the count.
+        let steps: Vec<String> = run
+            .lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("decode_step "))
+            .map(|l| {
+                let (head, crc) = l.split_once(" keys ").expect("a step line");
+                format!("{head} crc32 {}", crc.rsplit(' ').next().unwrap_or(""))
+            })
+            .collect();
+        assert_eq!(steps, host, "{}: log:\n{text}", board.name());
+        eprintln!("{}: {}", board.name(), steps.join("; "));
+    }
 }
 
 /// The Cortex-M4 firmware built with `small-code` (the size-first page loop, with the FPU's f16
