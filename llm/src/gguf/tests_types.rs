@@ -170,3 +170,37 @@ fn k_quant_rows_must_be_whole_super_blocks() {
         }
     );
 }
+
+/// A small GGUF with two rows of one block (super-block) of every quantized type: written as a
+/// fuzz seed for `fuzz_targets/gguf_parse.rs` when `EDGEKV_WRITE_FUZZ_SEED_TYPES` names a file.
+#[test]
+fn write_fuzz_seed_types() {
+    let mut b = Builder::new();
+    for (i, ty) in [
+        TensorType::Q4_0,
+        TensorType::Q4_1,
+        TensorType::Q5_0,
+        TensorType::Q5_1,
+        TensorType::Q8_0,
+        TensorType::Q4_K,
+        TensorType::Q5_K,
+        TensorType::Q6_K,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let cols = ty.block_values();
+        b.tensor(
+            &format!("t{i}"),
+            &[cols as u64, 2],
+            ty.id(),
+            blocks(ty, 2, cols, i as u32 + 11),
+        );
+    }
+    let file = b.build();
+    let g = Gguf::parse(&file).unwrap();
+    assert_eq!(g.tensor_count(), 8);
+    if let Some(path) = std::env::var_os("EDGEKV_WRITE_FUZZ_SEED_TYPES") {
+        std::fs::write(path, file).unwrap();
+    }
+}
