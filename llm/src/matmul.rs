@@ -84,8 +84,9 @@ fn add_lanes(lanes: &mut [f32; 8], v: &[f32], x: &[f32]) {
     }
 }
 
-/// Dequantizes each block of `w` with `f` and adds it into the lanes.
-#[inline(always)]
+/// Dequantizes each block of `w` with `f` and adds it into the lanes (not inlined: the
+/// super-block arrays stay out of [`dot_dequantized`]'s frame).
+#[inline(never)]
 fn lanes_of<const B: usize, const N: usize>(
     lanes: &mut [f32; 8],
     w: &[u8],

@@ -96,7 +96,9 @@ pub(crate) fn dot_block(
 
 /// Dot product of a Q4_K weight row with a Q8_K activation row, as
 /// `ggml_vec_dot_q4_K_q8_K_generic` (order: see the K-quant lanes in this module's parent).
-#[inline]
+// Not inlined: its 256-value arrays stay out of the caller's frame (the matmul's, on a board's
+// deepest stack path, whatever the weight type).
+#[inline(never)]
 pub fn dot_q4_k_q8_k(w: &[u8], a: &QuantRow<'_>) -> f32 {
     let mut lanes = Lanes::new();
     for (((wb, qa), &da), bs) in w

@@ -33,7 +33,9 @@ pub fn dequantize(b: &[u8; BYTES], out: &mut [f32; QK_K]) {
 
 /// Dot product of a Q5_K weight row with a Q8_K activation row, as
 /// `ggml_vec_dot_q5_K_q8_K_generic` (Q4_K's order with 5-bit values).
-#[inline]
+// Not inlined: its 256-value arrays stay out of the caller's frame (the matmul's, on a board's
+// deepest stack path, whatever the weight type).
+#[inline(never)]
 pub fn dot_q5_k_q8_k(w: &[u8], a: &QuantRow<'_>) -> f32 {
     let mut lanes = Lanes::new();
     for (((wb, qa), &da), bs) in w

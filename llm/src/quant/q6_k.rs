@@ -59,7 +59,9 @@ pub fn dequantize(b: &[u8; BYTES], out: &mut [f32; QK_K]) {
 /// Dot product of a Q6_K weight row with a Q8_K activation row, as
 /// `ggml_vec_dot_q6_K_q8_K_generic`: the K-quant lanes with one i8 scale per 16 values and
 /// `d = d_w · d_a`; no minimum term.
-#[inline]
+// Not inlined: its 256-value arrays stay out of the caller's frame (the matmul's, on a board's
+// deepest stack path, whatever the weight type).
+#[inline(never)]
 pub fn dot_q6_k_q8_k(w: &[u8], a: &QuantRow<'_>) -> f32 {
     let mut lanes = Lanes::new();
     for ((wb, qa), &da) in w.chunks_exact(BYTES).zip(a.qs.chunks_exact(QK_K)).zip(a.d) {
