@@ -30,7 +30,9 @@ pub fn dequantize(b: &[u8; BYTES], out: &mut [f32; BLOCK]) {
 /// Dot product of a Q4_0 weight row with a Q8_0 activation row, as
 /// `ggml_vec_dot_q4_0_q8_0_generic`: per block the exact integer sum `Σ (q − 8) · q_a`, then
 /// `sumf += ((f32)sumi · d_w) · d_a` in block order.
-#[inline]
+// Not inlined: the matmul's frame stays as small as its Q4_1 / Q8_0 loops need (a board's
+// deepest stack path may run through it).
+#[inline(never)]
 pub fn dot_q4_0_q8_0(w: &[u8], a: &QuantRow<'_>) -> f32 {
     let mut sumf = 0.0f32;
     for ((wb, qa), &da) in w.chunks_exact(BYTES).zip(a.qs.chunks_exact(BLOCK)).zip(a.d) {
