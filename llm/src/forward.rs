@@ -4,13 +4,12 @@ use edgekv::attention::AttentionParams;
 use edgekv::{KvCache, PageAllocator, SeqId};
 
 use crate::error::{Error, Result};
-use crate::gguf::TensorType;
 use crate::matmul::{Matrix, matmul_f32, matmul_quant};
 use crate::model::Activations;
 use crate::model::Llama;
 use crate::ops::{add, embed_q8_0, rms_norm, rope, rope_angles, swiglu};
 use crate::plan::Parts;
-use crate::quant::{BLOCK, quantize_q8_0, quantize_q8_1};
+use crate::quant::{quantize_activation, sums_len};
 
 /// Largest head dimension (RoPE angles live on the stack).
 pub const MAX_HEAD_DIM: usize = 256;
@@ -37,8 +36,8 @@ impl Logits {
     }
 }
 
-/// Quantizes `n` rows of `cols` values for `m`'s dot product and multiplies (or multiplies the
-/// f32 rows, for [`Activations::F32`]).
+/// Quantizes `n` rows of `cols` values to `m`'s activation type (ggml's `vec_dot_type`: Q8_0,
+/// Q8_1 or Q8_K) and multiplies (or multiplies the f32 rows, for [`Activations::F32`]).
 #[allow(clippy::too_many_arguments)]
 fn project(
     act: Activations,
@@ -54,16 +53,16 @@ fn project(
         matmul_f32(m, x, n, &mut out[..n * m.rows]);
         return;
     }
+    let Some(at) = m.activation() else {
+        out[..n * m.rows].fill(0.0);
+        return;
+    };
     let cols = m.cols;
-    let blocks = cols / BLOCK;
+    let (blocks, sums) = (cols / at.block_values(), sums_len(cols));
     for t in 0..n {
         let row = &x[t * cols..][..cols];
         let (q, dd) = (&mut qs[t * cols..][..cols], &mut d[t * blocks..][..blocks]);
-        let ss = &mut s[t * blocks..][..blocks];
-        match m.ty {
-            TensorType::Q4_1 => quantize_q8_1(row, q, dd, ss),
-            _ => quantize_q8_0(row, q, dd),
-        }
+        quantize_activation(at, row, q, dd, &mut s[t * sums..][..sums]);
     }
     matmul_quant(m, qs, d, s, n, &mut out[..n * m.rows]);
 }

@@ -8,9 +8,10 @@
 //! - [`Llama::forward`]: embedding, RMSNorm, RoPE (type NORM), Q/K/V projections, K/V rows into
 //!   the cache ([`edgekv::KvCache::write_kv`]), attention over pages
 //!   ([`edgekv::KvCache::attention`]), output projection, SwiGLU FFN, residuals, final norm and
-//!   the (tied) LM head. Matmuls follow ggml's CPU reference arithmetic: each activation row
-//!   quantized per 32-block (Q8_1 for Q4_1 weights, Q8_0 for Q8_0), exact integer block sums,
-//!   scales combined in f32 in block order ([`matmul`]).
+//!   the (tied) LM head. Matmuls follow ggml's CPU reference arithmetic for weights in F32,
+//!   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K: each activation row quantized to the
+//!   weight type's activation type (Q8_0, Q8_1 or Q8_K, [`quant`]), exact integer block sums,
+//!   scales combined in f32 in the generic dot products' order ([`matmul`]).
 //! - [`ScratchPlan`]: how many f32s of scratch and logits the caller provides, a `const fn`.
 //! - [`Engine`]: prefill in chunks aligned to absolute positions, prefix reuse through the
 //!   cache's verified index, decode and generation ([`Sampling`]: greedy or seeded top-k).

@@ -1,17 +1,23 @@
 //! Matrix views over quantized weights in place, and the matmul as ggml's CPU reference computes
-//! it (`ggml_vec_dot_q4_1_q8_1_generic`, `ggml_vec_dot_q8_0_q8_0_generic`).
-//!
-//! Each output is `Σ_blocks` in block order, accumulated in one f32 `sumf` starting at 0:
-//! - Q4_1 × Q8_1: `sumf += (d_w · d_a) · (f32)Σ q_w·q_a + m_w · s_a`, with `q_w` the unsigned
-//!   nibble (value `j` low nibble of byte `j`, value `j + 16` its high nibble);
-//! - Q8_0 × Q8_0: `sumf += (f32)Σ q_w·q_a · (d_w · d_a)`.
+//! it: each weight type's dot product with its activation type ([`ActivationType::for_weights`])
+//! lives in its own module of [`quant`] (`ggml_vec_dot_*_generic`):
+//! - 32-value blocks, each output `Σ_blocks` in block order in one f32 `sumf` from 0:
+//!   Q4_0 × Q8_0 `sumf += ((f32)sumi · d_w) · d_a`; Q4_1 × Q8_1 and Q5_1 × Q8_1
+//!   `sumf += (d_w · d_a) · (f32)sumi + m_w · s_a`; Q5_0 × Q8_0 `sumf += (d_w · d_a) · (f32)sumi`;
+//!   Q8_0 × Q8_0 `sumf += (f32)sumi · (d_w · d_a)`;
+//! - 256-value K-quant super-blocks (Q4_K, Q5_K, Q6_K × Q8_K): eight f32 lanes
+//!   `sums[l] += (d_w · d_a) · (f32)aux32[l]`, the minimums `sumf −= (dmin_w · d_a) · (f32)sumi`,
+//!   then `sumf += sums[0] + …` one lane at a time.
 //!
 //! The integer sums are exact (any order gives the same i32, so the compiler may vectorize
 //! them); the f32 operations run in exactly this order, with no fused multiply-add (Rust never
 //! contracts), so every target gives the same bits.
 
-use crate::gguf::{Tensor, TensorType};
-use crate::quant::{BLOCK, QuantRow, f16_to_f32};
+use crate::gguf::{QK_K, Tensor, TensorType};
+use crate::quant::{self, ActivationType, BLOCK, QuantRow, sums_len};
+
+pub use crate::quant::q4_1::dot_q4_1_q8_1;
+pub use crate::quant::q8_0::dot_q8_0_q8_0;
 
 /// A 2-D weight in place: `rows` rows of `cols` values (ggml `ne[0] = cols`, `ne[1] = rows`).
 #[derive(Debug, Clone, Copy)]
@@ -30,7 +36,7 @@ pub struct Matrix<'a> {
 
 impl<'a> Matrix<'a> {
     /// A view of a 2-D tensor of shape `[cols, rows]`, if it has that shape (a 1-D tensor is one
-    /// row).
+    /// row) and its rows are whole blocks.
     pub fn new(t: &Tensor<'a>, cols: usize, rows: usize) -> Option<Self> {
         if t.dims != [cols, rows, 1, 1] {
             return None;
@@ -51,56 +57,10 @@ impl<'a> Matrix<'a> {
         &self.data[r * self.row_bytes..][..self.row_bytes]
     }
 
-    /// The activation block type this matrix's dot product takes (Q8_1 for Q4_1, else Q8_0).
-    pub fn wants_sums(&self) -> bool {
-        self.ty == TensorType::Q4_1
+    /// The activation block type this matrix's dot product takes (`None` for F32).
+    pub fn activation(&self) -> Option<ActivationType> {
+        ActivationType::for_weights(self.ty)
     }
-}
-
-#[inline(always)]
-fn scale(b: &[u8], at: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
-}
-
-/// Dot product of one Q4_1 weight row with a Q8_1 activation row.
-#[inline]
-pub fn dot_q4_1_q8_1(w: &[u8], a: &QuantRow<'_>) -> f32 {
-    let mut sumf = 0.0f32;
-    for (((wb, qa), &da), &sa) in w
-        .chunks_exact(20)
-        .zip(a.qs.chunks_exact(BLOCK))
-        .zip(a.d)
-        .zip(a.s)
-    {
-        let (dw, mw) = (scale(wb, 0), scale(wb, 2));
-        let qs: &[u8; 16] = wb[4..20].try_into().unwrap_or(&[0; 16]);
-        let qa: &[i8; 32] = qa.try_into().unwrap_or(&[0; 32]);
-        let mut lo = 0i32;
-        let mut hi = 0i32;
-        for j in 0..16 {
-            lo += (qs[j] & 0x0f) as i32 * qa[j] as i32;
-            hi += (qs[j] >> 4) as i32 * qa[j + 16] as i32;
-        }
-        sumf += (dw * da) * (lo + hi) as f32 + mw * sa;
-    }
-    sumf
-}
-
-/// Dot product of one Q8_0 weight row with a Q8_0 activation row.
-#[inline]
-pub fn dot_q8_0_q8_0(w: &[u8], a: &QuantRow<'_>) -> f32 {
-    let mut sumf = 0.0f32;
-    for ((wb, qa), &da) in w.chunks_exact(34).zip(a.qs.chunks_exact(BLOCK)).zip(a.d) {
-        let dw = scale(wb, 0);
-        let qs: &[u8; 32] = wb[2..34].try_into().unwrap_or(&[0; 32]);
-        let qa: &[i8; 32] = qa.try_into().unwrap_or(&[0; 32]);
-        let mut sumi = 0i32;
-        for j in 0..32 {
-            sumi += qs[j] as i8 as i32 * qa[j] as i32;
-        }
-        sumf += sumi as f32 * (dw * da);
-    }
-    sumf
 }
 
 /// Dot product of one F32 weight row with an f32 activation row (in order; ggml would use f16
@@ -114,20 +74,42 @@ pub fn dot_f32(w: &[u8], x: &[f32]) -> f32 {
     s
 }
 
-/// Dot product of one weight row (Q4_1, Q8_0 or F32) with an f32 activation row, without
-/// quantizing the activations: each weight block dequantized in f32 (Q4_1 `q · d + m`, Q8_0
-/// `q · d`), its products added into eight fixed lanes (lane `l` takes values `l`, `l + 8`, …),
-/// the lanes summed in a fixed tree. The same bits on every target.
+/// Adds `v · x` into eight fixed lanes (lane `l` takes values `l`, `l + 8`, …).
+#[inline(always)]
+fn add_lanes(lanes: &mut [f32; 8], v: &[f32], x: &[f32]) {
+    for (vk, xk) in v.chunks_exact(8).zip(x.chunks_exact(8)) {
+        for l in 0..8 {
+            lanes[l] += vk[l] * xk[l];
+        }
+    }
+}
+
+/// Dequantizes each block of `w` with `f` and adds it into the lanes (not inlined: the
+/// super-block arrays stay out of [`dot_dequantized`]'s frame).
+#[inline(never)]
+fn lanes_of<const B: usize, const N: usize>(
+    lanes: &mut [f32; 8],
+    w: &[u8],
+    x: &[f32],
+    f: fn(&[u8; B], &mut [f32; N]),
+) {
+    let mut v = [0f32; N];
+    for (wb, xb) in w.chunks_exact(B).zip(x.chunks_exact(N)) {
+        if let Ok(wb) = wb.try_into() {
+            f(wb, &mut v);
+            add_lanes(lanes, &v, xb);
+        }
+    }
+}
+
+/// Dot product of one weight row (any [`TensorType`]) with an f32 activation row, without
+/// quantizing the activations: each weight block dequantized in f32 as its `dequantize_row_*`
+/// does (Q4_1 `q · d + m`, Q8_0 `q · d`, …), its products added into eight fixed lanes (lane `l`
+/// takes values `l`, `l + 8`, …), the lanes summed in a fixed tree. The same bits on every
+/// target.
 #[inline]
 pub fn dot_dequantized(w: &[u8], ty: TensorType, x: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
-    let mut add = |v: &[f32; BLOCK], xb: &[f32]| {
-        for (vk, xk) in v.chunks_exact(8).zip(xb.chunks_exact(8)) {
-            for l in 0..8 {
-                lanes[l] += vk[l] * xk[l];
-            }
-        }
-    };
     match ty {
         TensorType::Q4_1 => {
             for (wb, xb) in w.chunks_exact(20).zip(x.chunks_exact(BLOCK)) {
@@ -137,14 +119,14 @@ pub fn dot_dequantized(w: &[u8], ty: TensorType, x: &[f32]) -> f32 {
                     v[j] = (wb[4 + j] & 0x0f) as f32 * d + m;
                     v[j + 16] = (wb[4 + j] >> 4) as f32 * d + m;
                 }
-                add(&v, xb);
+                add_lanes(&mut lanes, &v, xb);
             }
         }
         TensorType::Q8_0 => {
             for (wb, xb) in w.chunks_exact(34).zip(x.chunks_exact(BLOCK)) {
                 let d = scale(wb, 0);
                 let v: [f32; BLOCK] = core::array::from_fn(|j| wb[2 + j] as i8 as f32 * d);
-                add(&v, xb);
+                add_lanes(&mut lanes, &v, xb);
             }
         }
         TensorType::F32 => {
@@ -152,12 +134,23 @@ pub fn dot_dequantized(w: &[u8], ty: TensorType, x: &[f32]) -> f32 {
                 let v: [f32; BLOCK] = core::array::from_fn(|j| {
                     f32::from_le_bytes([wb[4 * j], wb[4 * j + 1], wb[4 * j + 2], wb[4 * j + 3]])
                 });
-                add(&v, xb);
+                add_lanes(&mut lanes, &v, xb);
             }
         }
+        TensorType::Q4_0 => lanes_of(&mut lanes, w, x, quant::q4_0::dequantize),
+        TensorType::Q5_0 => lanes_of(&mut lanes, w, x, quant::q5_0::dequantize),
+        TensorType::Q5_1 => lanes_of(&mut lanes, w, x, quant::q5_1::dequantize),
+        TensorType::Q4_K => lanes_of::<144, QK_K>(&mut lanes, w, x, quant::q4_k::dequantize),
+        TensorType::Q5_K => lanes_of::<176, QK_K>(&mut lanes, w, x, quant::q5_k::dequantize),
+        TensorType::Q6_K => lanes_of::<210, QK_K>(&mut lanes, w, x, quant::q6_k::dequantize),
     }
     ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
         + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+}
+
+#[inline(always)]
+fn scale(b: &[u8], at: usize) -> f32 {
+    quant::f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
 
 /// `out[t][o] = W[o] · x[t]` for `n` f32 activation rows of `m.cols` ([`dot_dequantized`]);
@@ -171,25 +164,95 @@ pub fn matmul_f32(m: &Matrix<'_>, x: &[f32], n: usize, out: &mut [f32]) {
     }
 }
 
-/// `out[t][o] = W[o] · a[t]` for `n` quantized activation rows: `a` holds `n` rows of
-/// `m.cols / 32` blocks each (codes in `qs`, scales in `d`, sums in `s`); `out` is `n × m.rows`,
-/// token-major. Weight rows are the outer loop (each read once per call); every output is the
-/// same function of one weight row and one activation row, whatever `n` is.
+/// Dot product of one weight row of type `ty` with an activation row of its
+/// [`ActivationType::for_weights`] (0 for F32, which has none).
+#[inline]
+pub fn dot_quant(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> f32 {
+    match ty {
+        TensorType::Q4_0 => quant::q4_0::dot_q4_0_q8_0(w, a),
+        TensorType::Q4_1 => dot_q4_1_q8_1(w, a),
+        TensorType::Q5_0 => quant::q5_0::dot_q5_0_q8_0(w, a),
+        TensorType::Q5_1 => quant::q5_1::dot_q5_1_q8_1(w, a),
+        TensorType::Q8_0 => dot_q8_0_q8_0(w, a),
+        TensorType::Q4_K => quant::q4_k::dot_q4_k_q8_k(w, a),
+        TensorType::Q5_K => quant::q5_k::dot_q5_k_q8_k(w, a),
+        TensorType::Q6_K => quant::q6_k::dot_q6_k_q8_k(w, a),
+        TensorType::F32 => 0.0,
+    }
+}
+
+/// `out[t][o] = W[o] · a[t]` for `n` quantized activation rows, as
+/// [`quantize_activation`](crate::quant::quantize_activation) wrote them for `m`'s activation
+/// type: row `t` has `m.cols` codes in `qs`, one scale per block in `d` and
+/// [`sums_len`]`(m.cols)` f32s of sums in `s`; `out` is `n × m.rows`, token-major. Weight rows are
+/// the outer loop (each read once per call); every output is the same function of one weight
+/// row and one activation row, whatever `n` is.
 pub fn matmul_quant(m: &Matrix<'_>, qs: &[i8], d: &[f32], s: &[f32], n: usize, out: &mut [f32]) {
-    let blocks = m.cols / BLOCK;
+    let a = Rows {
+        qs,
+        d,
+        s,
+        cols: m.cols,
+    };
+    // One loop per type (the dispatch is outside the row loops).
+    match m.ty {
+        TensorType::Q4_0 => rows(m, &a, BLOCK, n, out, quant::q4_0::dot_q4_0_q8_0),
+        TensorType::Q4_1 => rows(m, &a, BLOCK, n, out, dot_q4_1_q8_1),
+        TensorType::Q5_0 => rows(m, &a, BLOCK, n, out, quant::q5_0::dot_q5_0_q8_0),
+        TensorType::Q5_1 => rows(m, &a, BLOCK, n, out, quant::q5_1::dot_q5_1_q8_1),
+        TensorType::Q8_0 => rows(m, &a, BLOCK, n, out, dot_q8_0_q8_0),
+        TensorType::Q4_K => rows(m, &a, QK_K, n, out, quant::q4_k::dot_q4_k_q8_k),
+        TensorType::Q5_K => rows(m, &a, QK_K, n, out, quant::q5_k::dot_q5_k_q8_k),
+        TensorType::Q6_K => rows(m, &a, QK_K, n, out, quant::q6_k::dot_q6_k_q8_k),
+        TensorType::F32 => out[..n * m.rows].fill(0.0),
+    }
+}
+
+/// `n` quantized activation rows of `cols` values, laid out as [`matmul_quant`] takes them.
+struct Rows<'s> {
+    qs: &'s [i8],
+    d: &'s [f32],
+    s: &'s [f32],
+    cols: usize,
+}
+
+impl<'s> Rows<'s> {
+    /// Row `t` with `block` values per scale (Q8_K's sums as i16 in `s`).
+    #[inline(always)]
+    fn row(&self, t: usize, block: usize) -> QuantRow<'s> {
+        let (cols, blocks, sums) = (self.cols, self.cols / block, sums_len(self.cols));
+        let (qs, d, s) = (
+            &self.qs[t * cols..][..cols],
+            &self.d[t * blocks..][..blocks],
+            &self.s[t * sums..][..sums],
+        );
+        if block == QK_K {
+            QuantRow::of(ActivationType::Q8_K, qs, d, s)
+        } else {
+            QuantRow {
+                qs,
+                d,
+                s,
+                bsums: &[],
+            }
+        }
+    }
+}
+
+/// The row loops of [`matmul_quant`] for one weight type's dot product `dot`.
+#[inline(always)]
+fn rows<F: Fn(&[u8], &QuantRow<'_>) -> f32>(
+    m: &Matrix<'_>,
+    a: &Rows<'_>,
+    block: usize,
+    n: usize,
+    out: &mut [f32],
+    dot: F,
+) {
     for o in 0..m.rows {
         let w = m.row(o);
         for t in 0..n {
-            let a = QuantRow {
-                qs: &qs[t * m.cols..][..m.cols],
-                d: &d[t * blocks..][..blocks],
-                s: &s[t * blocks..][..blocks],
-            };
-            out[t * m.rows + o] = match m.ty {
-                TensorType::Q4_1 => dot_q4_1_q8_1(w, &a),
-                TensorType::Q8_0 => dot_q8_0_q8_0(w, &a),
-                TensorType::F32 => 0.0,
-            };
+            out[t * m.rows + o] = dot(w, &a.row(t, block));
         }
     }
 }
@@ -223,6 +286,7 @@ mod tests {
             qs: &qs,
             d: &d,
             s: &s,
+            bsums: &[],
         };
         let mut want = 0f32;
         for b in 0..2 {
@@ -283,6 +347,7 @@ mod tests {
             qs: &qs,
             d: &d,
             s: &[0.0],
+            bsums: &[],
         };
         let sumi: i32 = (0..32).map(|j| (j as i32 - 16) * qs[j] as i32).sum();
         let want = sumi as f32 * (f16::from_f32(0.01).to_f32() * d[0]);

@@ -75,8 +75,9 @@ pub struct Llama<'a> {
 /// How the matmuls take their activation rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Activations {
-    /// Quantized per 32-block (Q8_0, or Q8_1 for Q4_1 weights) with integer dot products, as
-    /// ggml's CPU backend computes them: the model's numerics, host and board.
+    /// Quantized to each weight type's activation type (Q8_0, Q8_1, or Q8_K for the K-quants)
+    /// with integer dot products, as ggml's CPU backend computes them: the model's numerics,
+    /// host and board.
     #[default]
     Quantized,
     /// In f32, against the dequantized weights, in eight fixed lanes (a reference that does not

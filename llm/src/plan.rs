@@ -92,12 +92,13 @@ impl ScratchPlan {
     /// The plan for `config`, up to `rows` tokens per call, with a cache of `page_tokens`-token
     /// pages. Per row: the residual, the normed row and the attention output (`embed`, `embed`,
     /// `q_dim`), Q, K and V, gate and up (`ffn` each), the quantized activation row (`widest /
-    /// 4` f32s of codes plus two scales per 32-block); plus one attention scratch
-    /// (`heads × (page_tokens + 4 + 3 · head_dim)`: `edgekv::attention::scratch_len` and a rotated
-    /// query row) with room for a block of `min(rows, BLOCK_ROWS)` query rows computed together
-    /// (`edgekv::attention::block_scratch_len`: faster prefill, the same bits; see
-    /// [`with_attention_rows`](Self::with_attention_rows) for less memory). Zero rows, a model
-    /// wider than `u16` heads or sizes past `usize` are errors.
+    /// 4` f32s of codes plus two f32s per 32 values: Q8_0 / Q8_1 scales and sums, or Q8_K's
+    /// scale per 256 values and i16 sums per 16 values in the same room); plus one attention
+    /// scratch (`heads × (page_tokens + 4 + 3 · head_dim)`: `edgekv::attention::scratch_len`
+    /// and a rotated query row) with room for a block of `min(rows, BLOCK_ROWS)` query rows
+    /// computed together (`edgekv::attention::block_scratch_len`: faster prefill, the same
+    /// bits; see [`with_attention_rows`](Self::with_attention_rows) for less memory). Zero rows,
+    /// a model wider than `u16` heads or sizes past `usize` are errors.
     ///
     /// # Errors
     ///

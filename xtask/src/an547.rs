@@ -50,6 +50,20 @@ pub fn model_path(root: &Path) -> Result<PathBuf, String> {
     ))
 }
 
+/// The Gemma 3 270M model file (Q4_K_M mix), fetched into its cache outside the repository if
+/// missing (`model/fetch-gemma.sh`, which says what it downloads; `$EDGEKV_GEMMA` names another
+/// file).
+pub fn gemma_path(root: &Path) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("EDGEKV_GEMMA") {
+        return Ok(PathBuf::from(p));
+    }
+    let mut cmd = Command::new("bash");
+    cmd.arg(root.join("model/fetch-gemma.sh"));
+    Ok(PathBuf::from(
+        stdout_of(cmd, "model/fetch-gemma.sh")?.trim(),
+    ))
+}
+
 /// What `cmd` printed on stdout; its stderr goes to ours as it comes (progress, errors).
 fn stdout_of(mut cmd: Command, what: &str) -> Result<String, String> {
     let out = cmd

@@ -27,10 +27,18 @@ pub enum GgufError {
     BadAlignment(u32),
     /// A tensor with 0 or more than four dimensions.
     BadDimensions(u32),
-    /// A tensor with a zero dimension, or whose first dimension is not a multiple of its type's
-    /// block size.
+    /// A tensor with a zero dimension.
     BadShape,
-    /// A ggml tensor type this reader does not support (only F32, Q4_1 and Q8_0 are).
+    /// A tensor whose rows (first dimension) are not a whole number of its type's blocks (32
+    /// values, or 256 for the K-quants).
+    PartialBlock {
+        /// The tensor's ggml type id.
+        type_id: u32,
+        /// Its row length in values.
+        row_len: usize,
+    },
+    /// A ggml tensor type this reader does not support (it reads F32, Q4_0, Q4_1, Q5_0, Q5_1,
+    /// Q8_0, Q4_K, Q5_K and Q6_K).
     UnsupportedTensorType(u32),
     /// A tensor's data offset is not a multiple of the alignment.
     MisalignedTensor,
@@ -52,7 +60,11 @@ impl fmt::Display for GgufError {
             GgufError::Overflow => f.write_str("GGUF size computation overflows"),
             GgufError::BadAlignment(a) => write!(f, "GGUF alignment {a} is not a power of two"),
             GgufError::BadDimensions(n) => write!(f, "tensor with {n} dimensions"),
-            GgufError::BadShape => f.write_str("tensor shape is zero or not whole blocks"),
+            GgufError::BadShape => f.write_str("tensor has a zero dimension"),
+            GgufError::PartialBlock { type_id, row_len } => write!(
+                f,
+                "tensor rows of {row_len} values are not whole blocks of ggml type {type_id}"
+            ),
             GgufError::UnsupportedTensorType(t) => write!(f, "unsupported ggml tensor type {t}"),
             GgufError::MisalignedTensor => f.write_str("tensor data offset is misaligned"),
             GgufError::TensorOutOfBounds => f.write_str("tensor data lies outside the file"),

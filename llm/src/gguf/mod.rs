@@ -15,7 +15,7 @@ mod tensor;
 mod value;
 
 pub use error::GgufError;
-pub use tensor::{Tensor, TensorType};
+pub use tensor::{QK_K, Tensor, TensorType};
 pub use value::{Array, ArrayIter, MAX_NESTING, Value, ValueType};
 
 use cursor::Cursor;
@@ -281,3 +281,5 @@ const fn align_up(x: usize, a: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_types;

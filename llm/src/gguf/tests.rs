@@ -391,16 +391,45 @@ fn every_tensor_error() {
     assert_eq!(parse(&b), Err(GgufError::BadShape));
     let mut b = Builder::new();
     b.tensor("t", &[48], 3, vec![0; 40]);
-    assert_eq!(parse(&b), Err(GgufError::BadShape));
-    let mut b = Builder::new();
-    b.tensor("t", &[32], 2, vec![0; 18]);
-    assert_eq!(parse(&b), Err(GgufError::UnsupportedTensorType(2)));
+    let partial = |type_id, row_len| Err(GgufError::PartialBlock { type_id, row_len });
+    assert_eq!(parse(&b), partial(3, 48));
+    // K-quant rows are whole 256-value super-blocks: 640 values are not (Gemma 3's width).
+    for (id, bytes) in [(12, 144), (13, 176), (14, 210)] {
+        let mut b = Builder::new();
+        b.tensor("t", &[640, 2], id, vec![0; 6 * bytes]);
+        assert_eq!(parse(&b), partial(id, 640));
+        let mut b = Builder::new();
+        b.tensor("t", &[128], id, vec![0; bytes]);
+        assert_eq!(parse(&b), partial(id, 128));
+    }
+    for (id, bytes) in [(2, 18), (6, 22), (7, 24)] {
+        let mut b = Builder::new();
+        b.tensor("t", &[16], id, vec![0; bytes]);
+        assert_eq!(parse(&b), partial(id, 16));
+    }
+    // Ids ggml has but this reader does not (Q8_1, Q2_K, Q3_K, Q8_K, IQ2_XXS) or ggml lacks.
+    for id in [1, 4, 5, 9, 10, 11, 15, 16, 39, 1000] {
+        let mut b = Builder::new();
+        b.tensor("t", &[256], id, vec![0; 512]);
+        assert_eq!(parse(&b), Err(GgufError::UnsupportedTensorType(id)));
+    }
+    // Data cut one byte short of a whole K-quant tensor.
+    for (id, bytes) in [(2, 18), (6, 22), (7, 24), (12, 144), (13, 176), (14, 210)] {
+        let values = if id >= 12 { 256 } else { 32 };
+        let mut b = Builder::new();
+        b.tensor("t", &[values, 2], id, vec![0; 2 * bytes]);
+        let file = b.build();
+        let parsed = Gguf::parse(&file).unwrap();
+        assert_eq!(parsed.tensor("t").unwrap().data.len(), 2 * bytes);
+        let short = &file[..file.len() - (file.len() - parsed.data_offset() - 2 * bytes) - 1];
+        assert_eq!(
+            Gguf::parse(short).unwrap_err(),
+            GgufError::TensorOutOfBounds
+        );
+    }
     let mut b = Builder::new();
     b.tensor("t", &[u64::MAX / 2, 4], 0, vec![0; 4]);
-    assert!(matches!(
-        parse(&b),
-        Err(GgufError::Overflow | GgufError::BadShape)
-    ));
+    assert_eq!(parse(&b), Err(GgufError::Overflow));
     let mut b = Builder::new();
     b.tensor("t", &[1 << 20], 0, vec![0; 4]);
     assert_eq!(parse(&b), Err(GgufError::TensorOutOfBounds));

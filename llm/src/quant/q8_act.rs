@@ -1,45 +1,15 @@
-//! Activation quantization as ggml's reference code does it (`quantize_row_q8_0_ref`,
-//! `quantize_row_q8_1_ref`), and the f16 → f32 conversion of block scales.
+//! Activation quantization to Q8_0 and Q8_1 (32-value blocks) as ggml's reference code does it
+//! (`quantize_row_q8_0_ref`, `quantize_row_q8_1_ref`).
 //!
 //! Per 32-value block: `amax` = the largest `|x|` (kept as C's `MAX(amax, fabsf(v))` keeps it),
 //! `d = amax / 127`, `id = d ≠ 0 ? 1 / d : 0`, `q = roundf(x · id)` (half away from zero), the
 //! scale stored as `f16(d)` (round to nearest even). Q8_1 also stores `s = f16(Σq · d)`, the
-//! block sum the Q4_1 dot product uses for the weights' minimum. Scales are kept here as the
+//! block sum the Q4_1 and Q5_1 dot products use for the weights' minimum. Scales are kept as the
 //! f32 value of that f16, which is what the dot products multiply with.
 
 use half::f16;
 
-/// Values per quantization block.
-pub const BLOCK: usize = 32;
-
-/// One activation row quantized per 32-block: codes, scales (`f32` of the stored f16) and, for
-/// Q8_1, the block sums `s`.
-#[derive(Debug)]
-pub struct QuantRow<'s> {
-    /// Codes, `BLOCK` per block.
-    pub qs: &'s [i8],
-    /// Block scales `f16(d)` as f32.
-    pub d: &'s [f32],
-    /// Q8_1 block sums `f16(Σq · d)` as f32 (unused for Q8_0).
-    pub s: &'s [f32],
-}
-
-/// The f32 value of an IEEE binary16 bit pattern (exact; subnormals included; NaN stays NaN).
-/// Branch-light so that the matmul's per-block scale reads stay cheap on targets without a
-/// hardware conversion.
-#[inline(always)]
-pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h & 0x8000) as u32) << 16;
-    let rest = (h & 0x7fff) as u32;
-    if rest >= 0x7c00 {
-        // Infinity or NaN.
-        return f32::from_bits(sign | 0x7f80_0000 | ((rest & 0x3ff) << 13));
-    }
-    // Reinterpret exponent and mantissa in f32's low range, then scale by 2^112: exact for
-    // normals and subnormals alike (a multiplication by a power of two).
-    let magnitude = f32::from_bits(rest << 13) * f32::from_bits(0x7780_0000);
-    f32::from_bits(sign | magnitude.to_bits())
-}
+use super::BLOCK;
 
 /// Rounds `x` through f16 (nearest even), returned as f32.
 #[inline]
@@ -99,19 +69,6 @@ pub fn quantize_q8_1(x: &[f32], qs: &mut [i8], d: &mut [f32], s: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn f16_conversion_matches_half_on_every_pattern() {
-        for h in 0..=u16::MAX {
-            let want = f16::from_bits(h).to_f32();
-            let got = f16_to_f32(h);
-            if want.is_nan() {
-                assert!(got.is_nan(), "{h:#x}");
-            } else {
-                assert_eq!(got.to_bits(), want.to_bits(), "{h:#x}");
-            }
-        }
-    }
 
     #[test]
     fn q8_1_block_follows_the_reference_formula() {
