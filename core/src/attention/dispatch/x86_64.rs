@@ -39,18 +39,23 @@ fn portable_only() -> bool {
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn attend_page_avx2<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
-    // Whole pages of int8 (or f16) rows, query heads four at a time where the group allows,
-    // else three (SmolLM2's group): the lean page loop.
-    let whole = if l.group % 4 == 0 {
-        whole_page_rows::<Avx2F16c, F, 4>(l, keys).map(|n| (4, n))
-    } else {
-        whole_page_rows::<Avx2F16c, F, 3>(l, keys).map(|n| (3, n))
+    // Whole pages of int8 (or f16) rows, query heads in runs of the longest length up to four
+    // that divides the group: the lean page loop.
+    let whole = match l.group {
+        g if g % 4 == 0 => whole_page_rows::<Avx2F16c, F, 4>(l, keys).map(|n| (4, n)),
+        g if g % 3 == 0 => whole_page_rows::<Avx2F16c, F, 3>(l, keys).map(|n| (3, n)),
+        g if g % 2 == 0 => whole_page_rows::<Avx2F16c, F, 2>(l, keys).map(|n| (2, n)),
+        _ => whole_page_rows::<Avx2F16c, F, 1>(l, keys).map(|n| (1, n)),
     };
     match whole {
         // SAFETY: the caller's contract (AVX2 and F16C).
         Some((4, n)) => unsafe { whole_page_avx2::<4>(l, keys.kv, heads, n) },
-        // SAFETY: the caller's contract (AVX2 and F16C).
-        Some((_, n)) => unsafe { whole_page_avx2::<3>(l, keys.kv, heads, n) },
+        // SAFETY: as above.
+        Some((3, n)) => unsafe { whole_page_avx2::<3>(l, keys.kv, heads, n) },
+        // SAFETY: as above.
+        Some((2, n)) => unsafe { whole_page_avx2::<2>(l, keys.kv, heads, n) },
+        // SAFETY: as above.
+        Some((_, n)) => unsafe { whole_page_avx2::<1>(l, keys.kv, heads, n) },
         None => page::<Avx2F16c, F>(l, keys, heads),
     }
 }
@@ -167,8 +172,10 @@ pub(crate) mod tests {
                     c.write_kv(s, 0, 0, &k, &v).unwrap();
                     for params in [
                         AttentionParams::new(shape, 9),
-                        // Groups of four: whole int8 pages four heads at a time.
+                        // Groups of four, two and one: whole pages in runs of four, two, one.
                         AttentionParams::new(shape, 12),
+                        AttentionParams::new(shape, 6),
+                        AttentionParams::new(shape, 3),
                         AttentionParams::new(shape, 6).with_window(4, 40),
                     ] {
                         let n = params.q_heads as usize * hd as usize;
