@@ -236,13 +236,15 @@ impl<'a, A: PageAllocator<'a>> GroupedCache<'a, A> {
         Ok((cache.ok_or(Error::LayerOutOfRange)?, index))
     }
 
-    /// `layer`'s group and index in it ([`LayerOutOfRange`](Error::LayerOutOfRange) past the
-    /// shape's layers; one group passes every layer on, as its cache checks them).
+    /// `layer`'s group and index in it. A layer past the shape's goes to group 0 as it is
+    /// (past that group's layers too): its cache then refuses it with
+    /// [`LayerOutOfRange`](Error::LayerOutOfRange) after checking the sequence and the slices,
+    /// the errors and order of a [`KvCache`]'s.
     fn locate(&self, layer: u16) -> Result<(usize, u16)> {
         if !self.several() {
             return Ok((0, layer));
         }
-        self.config.layer_group(layer).ok_or(Error::LayerOutOfRange)
+        Ok(self.config.layer_group(layer).unwrap_or((0, layer)))
     }
 
     /// Reserved positions of a sequence (the same in every group).
