@@ -51,7 +51,7 @@ pub use cache::{InvariantViolation, KvCache, Stats};
 pub use config::{CacheConfig, GroupWindow, LayerGroup, LayerGroups, Layers, MAX_GROUPS};
 pub use error::{ConfigError, Error, Result};
 pub use format::{Element, ElementFormat, MAX_ROTATED_DIM, Rotation};
-pub use grouped::GroupedCache;
+pub use grouped::{GroupedCache, GroupedPrefixHit};
 pub use planner::{
     ArenaSizes, MAX_PAGES, META_ALIGN, MIN_ALIGN, MetaLayout, PageGeometry, Plan, Pool, PoolKind,
 };

@@ -11,9 +11,12 @@
 //! every group or, on error, none.
 
 mod lifecycle;
+mod prefix;
 mod rows;
 #[cfg(test)]
 mod tests;
+
+pub use prefix::GroupedPrefixHit;
 
 use core::mem::MaybeUninit;
 
