@@ -268,8 +268,8 @@ impl<'a, A: PageAllocator<'a>> GroupedCache<'a, A> {
             .unwrap_or(0)
     }
 
-    /// Occupancy summed over the groups: pages and bytes of every pool, evictions of all;
-    /// sequences and tokens counted once (they are the same in every group);
+    /// Occupancy summed over the groups (saturating): pages and bytes of every pool, evictions
+    /// of all; sequences and tokens counted once (they are the same in every group);
     /// `page_bytes` and `bytes_per_token` are one page id's / one position's bytes in every
     /// group together. Each group's own: [`group`](Self::group)`(g)?.stats()`.
     pub fn stats(&self) -> Stats {
@@ -280,15 +280,16 @@ impl<'a, A: PageAllocator<'a>> GroupedCache<'a, A> {
                 total.sequences = s.sequences;
                 total.tokens = s.tokens;
             }
-            total.pages_total += s.pages_total;
-            total.pages_free += s.pages_free;
-            total.pages_used += s.pages_used;
-            total.pages_cached += s.pages_cached;
-            total.pages_registered += s.pages_registered;
-            total.evictions += s.evictions;
-            total.page_bytes += s.page_bytes;
-            total.bytes_used += s.bytes_used;
-            total.bytes_per_token += s.bytes_per_token;
+            // Page counts saturate at `u16::MAX` (each group has up to that many).
+            total.pages_total = total.pages_total.saturating_add(s.pages_total);
+            total.pages_free = total.pages_free.saturating_add(s.pages_free);
+            total.pages_used = total.pages_used.saturating_add(s.pages_used);
+            total.pages_cached = total.pages_cached.saturating_add(s.pages_cached);
+            total.pages_registered = total.pages_registered.saturating_add(s.pages_registered);
+            total.evictions = total.evictions.saturating_add(s.evictions);
+            total.page_bytes = total.page_bytes.saturating_add(s.page_bytes);
+            total.bytes_used = total.bytes_used.saturating_add(s.bytes_used);
+            total.bytes_per_token = total.bytes_per_token.saturating_add(s.bytes_per_token);
         }
         total
     }
