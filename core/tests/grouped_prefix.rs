@@ -212,3 +212,44 @@ fn an_evicted_page_in_one_group_makes_the_hit_stale_in_none() {
     assert_eq!(c.seq_len(s2), Ok(0));
     assert_eq!(c.lookup(&first).unwrap().tokens, 0);
 }
+
+#[test]
+fn the_single_conversation_path_keeps_what_every_group_holds() {
+    let cfg = config();
+    // 14 tokens, 11 shared: 8 kept. 40 tokens (window 16), 37 shared: 32 kept, the window's 16
+    // positions before it still held; 21 shared: 16 kept would need positions 1..16, released.
+    let cases = [
+        (11usize, Ok(8u32)),
+        (37, Ok(32)),
+        (21, Err(Error::TruncateBeyondWindow)),
+    ];
+    for (shared, keep) in cases {
+        let first = prompt(1, if shared < 16 { 14 } else { 40 });
+        let mut second = first[..shared].to_vec();
+        second.extend(prompt(5, 6));
+        let mut a = arenas(&cfg, &PAGES);
+        let mut c = cache(&cfg, &PAGES, &mut a);
+        let s = c.create_sequence(SeqMode::Paged).unwrap();
+        prefill(&mut c, s, &first, 0, false);
+        let before: Vec<_> = (0..2).map(|g| c.group(g).unwrap().stats()).collect();
+        let got = c.reuse_prefix(s, &first, &second);
+        assert_eq!(got, keep);
+        let from = match got {
+            Ok(kept) => kept,
+            Err(_) => {
+                // Nothing changed; starting over is always possible.
+                let after: Vec<_> = (0..2).map(|g| c.group(g).unwrap().stats()).collect();
+                assert_eq!(after, before);
+                assert_eq!(c.seq_len(s), Ok(first.len() as u32));
+                c.truncate(s, 0).unwrap();
+                0
+            }
+        };
+        prefill(&mut c, s, &second, from, false);
+        let mut b = arenas(&cfg, &PAGES);
+        let mut cold = cache(&cfg, &PAGES, &mut b);
+        let t = cold.create_sequence(SeqMode::Paged).unwrap();
+        prefill(&mut cold, t, &second, 0, false);
+        assert_eq!(observe(&c, s), observe(&cold, t));
+    }
+}

@@ -9,7 +9,7 @@ use super::GroupedCache;
 use crate::alloc::PageAllocator;
 use crate::config::MAX_GROUPS;
 use crate::error::{Error, Result};
-use crate::prefix::PrefixHit;
+use crate::prefix::{PrefixHit, common_prefix_len, reuse_boundary};
 use crate::sequence::SeqId;
 
 /// What [`GroupedCache::lookup`] found: the tokens every group can reuse, and each group's hit
@@ -107,5 +107,28 @@ impl<'a, A: PageAllocator<'a>> GroupedCache<'a, A> {
             published = published.saturating_add(c.commit_prompt(seq, prompt)?);
         }
         Ok(published)
+    }
+
+    /// The single-conversation path (see [`KvCache::reuse_prefix`](crate::KvCache::reuse_prefix)):
+    /// keeps the longest common prefix of `held` and `prompt` that lies in the committed prompt,
+    /// aligned down to the chunk size and below `prompt.len()`, truncating the sequence there in
+    /// every group; returns the positions kept.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence); [`PromptMismatch`](Error::PromptMismatch)
+    /// when `held` is longer than the sequence;
+    /// [`TruncateBeyondWindow`](Error::TruncateBeyondWindow) when a windowed group released
+    /// positions a query at the kept length would see (nothing changed: start over from 0).
+    pub fn reuse_prefix(&mut self, seq: SeqId, held: &[u32], prompt: &[u32]) -> Result<u32> {
+        let info = self.first()?.sequence(seq)?;
+        if held.len() > info.len as usize {
+            return Err(Error::PromptMismatch);
+        }
+        let common = common_prefix_len(held, prompt).min(info.prompt as usize) as u32;
+        let len = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
+        let keep = reuse_boundary(common, len, self.config.chunk());
+        self.truncate(seq, keep)?;
+        Ok(keep)
     }
 }
