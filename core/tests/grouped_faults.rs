@@ -1,10 +1,12 @@
 //! Running out of pages in one group at every possible point: a grouped cache of three groups
 //! (two windowed with different windows, sinks and rollback, one global) is built so that after
 //! a scenario group `g` has exactly `k` pages left and the others plenty, for every `g` and
-//! every `k` from 0 to past what the call needs; then reserve, fork and copy-on-write writes run.
-//! A call that fails must fail with `OutOfPages` and leave every group exactly as it was (pool
-//! counts, every page's state, page tables, every readable row's bits); one that succeeds leaves
-//! the invariants holding; and a call that succeeds with `k` pages succeeds with more.
+//! every `k` from 0 to past what the call needs, with or without cached pages of a published
+//! prompt among those `k` (evicted first by allocations); then reserve, fork and copy-on-write
+//! writes run. A call that fails must fail with `OutOfPages` and leave every group exactly as it
+//! was (pool counts, evictions, every page's state, page tables, every readable row's bits, the
+//! prefix indexes' hits); one that succeeds leaves the invariants holding; and a call that
+//! succeeds with `k` pages succeeds with more.
 
 use edgekv::{
     CacheConfig, ElementFormat, Error, FreeList, GroupWindow, GroupedCache, HeapArena, Kv,
@@ -71,6 +73,8 @@ struct State {
     tables: Vec<Vec<u16>>,
     lens: Vec<Result<u32, Error>>,
     rows: Vec<Option<Vec<u32>>>,
+    /// Tokens of the cached prompt every group can still reuse, and each group's.
+    lookup: (u32, Vec<u32>),
 }
 
 fn state(c: &GroupedCache<'_>, seqs: &[SeqId]) -> State {
@@ -112,12 +116,26 @@ fn state(c: &GroupedCache<'_>, seqs: &[SeqId]) -> State {
             .collect(),
         lens: seqs.iter().map(|&s| c.seq_len(s)).collect(),
         rows,
+        lookup: {
+            let hit = c.lookup(&old_prompt()).unwrap();
+            (
+                hit.tokens,
+                (0..3).map(|g| hit.group(g).unwrap().tokens).collect(),
+            )
+        },
     }
 }
 
 /// The scenario: `a` of 10 positions, a fork `child` truncated into a shared page, and `b`
 /// grown to 30 positions (its windowed groups released pages). Returns `[a, child, b]`.
-fn scenario(c: &mut GroupedCache<'_>) -> Vec<SeqId> {
+fn scenario(c: &mut GroupedCache<'_>, cached: bool) -> Vec<SeqId> {
+    if cached {
+        // A published prompt of 8 positions whose pages stay cached (evictable) in every group.
+        let old = c.create_sequence(SeqMode::Paged).unwrap();
+        push(c, old, 8, 9).unwrap();
+        c.commit_prompt(old, &old_prompt()[..8]).unwrap();
+        c.free_sequence(old).unwrap();
+    }
     let a = c.create_sequence(SeqMode::Paged).unwrap();
     push(c, a, 10, 1).unwrap();
     let child = c.fork(a).unwrap();
@@ -129,12 +147,17 @@ fn scenario(c: &mut GroupedCache<'_>) -> Vec<SeqId> {
     vec![a, child, b]
 }
 
+/// The prompt of the cached sequence (one token past its 8 positions, for lookups).
+fn old_prompt() -> Vec<u32> {
+    (0..9).map(|t| 700 + t).collect()
+}
+
 /// Pages each group uses after the scenario.
-fn scenario_use() -> Vec<usize> {
+fn scenario_use(cached: bool) -> Vec<usize> {
     let cfg = config();
     let (mut data, mut meta) = arenas(&[PLENTY; 3], &cfg);
     let mut c = cache(&[PLENTY; 3], &cfg, &mut data, &mut meta);
-    scenario(&mut c);
+    scenario(&mut c, cached);
     (0..3)
         .map(|g| c.group(g).unwrap().stats().pages_used as usize)
         .collect()
@@ -158,48 +181,61 @@ fn cache<'a>(
     GroupedCache::with_pages(*cfg, pages, data.as_uninit_mut(), meta.as_uninit_mut()).unwrap()
 }
 
-/// Runs `op` with group `g` left `k` pages for every `g` and `k` (the edges only under Miri).
-/// Returns, per group, the fewest pages with which `op` succeeded.
+/// Runs `op` with group `g` left `k` pages for every `g` and `k` (the edges only under Miri),
+/// with and without cached pages among them (with only, under Miri). Returns, per group, the
+/// fewest pages with which `op` succeeded (the same either way: cached pages are available).
 fn exhaust(
     what: &str,
     op: impl Fn(&mut GroupedCache<'_>, &[SeqId]) -> Result<(), Error>,
 ) -> Vec<usize> {
     let cfg = config();
-    let used = scenario_use();
-    let mut needs = Vec::new();
-    for g in 0..3 {
-        let levels: Vec<usize> = if cfg!(miri) {
-            vec![0, 1, 3]
-        } else {
-            (0..=8).collect()
-        };
-        let mut first_ok = None;
-        for k in levels {
-            let mut pages = [PLENTY; 3];
-            pages[g] = used[g] + k;
-            let (mut data, mut meta) = arenas(&pages, &cfg);
-            let mut c = cache(&pages, &cfg, &mut data, &mut meta);
-            let seqs = scenario(&mut c);
-            assert_eq!(c.group(g).unwrap().pool().available(), k);
-            let before = state(&c, &seqs);
-            match op(&mut c, &seqs) {
-                Err(e) => {
-                    assert_eq!(e, Error::OutOfPages, "{what}: group {g}, {k} pages");
-                    assert!(
-                        first_ok.is_none(),
-                        "{what}: group {g} failed with {k} pages after succeeding with fewer"
-                    );
-                    assert_eq!(state(&c, &seqs), before, "{what}: group {g}, {k} pages");
-                }
-                Ok(()) => {
-                    first_ok.get_or_insert(k);
-                    state(&c, &seqs); // invariants hold
+    let mixes: &[bool] = if cfg!(miri) { &[true] } else { &[false, true] };
+    let mut all = Vec::new();
+    for &cached in mixes {
+        let used = scenario_use(cached);
+        let mut needs = Vec::new();
+        for g in 0..3 {
+            let levels: Vec<usize> = if cfg!(miri) {
+                vec![0, 1, 3]
+            } else {
+                (0..=8).collect()
+            };
+            let mut first_ok = None;
+            for k in levels {
+                let mut pages = [PLENTY; 3];
+                pages[g] = used[g] + k;
+                let (mut data, mut meta) = arenas(&pages, &cfg);
+                let mut c = cache(&pages, &cfg, &mut data, &mut meta);
+                let seqs = scenario(&mut c, cached);
+                assert_eq!(c.group(g).unwrap().pool().available(), k);
+                let before = state(&c, &seqs);
+                let at = format!("{what}: group {g}, {k} pages, cached {cached}");
+                match op(&mut c, &seqs) {
+                    Err(e) => {
+                        assert_eq!(e, Error::OutOfPages, "{at}");
+                        assert!(
+                            first_ok.is_none(),
+                            "{at}: failed after succeeding with fewer"
+                        );
+                        assert_eq!(state(&c, &seqs), before, "{at}");
+                    }
+                    Ok(()) => {
+                        first_ok.get_or_insert(k);
+                        state(&c, &seqs); // invariants hold
+                    }
                 }
             }
+            needs.push(first_ok.unwrap_or(usize::MAX));
         }
-        needs.push(first_ok.unwrap_or(usize::MAX));
+        all.push(needs);
     }
-    needs
+    if all.len() == 2 {
+        assert_eq!(
+            all[0], all[1],
+            "{what}: needs with and without cached pages"
+        );
+    }
+    all.swap_remove(0)
 }
 
 #[test]
@@ -264,8 +300,22 @@ fn a_copy_on_write_write_touches_only_its_group() {
 
 #[test]
 fn the_scenario_uses_every_group() {
-    let used = scenario_use();
+    let used = scenario_use(false);
     // Global: a 3 pages (the child shares 2 of them), b 8 pages.
     assert_eq!(used[1], 3 + 8);
     assert!(used[0] < used[1] && used[2] < used[1], "{used:?}");
+    assert_eq!(scenario_use(true), used);
+    // With 2 pages left in the global group, the cached prompt's 2 pages are those 2 (its 8
+    // tokens reusable); with 1, the least recently cached (its second: a free releases the
+    // last page first) was evicted, and its first 4 tokens are still reusable.
+    let cfg = config();
+    for (k, cached, hit) in [(2, 2, 8), (1, 1, 4)] {
+        let mut pages = [PLENTY; 3];
+        pages[1] = used[1] + k;
+        let (mut data, mut meta) = arenas(&pages, &cfg);
+        let mut c = cache(&pages, &cfg, &mut data, &mut meta);
+        scenario(&mut c, true);
+        assert_eq!(c.group(1).unwrap().stats().pages_cached, cached);
+        assert_eq!(c.lookup(&old_prompt()).unwrap().tokens, hit);
+    }
 }
