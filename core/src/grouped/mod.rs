@@ -32,9 +32,11 @@ use crate::sequence::SeqId;
 /// `grouped`): one [`KvCache`] per group, one sequence handle for all of them. A windowed
 /// group releases its pages as positions leave its window, while global groups keep theirs.
 ///
-/// Every method that returns `Err` leaves every group exactly as it was. Reserve, fork and
-/// truncate check every group before changing any; free, create and the per-layer calls cannot
-/// fail half-way.
+/// Every method that returns `Err` leaves every group exactly as it was: reserve, fork,
+/// truncate, free, [`commit_prompt`](Self::commit_prompt), [`attach`](Self::attach) and
+/// [`reuse_prefix`](Self::reuse_prefix) check every group (with the checks of the group
+/// cache's own call) before changing any; create cannot fail in one group only (the groups
+/// have the same free slots); a per-layer call changes one group, all or nothing.
 ///
 /// A configuration of one group is a [`KvCache`] behind this type: every call goes to it
 /// unchanged (the same pages, the same bits), contiguous sequences included. Over several
