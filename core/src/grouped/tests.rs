@@ -364,3 +364,43 @@ fn bad_configurations_and_arenas_are_refused() {
     let misaligned = GroupedCache::<FreeList>::with_pages(cfg, &[16, 40], &mut d[8..], m).err();
     assert_eq!(misaligned, Some(ConfigError::MisalignedArena));
 }
+
+/// The configuration of [`grouped_cfg`], as a constant.
+const CFG: CacheConfig = CacheConfig::new(SHAPE)
+    .with_page_tokens(P as u16)
+    .with_sequences(4, 256)
+    .with_window(GroupWindow::new(8, 0))
+    .with_group(
+        LayerGroup::new(Layers::Every {
+            period: 2,
+            first: 1,
+        })
+        .with_formats(ElementFormat::Q8_0, ElementFormat::Q8_0),
+    );
+
+/// Planned at compile time: the arenas below are sized by it.
+const PLAN: GroupedPlan = match GroupedCache::<FreeList>::plan_pages(&CFG, &[16, 40]) {
+    Ok(p) => p,
+    Err(_) => panic!("plan"),
+};
+
+#[test]
+fn arenas_are_sized_at_compile_time() {
+    assert_eq!(CFG, grouped_cfg());
+    let mut data = crate::ArenaBuf::<{ PLAN.data_bytes }>::new();
+    let mut meta = crate::ArenaBuf::<{ PLAN.meta_bytes }>::new();
+    let mut c: GroupedCache =
+        GroupedCache::with_pages(CFG, &[16, 40], data.as_uninit_mut(), meta.as_uninit_mut())
+            .unwrap();
+    assert_eq!(c.grouped_plan(), &PLAN);
+    assert_eq!(PLAN.data_offset(1), Some(PLAN.group(0).unwrap().data_bytes));
+    let s = c.create_sequence(SeqMode::Paged).unwrap();
+    push(&mut c, s, 12).unwrap();
+    invariants(&c);
+    // One byte short of either arena is refused.
+    let mut small = crate::ArenaBuf::<{ PLAN.meta_bytes }>::new();
+    let mut d2 = crate::ArenaBuf::<{ PLAN.data_bytes }>::new();
+    let short = &mut small.as_uninit_mut()[..PLAN.meta_bytes - 8];
+    let err = GroupedCache::<FreeList>::with_pages(CFG, &[16, 40], d2.as_uninit_mut(), short);
+    assert_eq!(err.err(), Some(ConfigError::ArenaTooSmall));
+}
