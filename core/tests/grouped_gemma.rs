@@ -4,7 +4,8 @@
 //! `context_tokens` (≥ 2.5× the all-global layout's), attends at its end in a windowed and a
 //! global layer, and its windowed group never holds more than ⌈(512 + 16 − 1) / 16⌉ + 1 = 34
 //! pages. A grouped cache's attention equals, bit for bit, a one-group cache's over the same
-//! rows.
+//! rows. With q4_0 windowed and q8_0 global layers and a rollback of 32, the sequence fills its
+//! 1,040 tokens, truncates back by the rollback in every group (not further) and decodes on.
 
 use edgekv::attention::AttentionParams;
 use edgekv::{
@@ -255,4 +256,81 @@ fn grouped_attention_equals_a_one_group_cache_bit_for_bit() {
         }
     }
     assert!(held(&c, 0, seq) <= 34);
+}
+
+#[test]
+fn mixed_formats_and_rollback_at_gemmas_shape() {
+    // q4_0 in the windowed layers, q8_0 in the global ones; 32 positions of rollback.
+    let q4 = ElementFormat::Q4_0;
+    let window = GroupWindow {
+        window: WINDOW,
+        sinks: 0,
+        rollback: 32,
+    };
+    let cfg = CacheConfig::new(GEMMA)
+        .with_formats(q4, q4)
+        .with_sequences(1, 32768)
+        .with_window(window)
+        .with_group(
+            LayerGroup::new(Layers::Every {
+                period: 6,
+                first: 5,
+            })
+            .with_formats(ElementFormat::Q8_0, ElementFormat::Q8_0),
+        );
+    let plan = GroupedCache::<FreeList>::plan(&cfg, MIB4).unwrap();
+    let global = GroupedCache::<FreeList>::plan(&cfg.without_windows(), MIB4).unwrap();
+    let bound = window.pages_per_sequence(P, P).unwrap();
+    assert_eq!(plan.group(0).unwrap().num_pages as usize, bound);
+    // The q8_0 global group is the limit now: 65 of its pages, 1,040 tokens.
+    assert_eq!(plan.context_tokens, 1040);
+    assert!(plan.context_tokens > global.context_tokens);
+    let (mut data, mut meta) = arenas(MIB4, plan.meta_bytes);
+    let (d, m) = (data.as_uninit_mut(), meta.as_uninit_mut());
+    let mut c: GroupedCache = GroupedCache::new(cfg, d, m).unwrap();
+    let seq = c.create_sequence(SeqMode::Paged).unwrap();
+    let context = plan.context_tokens;
+    let mut len = 0;
+    while len < context {
+        let n = P.min(context - len);
+        assert_eq!(c.reserve(seq, n), Ok(len));
+        for layer in 0..GEMMA.layers {
+            let (k, v) = (rows(layer, Kv::K, len, n), rows(layer, Kv::V, len, n));
+            c.write_kv(seq, layer, len, &k, &v).unwrap();
+        }
+        len += n;
+        assert!(held(&c, 0, seq) <= bound);
+    }
+    let mut scratch = vec![0u16; 512];
+    c.check_invariants(&mut scratch).unwrap();
+    // Back by the rollback: allowed in every group; further back than the window keeps:
+    // refused, in every group.
+    let before = c.stats();
+    assert_eq!(
+        c.truncate(seq, context - 600),
+        Err(Error::TruncateBeyondWindow)
+    );
+    assert_eq!(c.stats(), before);
+    assert_eq!(c.group(1).unwrap().seq_len(seq), Ok(context));
+    c.truncate(seq, context - 32).unwrap();
+    assert_eq!(c.group(1).unwrap().seq_len(seq), Ok(context - 32));
+    // And decode on from there: attention in a windowed and a global layer.
+    assert_eq!(c.reserve(seq, 1), Ok(context - 32));
+    let t = context - 32;
+    for layer in 0..GEMMA.layers {
+        let (k, v) = (rows(layer, Kv::K, t, 1), rows(layer, Kv::V, t, 1));
+        c.write_kv(seq, layer, t, &k, &v).unwrap();
+    }
+    let params = AttentionParams::new(GEMMA, Q_HEADS);
+    let mut s = vec![0f32; c.scratch_len(Q_HEADS)];
+    for (layer, window) in [(3u16, Some(WINDOW)), (11, None)] {
+        let mut out = vec![0f32; Q_HEADS as usize * HD];
+        c.attention(seq, layer, t, &query(t), &mut out, &params, &mut s)
+            .unwrap();
+        let want = reference(&c, seq, layer, t, window);
+        for (&o, &w) in out.iter().zip(&want) {
+            assert!((o as f64 - w).abs() < 1e-4, "layer {layer}: {o} vs {w}");
+        }
+    }
+    c.check_invariants(&mut scratch).unwrap();
 }
