@@ -12,6 +12,8 @@
 //! - [`ArenaBuf`] / `HeapArena`: caller-supplied memory.
 //! - [`PagePool`] with a pluggable [`PageAllocator`] ([`FreeList`], [`Bitmap`]).
 //! - [`KvCache`]: sequences, page tables, row I/O, fork, truncate, contiguous mode.
+//! - [`GroupedCache`]: one [`KvCache`] per layer group (e.g. windowed and global layers), one
+//!   sequence handle for all, every per-sequence call all or nothing across groups.
 //! - [`attention`]: causal GQA attention straight from pages, sliding window with sinks.
 //! - [`prefix`]: common-prefix matcher, chunk planner, verified prefix index and reuse.
 //! - [`snapshot`]: a sequence's KV saved to flash with a CRC and restored bit for bit.
@@ -29,6 +31,7 @@ mod cache;
 mod config;
 mod error;
 mod format;
+mod grouped;
 mod numeric;
 pub mod planner;
 mod pool;
@@ -48,6 +51,7 @@ pub use cache::{InvariantViolation, KvCache, Stats};
 pub use config::{CacheConfig, GroupWindow, LayerGroup, LayerGroups, Layers, MAX_GROUPS};
 pub use error::{ConfigError, Error, Result};
 pub use format::{Element, ElementFormat, MAX_ROTATED_DIM, Rotation};
+pub use grouped::{GroupedCache, GroupedPrefixHit};
 pub use planner::{
     ArenaSizes, MAX_PAGES, META_ALIGN, MIN_ALIGN, MetaLayout, PageGeometry, Plan, Pool, PoolKind,
 };

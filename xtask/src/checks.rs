@@ -622,6 +622,14 @@ fn miri() -> Result<(), String> {
         // every step.
         "--skip",
         "cache::window_tests::",
+        // Grouped caches (safe code): a one-group cache checked call for call against a
+        // `KvCache` with attention, and fifty appends with invariants (together about 140 s of
+        // the grouped unit tests' 190 s). `grouped_model`'s Miri run below drives the same
+        // routing, windows and all-or-nothing paths.
+        "--skip",
+        "grouped::tests::one_group_is_a_kv_cache_call_for_call",
+        "--skip",
+        "grouped::tests::layers_reach_their_groups_and_windows_release_pages",
         "--skip",
         "prefix::matcher::tests::agrees_with_the_naive_loop",
         "--skip",
@@ -647,6 +655,9 @@ fn miri() -> Result<(), String> {
         "prefix_reuse",
         "--test",
         "snapshot",
+        // The grouped cache's model test: 8 cases of 12 operations under Miri (about 50 s).
+        "--test",
+        "grouped_model",
         // Two fill-level sweeps of `reserve` (145 s together under Miri); the other four sweeps
         // in `faults` run the same allocation and rollback paths.
         "--",

@@ -3,7 +3,7 @@
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator, PageId};
 use crate::error::{Error, Result};
-use crate::sequence::{SeqId, SeqMode};
+use crate::sequence::{SeqId, SeqMode, SeqRecord};
 
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Creates an empty sequence.
@@ -61,6 +61,39 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     pub fn reserve(&mut self, seq: SeqId, n: u32) -> Result<u32> {
         let slot = self.seqs.slot(seq)?;
         let rec = *self.seqs.record(slot);
+        let step = self.reserve_step(slot, n)?;
+        let held = rec.held as usize;
+        if Self::contiguous(&rec) {
+            // Contiguous sequences never share pages: nothing to copy.
+            if step.need > held {
+                self.grow_contiguous(slot, step.need)?;
+            }
+        } else {
+            self.apply_window_release(slot, step.release);
+            if step.copy {
+                // Cannot fail: availability checked in `reserve_step`.
+                self.make_writable(slot, rec.len, 1)?;
+            }
+            if step.need > held {
+                // Cannot fail either (a copy frees at least as much as it takes).
+                self.alloc_into_table(slot, held, step.need)?;
+            }
+        }
+        self.seqs.record_mut(slot).len = step.new_len;
+        Ok(rec.len)
+    }
+
+    /// Checks a [`reserve`](Self::reserve) of `n` positions without changing anything: `Ok`
+    /// means it succeeds, for a paged sequence (a contiguous one may still fail to find a run).
+    pub(crate) fn check_reserve(&self, seq: SeqId, n: u32) -> Result<()> {
+        let slot = self.seqs.slot(seq)?;
+        self.reserve_step(slot, n).map(|_| ())
+    }
+
+    /// What reserving `n` more positions of `slot` takes, with every check of
+    /// [`reserve`](Self::reserve) but a contiguous run's.
+    fn reserve_step(&self, slot: usize, n: u32) -> Result<ReserveStep> {
+        let rec = *self.seqs.record(slot);
         // Past `max_seq_tokens` is `SequenceFull`, however far past (even past `u32::MAX`).
         let new_len = rec
             .len
@@ -71,38 +104,33 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         if need > self.plan.table_len {
             return Err(Error::OutOfPages);
         }
-        let held = rec.held as usize;
         if Self::contiguous(&rec) {
-            // Contiguous sequences never share pages: nothing to copy.
-            if need > held {
-                self.grow_contiguous(slot, need)?;
-            }
-        } else {
-            // The tail page the first new positions land in, if it is shared or published.
-            let copy = n > 0 && self.needs_copy(slot, rec.len as usize / self.page_len());
-            let new = need.saturating_sub(held);
-            // A configured window releases the pages leaving it first, so they can be reused.
-            let release = if n > 0 {
-                self.window_release(slot)
-            } else {
-                None
-            };
-            let frees = release.map_or(0, |r| r.2);
-            if new + usize::from(copy) > self.pool.available() + frees {
-                return Err(Error::OutOfPages);
-            }
-            self.apply_window_release(slot, release);
-            if copy {
-                // Cannot fail: availability checked above.
-                self.make_writable(slot, rec.len, 1)?;
-            }
-            if new > 0 {
-                // Cannot fail either (a copy frees at least as much as it takes).
-                self.alloc_into_table(slot, held, need)?;
-            }
+            return Ok(ReserveStep {
+                new_len,
+                need,
+                copy: false,
+                release: None,
+            });
         }
-        self.seqs.record_mut(slot).len = new_len;
-        Ok(rec.len)
+        // The tail page the first new positions land in, if it is shared or published.
+        let copy = n > 0 && self.needs_copy(slot, rec.len as usize / self.page_len());
+        let new = need.saturating_sub(rec.held as usize);
+        // A configured window releases the pages leaving it first, so they can be reused.
+        let release = if n > 0 {
+            self.window_release(slot)
+        } else {
+            None
+        };
+        let frees = release.map_or(0, |r| r.2);
+        if new + usize::from(copy) > self.pool.available() + frees {
+            return Err(Error::OutOfPages);
+        }
+        Ok(ReserveStep {
+            new_len,
+            need,
+            copy,
+            release,
+        })
     }
 
     /// Allocates pages for table entries `[from, to)` of a paged sequence and sets `held = to`.
@@ -154,10 +182,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             self.seqs.record_mut(child).prompt = rec.prompt;
             return Ok(id);
         }
+        self.fork_pages_check(&rec)?;
         let full = rec.len as usize / self.config.page_tokens as usize;
-        if held > full && self.pool.available() == 0 {
-            return Err(Error::OutOfPages);
-        }
         for i in 0..full {
             let page = *self.seqs.entry_mut(parent, i);
             if page != NO_PAGE {
@@ -188,6 +214,26 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         Ok(id)
     }
 
+    /// Checks a [`fork`](Self::fork) of `seq` without changing anything: `Ok` means it
+    /// succeeds, for a paged sequence (a contiguous one may still fail to find a run).
+    pub(crate) fn check_fork(&self, seq: SeqId) -> Result<()> {
+        let rec = *self.seqs.record(self.seqs.slot(seq)?);
+        self.seqs.free_slot()?;
+        if Self::contiguous(&rec) {
+            return Ok(());
+        }
+        self.fork_pages_check(&rec)
+    }
+
+    /// A paged fork of `rec` needs one page for the copy of a partial tail page.
+    fn fork_pages_check(&self, rec: &SeqRecord) -> Result<()> {
+        let full = rec.len as usize / self.config.page_tokens as usize;
+        if rec.held as usize > full && self.pool.available() == 0 {
+            return Err(Error::OutOfPages);
+        }
+        Ok(())
+    }
+
     /// Drops one reference to the page of each table entry in `entries` of `slot`, last first,
     /// skipping entries released by `slide` (the held count is the caller's business).
     pub(super) fn release_entries(&mut self, slot: usize, entries: core::ops::Range<usize>) {
@@ -210,7 +256,26 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     pub fn truncate(&mut self, seq: SeqId, len: u32) -> Result<()> {
         let slot = self.seqs.slot(seq)?;
         let rec = *self.seqs.record(slot);
-        if len > rec.len {
+        self.truncate_step(slot, len)?;
+        if !Self::contiguous(&rec) {
+            let keep = self.pages_for(len);
+            self.release_tail(slot, keep);
+        }
+        let r = self.seqs.record_mut(slot);
+        r.len = len;
+        r.prompt = r.prompt.min(len);
+        Ok(())
+    }
+
+    /// Checks a [`truncate`](Self::truncate) of `seq` to `len` without changing anything: `Ok`
+    /// means it succeeds.
+    pub(crate) fn check_truncate(&self, seq: SeqId, len: u32) -> Result<()> {
+        self.truncate_step(self.seqs.slot(seq)?, len)
+    }
+
+    /// The checks of [`truncate`](Self::truncate), in its order.
+    fn truncate_step(&self, slot: usize, len: u32) -> Result<()> {
+        if len > self.seqs.record(slot).len {
             return Err(Error::TruncateBeyondLength);
         }
         if !self.window_keeps(slot, len) {
@@ -222,13 +287,15 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             // The new last page was released by `slide`: appending could not continue there.
             return Err(Error::PositionOutOfRange);
         }
-        if !Self::contiguous(&rec) {
-            let keep = self.pages_for(len);
-            self.release_tail(slot, keep);
-        }
-        let r = self.seqs.record_mut(slot);
-        r.len = len;
-        r.prompt = r.prompt.min(len);
         Ok(())
     }
+}
+
+/// What a [`KvCache::reserve`] takes: the new length and page count, whether the tail page is
+/// copied first, and the window's release.
+struct ReserveStep {
+    new_len: u32,
+    need: usize,
+    copy: bool,
+    release: Option<(crate::attention::Window, u32, usize)>,
 }

@@ -77,7 +77,7 @@ static EPOCH: AtomicU32 = AtomicU32::new(0);
 /// A new cache instance's epoch: distinct from every other one of this process until the 32-bit
 /// counter wraps (never 0). Without atomic read-modify-write (Armv6-M) the counter is a load and
 /// a store: create caches from one execution context there.
-fn next_epoch() -> u32 {
+pub(crate) fn next_epoch() -> u32 {
     #[cfg(target_has_atomic = "32")]
     let prev = EPOCH.fetch_add(1, Ordering::Relaxed);
     #[cfg(not(target_has_atomic = "32"))]
@@ -158,6 +158,19 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         data: &'a mut [MaybeUninit<u8>],
         meta: &'a mut [MaybeUninit<u8>],
     ) -> Result<Self, ConfigError> {
+        Self::with_plan_epoch(config, plan, data, meta, next_epoch())
+    }
+
+    /// A cache of `plan` (one of `config`'s) over `data` and `meta`, whose handles carry
+    /// `epoch`: the caches of one grouped cache share theirs, so that one handle names a
+    /// sequence in each.
+    pub(crate) fn with_plan_epoch(
+        config: CacheConfig,
+        plan: Plan,
+        data: &'a mut [MaybeUninit<u8>],
+        meta: &'a mut [MaybeUninit<u8>],
+        epoch: u32,
+    ) -> Result<Self, ConfigError> {
         if data.as_ptr() as usize % config.align != 0 || meta.as_ptr() as usize % META_ALIGN != 0 {
             return Err(ConfigError::MisalignedArena);
         }
@@ -225,7 +238,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             data,
             pool,
             index,
-            seqs: SeqSet::new(records, tables, plan.table_len, next_epoch()),
+            seqs: SeqSet::new(records, tables, plan.table_len, epoch),
             hasher: page_hash,
         })
     }
@@ -309,6 +322,11 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// The data arena's address (for address maps and device descriptors).
     pub fn data_ptr(&self) -> *const u8 {
         self.data.as_ptr()
+    }
+
+    /// Every sequence record, by slot (for a grouped cache's checks).
+    pub(crate) fn seq_records(&self) -> &[SeqRecord] {
+        self.seqs.records()
     }
 
     // ---- internal helpers ----

@@ -50,8 +50,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             let pages = (len / self.config.chunk() * self.config.chunk()) as usize
                 / self.config.page_tokens as usize;
             // Check everything first, then change: all or nothing.
-            self.publish(slot, prompt, pages, false)?;
-            published = self.publish(slot, prompt, pages, true)?;
+            self.publish_check(slot, prompt, pages)?;
+            published = self.publish(slot, prompt, pages)?;
         }
         self.seqs.record_mut(slot).prompt = len;
         Ok(published)
@@ -81,12 +81,12 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
 
     /// Walks the first `pages` pages of a sequence's table against `prompt`: a registered page
     /// must hold these tokens under the chain so far; an unregistered one is published unless an
-    /// equal page already is (`apply == false` only checks). Returns the pages published.
-    fn publish(&mut self, slot: usize, prompt: &[u32], pages: usize, apply: bool) -> Result<u16> {
+    /// equal page already is. Returns the pages published. Checked first by
+    /// [`publish_check`](Self::publish_check), which walks the same way.
+    fn publish(&mut self, slot: usize, prompt: &[u32], pages: usize) -> Result<u16> {
         let p = self.config.page_tokens as usize;
         let mut prev_hash = self.config.namespace;
         let mut parent = root_link(self.config.namespace);
-        let mut simulated = 0u64;
         let mut published = 0u16;
         for i in 0..pages {
             let tokens = prompt
@@ -107,19 +107,50 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             } else if let Some(equal) = index.find(hash, parent, tokens) {
                 parent = index.reg(equal);
             } else {
-                parent = if apply {
-                    self.register_page(page, hash, parent, tokens)?
-                } else {
-                    // A placeholder no existing entry names as parent (registration ids count
-                    // up from 1, root links have the top bit set).
-                    simulated += 1;
-                    (1 << 62) + simulated
-                };
+                parent = self.register_page(page, hash, parent, tokens)?;
                 published += 1;
             }
             prev_hash = hash;
         }
         Ok(published)
+    }
+
+    /// [`publish`](Self::publish)'s walk without registering: `Ok` means it succeeds.
+    fn publish_check(&self, slot: usize, prompt: &[u32], pages: usize) -> Result<()> {
+        let p = self.config.page_tokens as usize;
+        let mut prev_hash = self.config.namespace;
+        let mut parent = root_link(self.config.namespace);
+        let mut simulated = 0u64;
+        let table = self.seqs.table(slot);
+        for i in 0..pages {
+            let tokens = prompt
+                .get(i * p..(i + 1) * p)
+                .ok_or(Error::PromptMismatch)?;
+            let hash = (self.hasher)(prev_hash, tokens);
+            let page = table.get(i).copied().unwrap_or(NO_PAGE);
+            if page == NO_PAGE {
+                break;
+            }
+            let index = &self.index;
+            if let Some(entry) = index.entry(page) {
+                if entry.parent != parent || index.tokens(page) != tokens {
+                    return Err(Error::PromptMismatch);
+                }
+                parent = index.reg(page);
+            } else if let Some(equal) = index.find(hash, parent, tokens) {
+                parent = index.reg(equal);
+            } else {
+                if !self.pool.registrable(page) || tokens.len() != index.tokens(page).len() {
+                    return Err(Error::InvalidPage);
+                }
+                // A placeholder no existing entry names as parent (registration ids count up
+                // from 1, root links have the top bit set).
+                simulated += 1;
+                parent = (1 << 62) + simulated;
+            }
+            prev_hash = hash;
+        }
+        Ok(())
     }
 
     /// Looks up the longest published prefix of `prompt` that may be reused: verified page by
@@ -169,26 +200,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// hit does not belong to this prompt.
     pub fn attach(&mut self, seq: SeqId, hit: &PrefixHit, prompt: &[u32]) -> Result<u32> {
         let slot = self.seqs.slot(seq)?;
-        let rec = *self.seqs.record(slot);
-        if Self::contiguous(&rec) {
-            return Err(Error::NotPaged);
-        }
-        if rec.len != 0 || rec.held != 0 {
-            return Err(Error::SequenceNotEmpty);
-        }
-        if !self.index.enabled() {
-            return Err(Error::NoPrefixIndex);
-        }
-        let pages = hit.pages as usize;
+        let pages = self.attach_precheck(slot, hit, prompt)?;
         let p = self.config.page_tokens as usize;
         if pages == 0 {
             return Ok(0);
-        }
-        if pages > self.plan.table_len
-            || pages * p >= prompt.len()
-            || hit.tokens as usize != pages * p
-        {
-            return Err(Error::StaleHit);
         }
         // Re-verify and fill the (not yet held) table entries; nothing is retained yet.
         let table = self.seqs.entries_mut(slot, pages);
@@ -214,6 +229,67 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         r.held = hit.pages;
         r.prompt = hit.tokens;
         Ok(hit.tokens)
+    }
+
+    /// The checks of [`attach`](Self::attach) before its walk, in its order: the pages of the
+    /// hit (0: nothing to attach).
+    fn attach_precheck(&self, slot: usize, hit: &PrefixHit, prompt: &[u32]) -> Result<usize> {
+        let rec = *self.seqs.record(slot);
+        if Self::contiguous(&rec) {
+            return Err(Error::NotPaged);
+        }
+        if rec.len != 0 || rec.held != 0 {
+            return Err(Error::SequenceNotEmpty);
+        }
+        if !self.index.enabled() {
+            return Err(Error::NoPrefixIndex);
+        }
+        let pages = hit.pages as usize;
+        let p = self.config.page_tokens as usize;
+        if pages != 0
+            && (pages > self.plan.table_len
+                || pages * p >= prompt.len()
+                || hit.tokens as usize != pages * p)
+        {
+            return Err(Error::StaleHit);
+        }
+        Ok(pages)
+    }
+
+    /// Checks an [`attach`](Self::attach) without changing anything: `Ok` means it succeeds.
+    pub(crate) fn check_attach(&self, seq: SeqId, hit: &PrefixHit, prompt: &[u32]) -> Result<()> {
+        let slot = self.seqs.slot(seq)?;
+        let pages = self.attach_precheck(slot, hit, prompt)?;
+        if pages == 0 {
+            return Ok(());
+        }
+        let index = &self.index;
+        let mut last = 0;
+        let (p, ns) = (self.config.page_tokens as usize, self.config.namespace);
+        let matched = walk(index, self.hasher, ns, p, prompt, pages, |_, page| {
+            last = index.reg(page);
+        });
+        if matched != pages || last != hit.last {
+            return Err(Error::StaleHit);
+        }
+        Ok(())
+    }
+
+    /// Checks a [`commit_prompt`](Self::commit_prompt) without changing anything: `Ok` means
+    /// it succeeds.
+    pub(crate) fn check_commit(&self, seq: SeqId, prompt: &[u32]) -> Result<()> {
+        let slot = self.seqs.slot(seq)?;
+        let rec = *self.seqs.record(slot);
+        let len = u32::try_from(prompt.len()).map_err(|_| Error::PromptMismatch)?;
+        if len > rec.len {
+            return Err(Error::PromptMismatch);
+        }
+        if !Self::contiguous(&rec) && self.index.enabled() {
+            let pages = (len / self.config.chunk() * self.config.chunk()) as usize
+                / self.config.page_tokens as usize;
+            self.publish_check(slot, prompt, pages)?;
+        }
+        Ok(())
     }
 
     /// The single-conversation path (one cached sequence, as llama-cpp-python keeps): `held` are

@@ -137,6 +137,26 @@ impl CacheConfig {
         }
     }
 
+    /// The configuration of group `g` alone, as a cache of one group: the shape's layers are
+    /// the group's ([`group_layers`](Self::group_layers)), its formats, rotations and window
+    /// those of the group, no listed group; every other field as here. `None` past the last
+    /// group.
+    pub const fn group_config(&self, g: usize) -> Option<CacheConfig> {
+        let group = match self.group(g) {
+            Some(group) => group,
+            None => return None,
+        };
+        let mut c = *self;
+        c.shape.layers = self.group_layers(g);
+        c.k_format = group.k_format;
+        c.v_format = group.v_format;
+        c.k_rotation = group.k_rotation;
+        c.v_rotation = group.v_rotation;
+        c.window = group.window;
+        c.groups = LayerGroups::new();
+        Some(c)
+    }
+
     /// The group holding `layer` and the layer's index in it (layers of a group are numbered in
     /// model order), or `None` for a layer past the shape's. The first listed group naming it
     /// wins; [`check_groups`](Self::check_groups) refuses configurations where two do.

@@ -85,20 +85,11 @@ impl CacheConfig {
         let mut g = 0;
         while g < n {
             geos[g] = tri!(self.group_geometry(g));
-            let window = match self.group(g) {
-                Some(group) => group.window,
-                None => None,
-            };
-            match window {
-                Some(w) => {
-                    let per = match w.pages_per_sequence(self.page_tokens as u32, self.chunk()) {
-                        Some(p) => p,
-                        None => return Err(ConfigError::Overflow),
-                    };
-                    per_seq[g] = per;
-                    caps[g] = per.saturating_mul(self.max_seqs as usize);
-                }
-                None => any_global = true,
+            per_seq[g] = tri!(self.per_sequence(g));
+            if per_seq[g] == usize::MAX {
+                any_global = true;
+            } else {
+                caps[g] = per_seq[g].saturating_mul(self.max_seqs as usize);
             }
             g += 1;
         }
@@ -123,10 +114,77 @@ impl CacheConfig {
         if lo == 0 {
             return Err(ConfigError::ArenaTooSmall);
         }
+        let mut pages = [0usize; MAX_GROUPS];
+        let mut g = 0;
+        while g < n {
+            pages[g] = pages_at(caps[g], lo);
+            g += 1;
+        }
+        self.assemble(&geos, &per_seq, &pages, alloc_bits_per_page)
+    }
+
+    /// Plans every layer group with exactly `pages[g]` pages in group `g` (one count per group,
+    /// in group order): the arenas' sizes follow. For callers that size each group themselves
+    /// (and tests that exhaust one group's pool).
+    ///
+    /// # Errors
+    ///
+    /// As [`group_geometry`](Self::group_geometry) for each group;
+    /// [`InvalidGroup`](ConfigError::InvalidGroup) when `pages` does not hold one count per
+    /// group; [`ZeroSize`](ConfigError::ZeroSize) for a count of 0,
+    /// [`Overflow`](ConfigError::Overflow) past [`MAX_PAGES`](super::MAX_PAGES) or `usize`.
+    pub const fn plan_group_pages(
+        &self,
+        pages: &[usize],
+        alloc_bits_per_page: usize,
+    ) -> Result<GroupedPlan, ConfigError> {
+        let n = self.group_count();
+        let mut geos = [tri!(self.group_geometry(0)); MAX_GROUPS];
+        let mut per_seq = [usize::MAX; MAX_GROUPS];
+        if pages.len() != n {
+            return Err(ConfigError::InvalidGroup);
+        }
+        let mut counts = [0usize; MAX_GROUPS];
+        let mut g = 0;
+        while g < n {
+            geos[g] = tri!(self.group_geometry(g));
+            per_seq[g] = tri!(self.per_sequence(g));
+            counts[g] = pages[g];
+            g += 1;
+        }
+        self.assemble(&geos, &per_seq, &counts, alloc_bits_per_page)
+    }
+
+    /// Pages one sequence holds at most in windowed group `g` (`usize::MAX` for a group that
+    /// keeps every position).
+    const fn per_sequence(&self, g: usize) -> Result<usize, ConfigError> {
+        let window = match self.group(g) {
+            Some(group) => group.window,
+            None => None,
+        };
+        match window {
+            Some(w) => match w.pages_per_sequence(self.page_tokens as u32, self.chunk()) {
+                Some(p) => Ok(p),
+                None => Err(ConfigError::Overflow),
+            },
+            None => Ok(usize::MAX),
+        }
+    }
+
+    /// The plan of `pages[g]` pages of geometry `geos[g]` for every group, laid out in group
+    /// order.
+    const fn assemble(
+        &self,
+        geos: &[PageGeometry; MAX_GROUPS],
+        per_seq: &[usize; MAX_GROUPS],
+        pages: &[usize; MAX_GROUPS],
+        alloc_bits_per_page: usize,
+    ) -> Result<GroupedPlan, ConfigError> {
+        let n = self.group_count();
         let first = tri!(self.plan_geometry(
             geos[0],
-            self.window.is_some(),
-            pages_at(caps[0], lo),
+            per_seq[0] != usize::MAX,
+            pages[0],
             alloc_bits_per_page
         ));
         let mut plans = [first; MAX_GROUPS];
@@ -137,8 +195,7 @@ impl CacheConfig {
         let mut g = 0;
         while g < n {
             let windowed = per_seq[g] != usize::MAX;
-            let pages = pages_at(caps[g], lo);
-            let plan = tri!(self.plan_geometry(geos[g], windowed, pages, alloc_bits_per_page));
+            let plan = tri!(self.plan_geometry(geos[g], windowed, pages[g], alloc_bits_per_page));
             plans[g] = plan;
             offsets[g] = offset;
             offset = match offset.checked_add(plan.data_bytes) {
@@ -150,10 +207,10 @@ impl CacheConfig {
                 None => return Err(ConfigError::Overflow),
             };
             // A windowed group holding its per-sequence bound never limits the length.
-            let limit = if pages >= per_seq[g] {
+            let limit = if pages[g] >= per_seq[g] {
                 u64::MAX
             } else {
-                pages as u64 * self.page_tokens as u64
+                pages[g] as u64 * self.page_tokens as u64
             };
             if limit < context {
                 context = limit;
