@@ -63,8 +63,10 @@ fn e4m3_code(r: f32) -> u32 {
 fn e4m3_mag(q: f32) -> u32 {
     let a = q.to_bits() & 0x7FFF_FFFF;
     let nan = (a > 0x7F80_0000) as u32;
-    let v = f32::from_bits(a);
-    // NaN compares false: clamped to 448 here, turned into 0x7F by `| nan`.
+    // A NaN becomes 448 by an integer select, before any float operation sees it (turned into
+    // 0x7F by `| nan` below): compilers may lower the clamp to the ISA's `min`, and AArch64's
+    // `FMINNM` quiets a signalling NaN instead of returning 448, where x86's `MINSS` returns 448.
+    let v = f32::from_bits(if nan != 0 { MAX.to_bits() } else { a });
     let v = if v < MAX { v } else { MAX };
     let e = f32::from_bits(v.to_bits() & 0x7F80_0000);
     let e = if e > MIN_NORMAL { e } else { MIN_NORMAL };

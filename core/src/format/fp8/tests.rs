@@ -98,6 +98,31 @@ fn e4m3_matches_float8_on_a_sweep() {
     }
 }
 
+/// Signalling and quiet NaNs of both signs give 0x7F / 0xFF on every target (the oracle's NaN rule
+/// is integer-only too): on AArch64 the clamp once went through `FMINNM`, which quiets a
+/// signalling NaN instead of returning 448, and 0x7f807f80 encoded as 0x3D.
+#[test]
+fn e4m3_nans_of_every_kind() {
+    for b in [
+        0x7F80_0001u32,
+        0x7F80_7F80,
+        0x7FBF_FFFF,
+        0x7FC0_0000,
+        0x7FFF_FFFF,
+    ] {
+        for sign in [0, 0x8000_0000] {
+            let x = f32::from_bits(b | sign);
+            let want = 0x7F | (sign >> 24) as u8;
+            assert_eq!(
+                e4m3_from_f32(core::hint::black_box(x)),
+                want,
+                "{:#x}",
+                b | sign
+            );
+        }
+    }
+}
+
 #[test]
 #[ignore = "exhaustive over 2^32 inputs; run with --release -- --ignored"]
 fn exhaustive_e4m3() {
