@@ -44,6 +44,10 @@ pub mod snapshot;
 mod workers;
 
 pub use crate::alloc::{Bitmap, FreeList, NO_PAGE, PageAllocator, PageId};
+/// Every kernel of this build against the portable one, bit for bit (feature `kernel-check`;
+/// see `arch::check`).
+#[cfg(all(feature = "kernel-check", not(feature = "small-code")))]
+pub use arch::check as kernel_check;
 pub use arena::ArenaBuf;
 #[cfg(feature = "alloc")]
 pub use arena::{HeapArena, HeapArenas};

@@ -3,7 +3,8 @@
 //! flash and must decode after it as the host does; its counted decode step over 2,048 keys must
 //! give the host's output; then its demo session must pass. The Cortex-M55 firmware's parity
 //! binary must print the same case digests too, and so must the M4 firmware built `small-code`.
-//! Both boards' decode-step binaries must give the host's output for every model shape.
+//! Both boards' decode-step binaries must give the host's output for every model shape, and
+//! their kernel checks must find every Arm kernel equal to the portable one.
 //! Each firmware's stack high-water marks (per case and per kind of call) must stay within its
 //! budget. Needs
 //! qemu-system-arm (`cargo test-all`'s setup stage installs it; the defmt log is decoded in
@@ -97,6 +98,47 @@ fn decode_steps_of_every_shape_equal_the_hosts() {
             .collect();
         assert_eq!(steps, host, "{}: log:\n{text}", board.name());
         eprintln!("{}: {}", board.name(), steps.join("; "));
+    }
+}
+
+/// Each board's kernel check (`edgekv::kernel_check`): every Arm kernel of its build against the
+/// portable one on random inputs of every run length (1 to 4 heads), head_dim (32 to 256) and key
+/// group; any that differs is named in the log.
+#[test]
+fn arm_kernels_equal_the_portable_ones() {
+    let root = qemu::repo_root();
+    // 18 (head_dim, group) shapes × 4 runs × 3 row counts × 4 kernels (two of whole pages, which
+    // an ISA may decline), then 18 softmax, lane-sum and widening checks.
+    let calls = 18 * 4 * 3 * 4 + 18;
+    for board in [qemu::Board::An386, qemu::Board::An547] {
+        let elf = qemu::build(&root, board, qemu::KERNEL_CHECK, true).expect("build the firmware");
+        let mut log = Vec::new();
+        let run = qemu::run(board, &elf, Duration::from_secs(300), &mut log).expect("run QEMU");
+        let text = String::from_utf8_lossy(&log);
+        let mismatches: Vec<&String> = run
+            .lines
+            .iter()
+            .filter(|l| l.starts_with("kernel_check mismatch"))
+            .collect();
+        assert!(mismatches.is_empty(), "{}: {mismatches:#?}", board.name());
+        assert_eq!(run.code, 0, "{} exit code; log:\n{text}", board.name());
+        let summary = run
+            .lines
+            .iter()
+            .find_map(|l| l.strip_prefix("kernel_check compared "))
+            .unwrap_or_else(|| panic!("{}: a summary line; log:\n{text}", board.name()));
+        let n: Vec<u32> = summary.split(' ').filter_map(|w| w.parse().ok()).collect();
+        let [compared, declined, mismatches] = n[..] else {
+            panic!("{}: summary {summary}", board.name())
+        };
+        assert_eq!((compared + declined, mismatches), (calls, 0), "{summary}");
+        // Both boards have whole-page kernels for runs of three heads.
+        assert!(
+            compared > calls - 18 * 4 * 3 * 2,
+            "{}: {summary}",
+            board.name()
+        );
+        eprintln!("{}: kernel_check compared {summary}", board.name());
     }
 }
 

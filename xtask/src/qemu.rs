@@ -17,6 +17,8 @@ pub const AN547_MAIN: &str = "edgekv-qemu-an547";
 pub const AN386_HARDFAULT: &str = "hardfault";
 /// The an547 binary that runs the parity cases with the Helium kernels.
 pub const AN547_PARITY: &str = "parity";
+/// Every Arm kernel against the portable one (both Cortex-M boards).
+pub const KERNEL_CHECK: &str = "kernel-check";
 /// The counted decode steps of every model shape (both Cortex-M boards).
 pub const DECODE_STEP: &str = "decode-step";
 

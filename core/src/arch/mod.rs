@@ -30,6 +30,9 @@ pub(crate) use portable::Portable;
 #[allow(unsafe_code)]
 mod native;
 
+/// Every kernel of this build against the portable one (the boards' `kernel-check` firmware).
+#[cfg(all(any(test, feature = "kernel-check"), not(feature = "small-code")))]
+pub mod check;
 mod isa;
 pub(crate) mod kernels;
 pub(crate) mod query;
