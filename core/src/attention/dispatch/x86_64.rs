@@ -100,13 +100,21 @@ pub(crate) mod tests {
     }
 
     /// Decode and prefill attention of both builds, every format (head_dim 64 and 36, so whole
-    /// blocks and leftovers), full and windowed: the same bits.
+    /// blocks and leftovers; int8 and f16 pages at head_dim 128 and 256 too), full and
+    /// windowed, groups of 1 to 4: the same bits.
     #[test]
     fn avx2_build_gives_the_portable_bits() {
         if !available() {
             return;
         }
-        let cases: [(u16, &[ElementFormat]); 2] = [
+        let wide: &[ElementFormat] = &[
+            ElementFormat::F16,
+            ElementFormat::Q8_0,
+            ElementFormat::Int8 { group: 64 },
+        ];
+        let cases: [(u16, &[ElementFormat]); 4] = [
+            (128, wide),
+            (256, wide),
             (
                 64,
                 &[
