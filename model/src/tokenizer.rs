@@ -1,4 +1,5 @@
-//! Byte-level BPE from the GGUF's own vocabulary and merges.
+//! Text ↔ token ids with the GGUF's own vocabulary: byte-level BPE (`gpt2`, SmolLM2) through
+//! the `tokenizers` crate, SentencePiece (`llama`, Gemma 3) through [`crate::spm`].
 
 use std::path::Path;
 
@@ -11,16 +12,27 @@ use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::{AddedToken, PreTokenizerWrapper};
 
+use crate::spm::{Spm, TokenType};
 use crate::{Error, Result};
 
 /// GGUF token type of control tokens (`<|im_start|>`, `<|im_end|>`, …).
 const CONTROL: u64 = 3;
 
-/// Text ↔ token ids with the model's own vocabulary (GPT-2 style byte-level BPE). For SmolLM2
-/// (`tokenizer.ggml.pre = "smollm"`) the ids equal llama.cpp's: digits are split one by one
-/// before the byte-level regex, and control tokens are matched as whole special tokens.
+/// Text ↔ token ids with the model's own vocabulary, ids equal to llama.cpp's:
+/// - GPT-2 style byte-level BPE (`tokenizer.ggml.model = "gpt2"`): for SmolLM2
+///   (`tokenizer.ggml.pre = "smollm"`) digits are split one by one before the byte-level regex,
+///   and control tokens are matched as whole special tokens;
+/// - SentencePiece (`"llama"`, Gemma 3): user-defined tokens cut out first, then score-ordered
+///   merges with byte fallback ([`crate::spm`]).
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
+    inner: Inner,
+    bos: Option<u32>,
+}
+
+/// The tokenizer model.
+enum Inner {
+    Bpe(Box<tokenizers::Tokenizer>),
+    Spm(Box<Spm>),
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -66,14 +78,51 @@ impl Tokenizer {
     }
 
     /// Builds the tokenizer from GGUF metadata (`tokenizer.ggml.{model,pre,tokens,merges,
-    /// token_type}`). Only `gpt2` models with the `smollm` or `default` pre-tokenizer are
-    /// accepted: other pre-tokenizers split text differently and would give wrong ids.
+    /// scores,token_type,add_space_prefix,bos_token_id,add_bos_token}`). Accepted: `gpt2`
+    /// models with the `smollm` or `default` pre-tokenizer, and `llama` (SentencePiece) models
+    /// with the `default` one: other pre-tokenizers split text differently and would give
+    /// wrong ids.
     pub fn from_gguf(gguf: &Gguf<'_>) -> Result<Self> {
         const MODEL: &str = "tokenizer.ggml.model";
         let model = text(md(gguf, MODEL)?, MODEL)?;
-        if model != "gpt2" {
-            return Err(Error::Model(format!("tokenizer model `{model}`, not gpt2")));
-        }
+        let inner = match model.as_str() {
+            "gpt2" => Inner::Bpe(Box::new(bpe(gguf)?)),
+            "llama" => Inner::Spm(Box::new(spm(gguf)?)),
+            other => {
+                return Err(Error::Model(format!(
+                    "tokenizer model `{other}`: only gpt2 (BPE) and llama (SentencePiece)"
+                )));
+            }
+        };
+        const ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+        // llama.cpp's defaults when the key is absent: SentencePiece adds BOS, BPE does not.
+        let add_bos = match gguf.get(ADD_BOS) {
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| Error::Model(format!("`{ADD_BOS}` is not a bool")))?,
+            None => matches!(inner, Inner::Spm(_)),
+        };
+        const BOS: &str = "tokenizer.ggml.bos_token_id";
+        let bos = match (add_bos, gguf.get(BOS)) {
+            (false, _) => None,
+            (true, None) => {
+                return Err(Error::Model(format!(
+                    "GGUF asks for BOS but has no `{BOS}`"
+                )));
+            }
+            (true, Some(v)) => Some(
+                v.as_u64()
+                    .and_then(|id| u32::try_from(id).ok())
+                    .ok_or_else(|| Error::Model(format!("`{BOS}` is not a token id")))?,
+            ),
+        };
+        Ok(Tokenizer { inner, bos })
+    }
+}
+
+/// The byte-level BPE tokenizer of a `gpt2` GGUF.
+fn bpe(gguf: &Gguf<'_>) -> Result<tokenizers::Tokenizer> {
+    {
         const PRE: &str = "tokenizer.ggml.pre";
         let digits = match gguf.get(PRE) {
             Some(v) => match text(v, PRE)?.as_str() {
@@ -123,26 +172,110 @@ impl Tokenizer {
                 .collect();
             inner.add_special_tokens(special).map_err(tok_err)?;
         }
-        Ok(Tokenizer { inner })
+        Ok(inner)
     }
+}
 
-    /// Token ids of `text` (no BOS added; control tokens written in the text are matched).
+/// The SentencePiece tokenizer of a `llama` GGUF.
+fn spm(gguf: &Gguf<'_>) -> Result<Spm> {
+    const PRE: &str = "tokenizer.ggml.pre";
+    if let Some(v) = gguf.get(PRE) {
+        let pre = text(v, PRE)?;
+        if pre != "default" {
+            return Err(Error::Model(format!("SentencePiece pre-tokenizer `{pre}`")));
+        }
+    }
+    const TOKENS: &str = "tokenizer.ggml.tokens";
+    let pieces: Vec<Box<[u8]>> = md(gguf, TOKENS)?
+        .as_array()
+        .ok_or_else(|| Error::Model(format!("`{TOKENS}` is not an array")))?
+        .iter()
+        .map(|v| {
+            v.as_bytes()
+                .map(|b| b.to_vec().into_boxed_slice())
+                .ok_or_else(|| Error::Model(format!("`{TOKENS}` holds a non-string")))
+        })
+        .collect::<Result<_>>()?;
+    const SCORES: &str = "tokenizer.ggml.scores";
+    let scores: Vec<f32> = md(gguf, SCORES)?
+        .as_array()
+        .ok_or_else(|| Error::Model(format!("`{SCORES}` is not an array")))?
+        .iter()
+        .map(|v| {
+            v.as_f32()
+                .ok_or_else(|| Error::Model(format!("`{SCORES}` holds a non-f32")))
+        })
+        .collect::<Result<_>>()?;
+    const TYPES: &str = "tokenizer.ggml.token_type";
+    let types: Vec<TokenType> = md(gguf, TYPES)?
+        .as_array()
+        .ok_or_else(|| Error::Model(format!("`{TYPES}` is not an array")))?
+        .iter()
+        .map(|v| {
+            v.as_u64()
+                .and_then(TokenType::from_code)
+                .ok_or_else(|| Error::Model(format!("`{TYPES}` holds an unknown type")))
+        })
+        .collect::<Result<_>>()?;
+    const PREFIX: &str = "tokenizer.ggml.add_space_prefix";
+    // llama.cpp's default for SentencePiece when the key is absent.
+    let prefix = match gguf.get(PREFIX) {
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| Error::Model(format!("`{PREFIX}` is not a bool")))?,
+        None => true,
+    };
+    Spm::new(pieces, scores, types, prefix)
+}
+
+impl Tokenizer {
+    /// Token ids of `text` (no BOS added; control tokens written in the text, such as
+    /// `<|im_start|>` or `<start_of_turn>`, are matched as themselves).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        Ok(self
-            .inner
-            .encode_fast(text, false)
-            .map_err(tok_err)?
-            .get_ids()
-            .to_vec())
+        match &self.inner {
+            Inner::Bpe(t) => Ok(t
+                .encode_fast(text, false)
+                .map_err(tok_err)?
+                .get_ids()
+                .to_vec()),
+            Inner::Spm(s) => s.encode(text, true),
+        }
     }
 
-    /// Text of `ids`, control tokens included.
+    /// Token ids of `text` as a document: the BOS the GGUF asks for first (see [`Self::bos`]),
+    /// and control tokens' texts tokenized as plain text (llama.cpp's `tokenize` with
+    /// `add_special` on and `parse_special` off). SentencePiece models only: the BPE path
+    /// always matches control tokens, so it is an error there.
+    pub fn encode_document(&self, text: &str) -> Result<Vec<u32>> {
+        let Inner::Spm(s) = &self.inner else {
+            return Err(Error::Tokenizer(
+                "documents with plain control-token text: SentencePiece models only".into(),
+            ));
+        };
+        let mut ids: Vec<u32> = self.bos.into_iter().collect();
+        ids.extend(s.encode(text, false)?);
+        Ok(ids)
+    }
+
+    /// The BOS id a prompt starts with, if the GGUF asks for one (`add_bos_token`).
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// Text of `ids`, control tokens included (byte tokens that do not form UTF-8 are replaced
+    /// by U+FFFD).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.inner.decode(ids, false).map_err(tok_err)
+        match &self.inner {
+            Inner::Bpe(t) => t.decode(ids, false).map_err(tok_err),
+            Inner::Spm(s) => Ok(String::from_utf8_lossy(&s.decode(ids)?).into_owned()),
+        }
     }
 
     /// The id of a token's exact text (e.g. `<|im_end|>`), if the vocabulary has it.
     pub fn token_id(&self, token: &str) -> Option<u32> {
-        self.inner.token_to_id(token)
+        match &self.inner {
+            Inner::Bpe(t) => t.token_to_id(token),
+            Inner::Spm(s) => s.token_id(token),
+        }
     }
 }

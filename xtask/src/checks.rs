@@ -55,7 +55,7 @@ pub const STAGE_NOTES: [(&str, &str); 12] = [
     ("doctests", "the workspace's doctests: about 2 minutes"),
     (
         "model",
-        "model/: fetch SmolLM2-135M once, fmt, clippy, release tests: about 5 minutes",
+        "model/: fetch SmolLM2-135M and Gemma 3 270M once, fmt, clippy, release tests: about 5 minutes",
     ),
     (
         "tests",
@@ -739,13 +739,15 @@ fn miri() -> Result<(), String> {
     }
 }
 
-/// The real-model harness (`model/`, its own workspace): fetches SmolLM2-135M (98 MB, cached
-/// outside the repository), then rustfmt, clippy and its tests (release builds: the forward pass
-/// is too slow unoptimized).
+/// The real-model harness (`model/`, its own workspace): fetches SmolLM2-135M (98 MB) and
+/// Gemma 3 270M (253 MB), both cached outside the repository, then rustfmt, clippy and its
+/// tests (release builds: the forward pass is too slow unoptimized).
 fn model() -> Result<(), String> {
     let root = qemu::repo_root();
-    let script = root.join("model/fetch-model.sh");
-    run_in(None, "bash", &[&script.to_string_lossy()], &[])?;
+    for script in ["model/fetch-model.sh", "model/fetch-gemma.sh"] {
+        let script = root.join(script);
+        run_in(None, "bash", &[&script.to_string_lossy()], &[])?;
+    }
     board("model", &["fmt", "--", "--check"])?;
     board(
         "model",

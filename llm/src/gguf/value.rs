@@ -133,6 +133,14 @@ impl<'a> Value<'a> {
         }
     }
 
+    /// The value as a `bool`, if it is one.
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            Value::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+
     /// The string's bytes, if the value is a string.
     pub fn as_bytes(&self) -> Option<&'a [u8]> {
         match *self {
