@@ -9,8 +9,8 @@ use edgekv_xtask::setup;
 use edgekv_xtask::stages::Stages;
 
 /// Every stage name, in running order (those of [`STAGE_NOTES`]).
-pub const STAGES: [&str; 12] = {
-    let mut names = [""; 12];
+pub const STAGES: [&str; 13] = {
+    let mut names = [""; 13];
     let mut i = 0;
     while i < names.len() {
         names[i] = STAGE_NOTES[i].0;
@@ -21,7 +21,7 @@ pub const STAGES: [&str; 12] = {
 
 /// Every stage in running order: what it does and roughly how long it takes on a fresh 2-core machine (printed as the
 /// stage starts; CI's whole run is about 40 minutes).
-pub const STAGE_NOTES: [(&str, &str); 12] = [
+pub const STAGE_NOTES: [(&str, &str); 13] = [
     (
         "setup",
         "rustup components and targets, the pinned nightly with Miri, the declared rust-version's toolchain, cargo-fuzz, QEMU: about 1 minute",
@@ -53,6 +53,10 @@ pub const STAGE_NOTES: [(&str, &str); 12] = [
         "every cargo-fuzz target built, then run 10 s each: about 3 minutes",
     ),
     ("doctests", "the workspace's doctests: about 2 minutes"),
+    (
+        "aarch64",
+        "the core's, the forward pass's and the C ABI's tests built for aarch64 Linux and run under qemu-aarch64, the C programs against its static and shared libraries: about 4 minutes",
+    ),
     (
         "model",
         "model/: fetch SmolLM2-135M and Gemma 3 270M once, fmt, clippy, release tests: about 5 minutes",
@@ -311,6 +315,7 @@ pub fn all(stages: &mut Stages) -> Result<(), String> {
     stages.run_noted("doctests", note("doctests"), || {
         cargo(&["test", "--workspace", "--doc"], &[])
     })?;
+    stages.run_noted("aarch64", note("aarch64"), edgekv_xtask::aarch64::stage)?;
     stages.run_noted("model", note("model"), model)?;
     if stages.selected("tests") {
         // The table first, so nextest's summary is the last line of the log.

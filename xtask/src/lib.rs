@@ -6,6 +6,7 @@
 //! `llm_board.rs`) use [`qemu`] and `an547` directly.
 
 #[cfg(feature = "chat")]
+pub mod aarch64;
 pub mod an547;
 pub mod callgraph;
 /// The Cortex-M55 chat's script: SmolLM2's ChatML text and its token ids, as `model/`'s

@@ -195,3 +195,32 @@ pub fn qemu() -> Result<(), String> {
         Err("apt-get installed qemu-system-arm, but it does not run".into())
     }
 }
+
+/// Installs Debian's aarch64 cross C compiler (`gcc-aarch64-linux-gnu`, with the aarch64 C
+/// library as its sysroot) and user-mode QEMU (`qemu-user`) with apt when either is missing and
+/// running as root; otherwise says the exact command.
+pub fn aarch64_tools() -> Result<(), String> {
+    let packages = ["gcc-aarch64-linux-gnu", "qemu-user"];
+    if have("aarch64-linux-gnu-gcc") && have("qemu-aarch64") {
+        return Ok(());
+    }
+    let command = format!("apt-get install -y {}", packages.join(" "));
+    if output("id", &["-u"]).trim() != "0" {
+        return Err(format!("aarch64 cross tools missing: sudo {command}"));
+    }
+    let mut install = vec![
+        "-o",
+        "DPkg::Lock::Timeout=300",
+        "install",
+        "-y",
+        "--no-install-recommends",
+    ];
+    install.extend(packages);
+    sh("apt-get", &install)
+        .or_else(|_| sh("apt-get", &["update"]).and_then(|()| sh("apt-get", &install)))?;
+    if have("aarch64-linux-gnu-gcc") && have("qemu-aarch64") {
+        Ok(())
+    } else {
+        Err(format!("{command} ran, but the tools do not run"))
+    }
+}

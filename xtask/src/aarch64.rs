@@ -1,0 +1,172 @@
+//! The `aarch64` stage of `cargo test-all`: Linux edge SoCs (Cortex-A cores: Raspberry Pi 5,
+//! RK3588, Jetson) under user-mode emulation. It installs Debian's cross linker and
+//! `qemu-user` when missing, runs the tests of `edgekv`, `edgekv-llm` and `edgekv-capi` built
+//! for `aarch64-unknown-linux-gnu` through `qemu-aarch64` (cargo's runner), builds the other
+//! `no_std` crates there, and builds the C ABI's static and shared libraries and links the C
+//! test programs against each, run under emulation too.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::qemu;
+use crate::setup;
+
+/// The target triple.
+pub const TARGET: &str = "aarch64-unknown-linux-gnu";
+
+/// Debian's cross C compiler (package `gcc-aarch64-linux-gnu`).
+pub const CC: &str = "aarch64-linux-gnu-gcc";
+
+/// Debian's aarch64 sysroot (`libc6-arm64-cross`), where `qemu-aarch64` finds the dynamic loader.
+pub const SYSROOT: &str = "/usr/aarch64-linux-gnu";
+
+/// Cargo's linker and runner for [`TARGET`].
+pub fn cargo_env() -> [(&'static str, String); 2] {
+    [
+        (
+            "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER",
+            CC.to_string(),
+        ),
+        (
+            "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER",
+            format!("qemu-aarch64 -L {SYSROOT}"),
+        ),
+    ]
+}
+
+/// Runs `cmd`, echoing it; an error names it and its exit status.
+fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
+    eprintln!("==> {what}");
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot start {what}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!(
+            "{what} failed ({}):\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// A cargo command in the repository root with the cross linker and runner set.
+fn cargo(args: &[&str]) -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(qemu::repo_root())
+        .args(args)
+        .envs(cargo_env().map(|(k, v)| (k, v)));
+    cmd
+}
+
+/// Runs a cargo command with its output streamed (tests print their summaries).
+fn cargo_streamed(args: &[&str]) -> Result<(), String> {
+    eprintln!("==> cargo {}", args.join(" "));
+    let status = cargo(args)
+        .status()
+        .map_err(|e| format!("cannot start cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo {} failed ({status})", args.join(" ")))
+    }
+}
+
+/// The whole stage.
+pub fn stage() -> Result<(), String> {
+    setup::aarch64_tools()?;
+    setup::targets(&[TARGET])?;
+    // The tests, built once and run under emulation; the slow model-scale tests stay native
+    // (the `tests` stage): these are the libraries' own tests and their integration tests.
+    cargo_streamed(&[
+        "test", "--target", TARGET, "-p", "edgekv", "-p", "edgekv-llm", "-p", "edgekv-capi",
+        "--lib", "--tests",
+    ])?;
+    cargo_streamed(&[
+        "build",
+        "--target",
+        TARGET,
+        "-p",
+        "edgekv-hal",
+        "-p",
+        "edgekv-parity",
+    ])?;
+    c_programs()
+}
+
+/// The C ABI's static library (as vendor SDKs link it) and a shared library built from the same
+/// crate (`cargo rustc --crate-type cdylib`), each linked with the C test programs
+/// (`host-tests/tests/c/`) by the cross compiler and run under `qemu-aarch64`.
+pub fn c_programs() -> Result<(), String> {
+    let root = qemu::repo_root();
+    let dir = root.join("target").join(TARGET).join("release");
+    let features = ["--features", "ethosu"];
+    let mut build = vec!["build", "--release", "--target", TARGET, "-p", "edgekv-capi"];
+    build.extend(features);
+    run(&mut cargo(&build), "cargo build -p edgekv-capi (aarch64)")?;
+    // The shared library's name differs from the staticlib's only by its extension.
+    let mut shared = vec!["rustc", "--release", "--target", TARGET, "-p", "edgekv-capi"];
+    shared.extend(features);
+    shared.extend(["--crate-type", "cdylib"]);
+    run(&mut cargo(&shared), "cargo rustc --crate-type cdylib (aarch64)")?;
+    let out = root.join("target").join(TARGET).join("c-programs");
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    for name in ["capi_test", "decode_loop"] {
+        let src = root.join(format!("host-tests/tests/c/{name}.c"));
+        let static_exe = out.join(format!("{name}_static"));
+        let mut cc = compile(&root, &src, &static_exe);
+        cc.arg(dir.join("libedgekv_capi.a"))
+            .args(["-static", "-lpthread", "-ldl", "-lm"]);
+        run(&mut cc, &format!("{CC} {name}.c (static library)"))?;
+        check(&mut Command::new("qemu-aarch64").arg(&static_exe), name)?;
+        let shared_exe = out.join(format!("{name}_shared"));
+        let mut cc = compile(&root, &src, &shared_exe);
+        cc.arg("-L")
+            .arg(&dir)
+            .args(["-ledgekv_capi", "-lpthread", "-ldl", "-lm"]);
+        run(&mut cc, &format!("{CC} {name}.c (shared library)"))?;
+        check(
+            Command::new("qemu-aarch64")
+                .args(["-L", SYSROOT])
+                .arg("-E")
+                .arg(format!("LD_LIBRARY_PATH={}", dir.display()))
+                .arg(&shared_exe),
+            name,
+        )?;
+    }
+    Ok(())
+}
+
+/// The cross compiler's command for `src` → `exe`: strict C99, every warning an error.
+fn compile(root: &Path, src: &Path, exe: &PathBuf) -> Command {
+    let mut cc = Command::new(CC);
+    cc.args([
+        "-std=c99",
+        "-pedantic",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-DEDGEKV_ETHOSU",
+        "-O1",
+    ])
+    .arg("-I")
+    .arg(root.join("capi/include"))
+    .arg(src)
+    .arg("-o")
+    .arg(exe);
+    cc
+}
+
+/// Runs a C test program; it must report ` 0 failed`.
+fn check(cmd: &mut Command, name: &str) -> Result<(), String> {
+    let stdout = run(cmd, &format!("{name} under qemu-aarch64"))?;
+    let last = stdout.lines().last().unwrap_or_default();
+    eprintln!("{name}: {last}");
+    if stdout.contains(" 0 failed") {
+        Ok(())
+    } else {
+        Err(format!("{name} under qemu-aarch64:\n{stdout}"))
+    }
+}
