@@ -89,7 +89,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Gguf(e) => write!(f, "{e}"),
-            Error::WrongArchitecture => f.write_str("GGUF architecture is neither llama nor gemma3"),
+            Error::WrongArchitecture => {
+                f.write_str("GGUF architecture is neither llama nor gemma3")
+            }
             Error::MissingMetadata(k) => write!(f, "GGUF has no `{k}`"),
             Error::BadMetadata(k) => write!(f, "GGUF `{k}` has a wrong type or value"),
             Error::Unsupported(why) => write!(f, "unsupported model: {why}"),

@@ -44,8 +44,7 @@ pub trait KvStore {
     /// # Errors
     ///
     /// As [`KvCache::write_kv`].
-    fn write_kv(&mut self, seq: SeqId, layer: u16, start: u32, k: &[f32], v: &[f32])
-    -> Result<()>;
+    fn write_kv(&mut self, seq: SeqId, layer: u16, start: u32, k: &[f32], v: &[f32]) -> Result<()>;
 
     /// Causal attention of the query rows at positions from `start` over `layer`
     /// ([`KvCache::attention`]).

@@ -17,7 +17,13 @@ pub struct Norm<'a> {
     bytes: &'a [u8],
 }
 
-impl Norm<'_> {
+impl<'a> Norm<'a> {
+    /// A norm over `bytes` (little-endian f32s), for tests.
+    #[cfg(test)]
+    pub(crate) fn from_bytes(bytes: &'a [u8]) -> Self {
+        Norm { bytes }
+    }
+
     /// Element `i`.
     #[inline]
     pub fn get(&self, i: usize) -> f32 {

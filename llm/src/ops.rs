@@ -163,4 +163,52 @@ mod tests {
         add(&mut x, &[0.5, 0.25]);
         assert_eq!(x, [1.5, 2.25]);
     }
+
+    #[test]
+    fn neox_rope_turns_half_split_pairs() {
+        let (mut c, mut s) = ([0f32; 2], [0f32; 2]);
+        rope_angles(3, 10_000.0, 4, &mut c, &mut s);
+        let mut r = [1.0, 2.0, 3.0, 4.0];
+        rope_neox(&mut r, 4, &c, &s);
+        // Pair 0 is (x0, x2), pair 1 is (x1, x3).
+        assert_eq!(r[0], 1.0 * c[0] - 3.0 * s[0]);
+        assert_eq!(r[2], 1.0 * s[0] + 3.0 * c[0]);
+        assert_eq!(r[1], 2.0 * c[1] - 4.0 * s[1]);
+        assert_eq!(r[3], 2.0 * s[1] + 4.0 * c[1]);
+    }
+
+    #[test]
+    fn gelu_is_ggml_f16_table_entry() {
+        let table = |x: f32| {
+            let h = half::f16::from_f32(x).to_f32();
+            let y = 0.5 * h * (1.0 + libm::tanhf(0.797_884_6 * h * (1.0 + 0.044_715 * h * h)));
+            half::f16::from_f32(y).to_f32()
+        };
+        for x in [-9.9f32, -3.0, -0.5, 0.0, 0.3, 1.0, 2.5, 9.99] {
+            assert_eq!(gelu(x), table(x), "{x}");
+        }
+        // The input is rounded to f16 first: 1 + 2^-13 is 1 in f16.
+        assert_eq!(gelu(1.0 + 1.0 / 8192.0), gelu(1.0));
+        assert_eq!(half::f16::from_f32(gelu(1.0)).to_f32(), gelu(1.0));
+        assert_eq!((gelu(10.0), gelu(12.5), gelu(-10.0)), (10.0, 12.5, 0.0));
+        let mut g = [-20.0, 12.0, 1.0];
+        geglu(&mut g, &[-1.0, 2.0, 3.0]);
+        assert_eq!(g[0].to_bits(), 0f32.to_bits());
+        assert_eq!(g[1], 24.0);
+        assert_eq!(g[2], gelu(1.0) * 3.0);
+    }
+
+    #[test]
+    fn in_place_norm_equals_rms_norm() {
+        let bytes: Vec<u8> = (0..8)
+            .flat_map(|i| (0.5 + i as f32 * 0.25).to_le_bytes())
+            .collect();
+        let w = Norm::from_bytes(&bytes);
+        let x: [f32; 8] = core::array::from_fn(|i| (i as f32 - 3.5) * 0.7);
+        let mut want = [0f32; 8];
+        rms_norm(&x, &w, 1e-6, &mut want);
+        let mut got = x;
+        rms_norm_in_place(&mut got, &w, 1e-6);
+        assert_eq!(got, want);
+    }
 }

@@ -160,3 +160,7 @@ fn pattern(g: &Gguf<'_>) -> Result<u16> {
         },
     }
 }
+
+#[cfg(test)]
+#[path = "gemma3_tests.rs"]
+mod tests;

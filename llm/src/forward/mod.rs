@@ -3,8 +3,8 @@
 
 mod gemma3;
 
-use edgekv::attention::AttentionParams;
 use edgekv::SeqId;
+use edgekv::attention::AttentionParams;
 
 use crate::config::Arch;
 use crate::error::{Error, Result};
@@ -131,9 +131,9 @@ impl Llama<'_> {
             Arch::Gemma3(g) => self.run_gemma3(&g, cache, seq, start, tokens, parts, logits, out),
         }
         .inspect_err(|_| {
-                // The positions were reserved above, so this truncate is within the sequence.
-                let _ = cache.truncate(seq, start);
-            })
+            // The positions were reserved above, so this truncate is within the sequence.
+            let _ = cache.truncate(seq, start);
+        })
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -1,0 +1,185 @@
+//! Gemma 3 270M (`gemma3`) through the no_std forward pass, over a layer-grouped cache with f16
+//! pages (15 sliding-window layers releasing pages, 3 global ones), against llama.cpp's own
+//! outputs on the same token ids (`tests/data/gemma/`, written by
+//! `host-tests/peer/gemma_reference.py` into `tests/gemma_data/`: llama-cpp-python 0.3.36 built from its sdist, f16 K/V,
+//! flash attention on). Skipped, with a notice, when the model file is missing
+//! (`bash model/fetch-gemma.sh` fetches it; `$EDGEKV_GEMMA` names another copy).
+//!
+//! The teacher-forced check runs the first tokens of GPL-3 (BOS first, past the 512-token
+//! window so that the sliding layers' pages are released) and compares, position by position,
+//! the top-1 token, the log-probability of the next token (perplexity) and the KL divergence
+//! from llama.cpp's distribution (over its top-K tokens and the rest as one bin: a lower bound
+//! of the full KL, which `full_gpl3_fidelity` measures exactly on 1,536 tokens, ignored by
+//! default: it needs llama.cpp's full logits, written by the same script with `--full`).
+
+mod gemma_common;
+
+use edgekv::{ElementFormat, GroupedCache, SeqMode};
+use edgekv_llm::{Engine, Logits, Sampling};
+use gemma_common::{Reference, Stats, gemma, grouped_arenas, held_pages, scratch};
+
+/// Tokens teacher-forced in CI: past the 512-token window by 128.
+const CI_TOKENS: usize = 640;
+
+/// Teacher forcing through f16 pages of a grouped cache: top-1 agreement ≥ 94 %, mean KL (its
+/// top-K lower bound) ≤ 1.05e-2, perplexity within 1 % of llama.cpp's, and the sliding layers'
+/// group never holding more than ⌈(512 + 16 − 1) / 16⌉ + 1 = 34 pages.
+#[test]
+fn teacher_forced_gpl3_matches_llama_cpp() {
+    let Some(model) = gemma() else { return };
+    let r = Reference::load();
+    let n = CI_TOKENS.min(r.ids.len());
+    assert!(n > 512 + 16, "the reference must pass the window");
+    let mut arenas = grouped_arenas(&model, ElementFormat::F16, n);
+    let mut cache: GroupedCache = arenas.cache();
+    let mut s = scratch(&model, 16);
+    let seq = cache.create_sequence(SeqMode::Paged).unwrap();
+    let mut stats = Stats::default();
+    let mut most = 0;
+    let vocab = model.config().vocab;
+    let mut logits = vec![0f32; 16 * vocab];
+    for start in (0..n).step_by(16) {
+        let end = (start + 16).min(n);
+        model
+            .forward(
+                &mut cache,
+                seq,
+                &r.ids[start..end],
+                &mut s,
+                Logits::All,
+                &mut logits,
+            )
+            .unwrap();
+        most = most.max(held_pages(&cache, 0, seq));
+        for (i, row) in logits.chunks_exact(vocab).take(end - start).enumerate() {
+            stats.add(&r, n, start + i, row);
+        }
+    }
+    let ours = stats.report("edgekv f16 pages, grouped", &r, n);
+    println!("sliding group: at most {most} pages held");
+    assert!(most <= 34, "the sliding group held {most} pages");
+    assert!(
+        held_pages(&cache, 1, seq) == n.div_ceil(16),
+        "the global group keeps every page"
+    );
+    assert!(ours.top1 >= 0.94, "top-1 agreement {}", ours.top1);
+    assert!(ours.kl_mean <= 1.05e-2, "mean KL {}", ours.kl_mean);
+    let ppl_ref = r.perplexity(n);
+    assert!(
+        (ours.ppl / ppl_ref - 1.0).abs() <= 0.01,
+        "perplexity {} vs llama.cpp's {ppl_ref}",
+        ours.ppl
+    );
+}
+
+/// Greedy continuation of a plain-text prompt equals llama.cpp's until the first position where
+/// llama.cpp's two best logits are within 0.05 of each other (a near-tie either may break).
+#[test]
+fn greedy_continuation_equals_llama_cpp() {
+    let Some(model) = gemma() else { return };
+    let g = gemma_common::Greedy::load();
+    let mut arenas = grouped_arenas(&model, ElementFormat::F16, g.prompt.len() + g.ids.len());
+    let mut cache: GroupedCache = arenas.cache();
+    let mut s = scratch(&model, 16);
+    let mut engine = Engine::new(&model, &mut s, 16).unwrap();
+    let mut logits = vec![0f32; model.config().vocab];
+    let (seq, reused) = engine.start(&mut cache, &g.prompt, &mut logits).unwrap();
+    assert_eq!(reused, 0);
+    let mut ours = vec![0u32; g.ids.len()];
+    let made = engine
+        .generate(
+            &mut cache,
+            seq,
+            &mut logits,
+            &mut Sampling::Greedy,
+            &[],
+            &mut ours,
+        )
+        .unwrap();
+    assert_eq!(made, g.ids.len());
+    let near_tie = g.gaps.iter().position(|&gap| gap < 0.05).unwrap_or(g.ids.len());
+    println!(
+        "greedy: {} tokens, llama.cpp's first near-tie at {near_tie}; ours {:?}",
+        g.ids.len(),
+        &ours
+    );
+    assert_eq!(ours[..near_tie], g.ids[..near_tie], "greedy continuation differs");
+}
+
+/// Where the full reference is (`$EDGEKV_GEMMA_FULL`, else `gemma3_270m/reference` beside the
+/// model): `full.ids` (u32) and `full.logprobs` (f32, one row of the vocabulary per position),
+/// written by `host-tests/peer/gemma_reference.py --full DIR`.
+fn full_dir() -> std::path::PathBuf {
+    std::env::var_os("EDGEKV_GEMMA_FULL")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| gemma_common::gemma_path().with_file_name("reference"))
+}
+
+/// The issue's protocol on the first 1,536 GPL-3 tokens (BOS first): exact mean / max KL from
+/// llama.cpp's full distributions, top-1 agreement and perplexity, f16 pages of a grouped
+/// cache. Ignored by default (a few minutes in release; needs the full reference):
+/// `cargo test --release -p edgekv-llm --test gemma -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn full_gpl3_fidelity() {
+    let Some(model) = gemma() else { return };
+    let dir = full_dir();
+    let (Ok(ids), Ok(lp)) = (
+        std::fs::read(dir.join("full.ids")),
+        std::fs::File::open(dir.join("full.logprobs")),
+    ) else {
+        eprintln!("SKIPPED: no full reference in {}", dir.display());
+        return;
+    };
+    use std::io::Read;
+    let ids = gemma_common::u32s(&ids);
+    let mut lp = std::io::BufReader::new(lp);
+    let n = ids.len();
+    let vocab = model.config().vocab;
+    let mut arenas = grouped_arenas(&model, ElementFormat::F16, n);
+    let mut cache: GroupedCache = arenas.cache();
+    let mut s = scratch(&model, 16);
+    let seq = cache.create_sequence(SeqMode::Paged).unwrap();
+    let mut stats = Stats::default();
+    let mut logits = vec![0f32; 16 * vocab];
+    let mut bytes = vec![0u8; 4 * vocab];
+    let mut most = 0;
+    for start in (0..n).step_by(16) {
+        let end = (start + 16).min(n);
+        model
+            .forward(&mut cache, seq, &ids[start..end], &mut s, Logits::All, &mut logits)
+            .unwrap();
+        most = most.max(held_pages(&cache, 0, seq));
+        for (i, row) in logits.chunks_exact(vocab).take(end - start).enumerate() {
+            lp.read_exact(&mut bytes).unwrap();
+            let reference = gemma_common::f32s(&bytes);
+            stats.add_full(&ids, &reference, start + i, row);
+        }
+    }
+    let f = stats.figures();
+    println!(
+        "full GPL-3, {n} tokens, f16 pages (grouped, sliding group at most {most} pages): \
+         top-1 agreement {:.2} %, mean KL {:.3e}, max KL {:.3e}, perplexity {:.4}",
+        100.0 * f.top1,
+        f.kl_mean,
+        f.kl_max,
+        f.ppl
+    );
+}
+
+#[test]
+#[ignore]
+fn speed_probe() {
+    let Some(model) = gemma() else { return };
+    let mut arenas = grouped_arenas(&model, ElementFormat::F16, 64);
+    let mut cache: GroupedCache = arenas.cache();
+    let mut s = scratch(&model, 16);
+    let seq = cache.create_sequence(SeqMode::Paged).unwrap();
+    let mut out = vec![0f32; 16 * model.config().vocab];
+    let ids: Vec<u32> = (0..32u32).map(|i| 2 + i * 977).collect();
+    let t = std::time::Instant::now();
+    for c in ids.chunks(16) {
+        model.forward(&mut cache, seq, c, &mut s, Logits::All, &mut out).unwrap();
+    }
+    println!("32 tokens: {:?}; top {:?}", t.elapsed(), gemma_common::log_softmax(&out[..model.config().vocab]));
+}
