@@ -119,23 +119,49 @@ def main():
     if a.full:
         os.makedirs(a.full, exist_ok=True)
         ids = all_ids[: a.full_tokens]
-        lp = log_softmax(teacher_force(llm, ids)).astype(np.float32)
         write(os.path.join(a.full, "full.ids"), ids, "<u4")
-        lp.tofile(os.path.join(a.full, "full.logprobs"))
-        nxt = lp[np.arange(len(ids) - 1), ids[1:]].astype(np.float64)
-        print(f"full: {len(ids)} tokens, perplexity {np.exp(-nxt.mean()):.4f}", file=sys.stderr)
+        path = os.path.join(a.full, "full.logprobs")
+        on_next, on_top = full_rows(llm, ids, path)
+        print(f"full: {len(ids)} tokens, perplexity {np.exp(-np.mean(on_next)):.4f}", file=sys.stderr)
         # llama.cpp's own noise floor: flash attention off against on.
         del llm
-        off = log_softmax(teacher_force(load(a.gguf, n_ctx, False), ids))
-        p = np.exp(lp.astype(np.float64))
-        kl = (p * (lp - off)).sum(axis=-1)
-        agree = (off.argmax(axis=-1) == lp.argmax(axis=-1)).mean()
-        nxt_off = off[np.arange(len(ids) - 1), ids[1:]]
+        off = load(a.gguf, n_ctx, False)
+        off.reset()
+        off.eval(ids)
+        on = np.memmap(path, dtype="<f4", mode="r", shape=(len(ids), off.n_vocab()))
+        kl, agree, off_next = [], 0, []
+        for t0 in range(0, len(ids), 128):
+            lp_off = log_softmax(np.array(off.scores[t0 : t0 + 128], dtype=np.float32))
+            lp_on = on[t0 : t0 + 128].astype(np.float64)
+            kl.extend((np.exp(lp_on) * (lp_on - lp_off)).sum(axis=-1))
+            agree += int((lp_off.argmax(axis=-1) == lp_on.argmax(axis=-1)).sum())
+            for i in range(len(lp_off)):
+                if t0 + i + 1 < len(ids):
+                    off_next.append(lp_off[i, ids[t0 + i + 1]])
+        kl = np.array(kl)
         print(
             f"flash attention off vs on: mean KL {kl.mean():.3e} max {kl.max():.3e}, "
-            f"top-1 agreement {100 * agree:.2f} %, perplexity off {np.exp(-nxt_off.mean()):.4f}",
+            f"top-1 agreement {100 * agree / len(ids):.2f} %, "
+            f"perplexity off {np.exp(-np.mean(off_next)):.4f}",
             file=sys.stderr,
         )
+
+
+def full_rows(llm, ids, path):
+    """Teacher-forces `ids` and writes every position's log-softmax (f32) to `path`, 128 rows at a
+    time; returns the next tokens' log-probabilities and the top-1 ids."""
+    llm.reset()
+    llm.eval(ids)
+    nxt, top = [], []
+    with open(path, "wb") as f:
+        for t0 in range(0, len(ids), 128):
+            lp = log_softmax(np.array(llm.scores[t0 : t0 + 128], dtype=np.float32))
+            lp.astype("<f4").tofile(f)
+            top.extend(lp.argmax(axis=-1))
+            for i in range(len(lp)):
+                if t0 + i + 1 < len(ids):
+                    nxt.append(lp[i, ids[t0 + i + 1]])
+    return nxt, top
 
 
 if __name__ == "__main__":

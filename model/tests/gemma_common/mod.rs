@@ -85,7 +85,11 @@ impl GroupedArenas {
 }
 
 /// Pages `seq` holds in group `g` (released entries not counted).
-pub fn held_pages<'a, A: PageAllocator<'a>>(c: &GroupedCache<'a, A>, g: usize, seq: SeqId) -> usize {
+pub fn held_pages<'a, A: PageAllocator<'a>>(
+    c: &GroupedCache<'a, A>,
+    g: usize,
+    seq: SeqId,
+) -> usize {
     let table = c.group(g).unwrap().page_table(seq).unwrap();
     table.iter().filter(|&&p| p != NO_PAGE).count()
 }
