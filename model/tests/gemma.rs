@@ -129,9 +129,10 @@ fn full_dir() -> std::path::PathBuf {
 }
 
 /// The issue's protocol on the first 1,536 GPL-3 tokens (BOS first): exact mean / max KL from
-/// llama.cpp's full distributions, top-1 agreement and perplexity, f16 pages of a grouped
-/// cache. Ignored by default (a few minutes in release; needs the full reference):
-/// `cargo test --release -p edgekv-llm --test gemma -- --ignored --nocapture`.
+/// llama.cpp's full distributions, top-1 agreement and perplexity, pages of a grouped cache in
+/// `$EDGEKV_GEMMA_KV` (`f16`, the default, or `q8_0`). Ignored by default (a few minutes in
+/// release; needs the full reference): `cargo test --release --test gemma -- --ignored
+/// --nocapture` in `model/`.
 #[test]
 #[ignore]
 fn full_gpl3_fidelity() {
@@ -149,7 +150,13 @@ fn full_gpl3_fidelity() {
     let mut lp = std::io::BufReader::new(lp);
     let n = ids.len();
     let vocab = model.config().vocab;
-    let mut arenas = grouped_arenas(&model, ElementFormat::F16, n);
+    let kv = std::env::var("EDGEKV_GEMMA_KV").unwrap_or_else(|_| "f16".into());
+    let format = match kv.as_str() {
+        "f16" => ElementFormat::F16,
+        "q8_0" => ElementFormat::Q8_0,
+        other => panic!("EDGEKV_GEMMA_KV={other}: f16 or q8_0"),
+    };
+    let mut arenas = grouped_arenas(&model, format, n);
     let mut cache: GroupedCache = arenas.cache();
     let mut s = scratch(&model, 16);
     let seq = cache.create_sequence(SeqMode::Paged).unwrap();
@@ -174,11 +181,21 @@ fn full_gpl3_fidelity() {
             lp.read_exact(&mut bytes).unwrap();
             let reference = gemma_common::f32s(&bytes);
             stats.add_full(&ids, &reference, start + i, row);
+            if start + i + 1 == CI_TOKENS {
+                let f = stats.figures();
+                println!(
+                    "first {CI_TOKENS} positions: top-1 {:.2} %, exact mean KL {:.3e}, \
+                     perplexity over them {:.4}",
+                    100.0 * f.top1,
+                    f.kl_mean,
+                    f.ppl
+                );
+            }
         }
     }
     let f = stats.figures();
     println!(
-        "full GPL-3, {n} tokens, f16 pages (grouped, sliding group at most {most} pages): \
+        "full GPL-3, {n} tokens, {kv} pages (grouped, sliding group at most {most} pages): \
          top-1 agreement {:.2} %, mean KL {:.3e}, max KL {:.3e}, perplexity {:.4}",
         100.0 * f.top1,
         f.kl_mean,
