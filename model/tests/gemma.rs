@@ -1,7 +1,7 @@
 //! Gemma 3 270M (`gemma3`) through the no_std forward pass, over a layer-grouped cache with f16
 //! pages (15 sliding-window layers releasing pages, 3 global ones), against llama.cpp's own
-//! outputs on the same token ids (`tests/data/gemma/`, written by
-//! `host-tests/peer/gemma_reference.py` into `tests/gemma_data/`: llama-cpp-python 0.3.36 built from its sdist, f16 K/V,
+//! outputs on the same token ids (`tests/gemma_data/`, written by
+//! `host-tests/peer/gemma_reference.py`: llama-cpp-python 0.3.36 built from its sdist, f16 K/V,
 //! flash attention on). Skipped, with a notice, when the model file is missing
 //! (`bash model/fetch-gemma.sh` fetches it; `$EDGEKV_GEMMA` names another copy).
 //!
@@ -11,19 +11,29 @@
 //! from llama.cpp's distribution (over its top-K tokens and the rest as one bin: a lower bound
 //! of the full KL, which `full_gpl3_fidelity` measures exactly on 1,536 tokens, ignored by
 //! default: it needs llama.cpp's full logits, written by the same script with `--full`).
+//!
+//! Measured with `full_gpl3_fidelity` (2026-11-29, 1,536 tokens): f16 pages top-1 agreement
+//! 95.05 %, mean KL 7.10e-3 (max 0.375), perplexity 14.854 against llama.cpp's 14.774 with
+//! flash attention on (14.853 off; its own off-vs-on mean KL 6.98e-3, top-1 94.66 %); q8_0
+//! pages 94.86 %, 9.56e-3 (max 0.459), 14.959; q8_0 pages of Hadamard-rotated rows 95.25 %,
+//! 7.38e-3 (max 0.103), 14.855. The sliding group held at most 33 pages in each run.
 
 mod gemma_common;
 
-use edgekv::{ElementFormat, GroupedCache, SeqMode};
+use edgekv::{ElementFormat, GroupedCache, Rotation, SeqMode};
 use edgekv_llm::{Engine, Logits, Sampling};
 use gemma_common::{Reference, Stats, gemma, grouped_arenas, held_pages, scratch};
 
 /// Tokens teacher-forced in CI: past the 512-token window by 128.
 const CI_TOKENS: usize = 640;
 
-/// Teacher forcing through f16 pages of a grouped cache: top-1 agreement ≥ 94 %, mean KL (its
-/// top-K lower bound) ≤ 1.05e-2, perplexity within 1 % of llama.cpp's, and the sliding layers'
-/// group never holding more than ⌈(512 + 16 − 1) / 16⌉ + 1 = 34 pages.
+/// Teacher forcing through f16 pages of a grouped cache: top-1 agreement ≥ 94 %, perplexity
+/// within 1 % of llama.cpp's, and the sliding layers' group never holding more than
+/// ⌈(512 + 16 − 1) / 16⌉ + 1 = 34 pages. The KL committed here is a lower bound (llama.cpp's
+/// top 8 tokens and the rest as one bin hold on average 81 % of its mass in the top 8): on
+/// these 640 positions it read 5.36e-3 when the exact KL (`full_gpl3_fidelity`) was 7.85e-3, so
+/// the bound is held to ≤ 7.0e-3 (the goal for the exact figure, 1.05e-2, divided by
+/// that ratio of 1.46, rounded down).
 #[test]
 fn teacher_forced_gpl3_matches_llama_cpp() {
     let Some(model) = gemma() else { return };
@@ -63,7 +73,11 @@ fn teacher_forced_gpl3_matches_llama_cpp() {
         "the global group keeps every page"
     );
     assert!(ours.top1 >= 0.94, "top-1 agreement {}", ours.top1);
-    assert!(ours.kl_mean <= 1.05e-2, "mean KL {}", ours.kl_mean);
+    assert!(
+        ours.kl_mean <= 7.0e-3,
+        "mean KL (top-8 lower bound) {}",
+        ours.kl_mean
+    );
     let ppl_ref = r.perplexity(n);
     assert!(
         (ours.ppl / ppl_ref - 1.0).abs() <= 0.01,
@@ -130,7 +144,8 @@ fn full_dir() -> std::path::PathBuf {
 
 /// The protocol on the first 1,536 GPL-3 tokens (BOS first): exact mean / max KL from
 /// llama.cpp's full distributions, top-1 agreement and perplexity, pages of a grouped cache in
-/// `$EDGEKV_GEMMA_KV` (`f16`, the default, or `q8_0`). Ignored by default (a few minutes in
+/// `$EDGEKV_GEMMA_KV` (`f16`, the default, `q8_0`, or `q8_0-hadamard`: rows rotated before
+/// quantization). Ignored by default (a few minutes in
 /// release; needs the full reference): `cargo test --release --test gemma -- --ignored
 /// --nocapture` in `model/`.
 #[test]
@@ -151,12 +166,13 @@ fn full_gpl3_fidelity() {
     let n = ids.len();
     let vocab = model.config().vocab;
     let kv = std::env::var("EDGEKV_GEMMA_KV").unwrap_or_else(|_| "f16".into());
-    let format = match kv.as_str() {
-        "f16" => ElementFormat::F16,
-        "q8_0" => ElementFormat::Q8_0,
-        other => panic!("EDGEKV_GEMMA_KV={other}: f16 or q8_0"),
+    let (format, rotation) = match kv.as_str() {
+        "f16" => (ElementFormat::F16, Rotation::None),
+        "q8_0" => (ElementFormat::Q8_0, Rotation::None),
+        "q8_0-hadamard" => (ElementFormat::Q8_0, Rotation::Hadamard),
+        other => panic!("EDGEKV_GEMMA_KV={other}: f16, q8_0 or q8_0-hadamard"),
     };
-    let mut arenas = grouped_arenas(&model, format, n);
+    let mut arenas = gemma_common::grouped_arenas_rotated(&model, format, rotation, n);
     let mut cache: GroupedCache = arenas.cache();
     let mut s = scratch(&model, 16);
     let seq = cache.create_sequence(SeqMode::Paged).unwrap();

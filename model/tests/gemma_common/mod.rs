@@ -5,8 +5,11 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use edgekv::{ElementFormat, FreeList, GroupedCache, HeapArena, NO_PAGE, PageAllocator, SeqId};
-use edgekv_llm::{Gguf, Llama, ScratchPlan};
+use edgekv::{
+    CacheConfig, ElementFormat, FreeList, GroupWindow, GroupedCache, HeapArena, LayerGroup, Layers,
+    NO_PAGE, PageAllocator, Rotation, SeqId,
+};
+use edgekv_llm::{Arch, Gguf, Llama, ScratchPlan};
 
 /// Where `model/fetch-gemma.sh` puts Gemma 3 270M (`$EDGEKV_GEMMA` overrides).
 pub fn gemma_path() -> PathBuf {
@@ -43,7 +46,7 @@ pub fn gemma() -> Option<Llama<'static>> {
 
 /// Arenas of a grouped cache for one sequence of up to `tokens` positions.
 pub struct GroupedArenas {
-    config: edgekv::CacheConfig,
+    config: CacheConfig,
     pages: [usize; 2],
     data: HeapArena,
     meta: HeapArena,
@@ -53,10 +56,37 @@ pub struct GroupedArenas {
 /// of 16), one sequence of up to `tokens` positions: the sliding group gets the pages its
 /// window needs (36: the window, a chunk and a partial page), the global group every page.
 pub fn grouped_arenas(model: &Llama<'_>, format: ElementFormat, tokens: usize) -> GroupedArenas {
-    let config = model
-        .config()
-        .cache_config(format, format)
-        .unwrap()
+    let config = model.config().cache_config(format, format).unwrap();
+    grouped_arenas_for(model, config, tokens)
+}
+
+/// [`grouped_arenas`] with K and V rows stored rotated (`rotation` in both groups).
+pub fn grouped_arenas_rotated(
+    model: &Llama<'_>,
+    format: ElementFormat,
+    rotation: Rotation,
+    tokens: usize,
+) -> GroupedArenas {
+    let Arch::Gemma3(g) = model.config().arch else {
+        panic!("not gemma3")
+    };
+    let config = CacheConfig::new(model.config().shape().unwrap())
+        .with_formats(format, format)
+        .with_rotations(rotation, rotation)
+        .with_window(GroupWindow::new(g.sliding_window, 0))
+        .with_group(
+            LayerGroup::new(Layers::Every {
+                period: g.period,
+                first: g.period - 1,
+            })
+            .with_formats(format, format)
+            .with_rotations(rotation, rotation),
+        );
+    grouped_arenas_for(model, config, tokens)
+}
+
+fn grouped_arenas_for(model: &Llama<'_>, config: CacheConfig, tokens: usize) -> GroupedArenas {
+    let config = config
         .with_page_tokens(16)
         .with_chunk_tokens(16)
         .with_sequences(1, tokens.next_multiple_of(16) as u32)
