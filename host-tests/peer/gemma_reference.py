@@ -14,7 +14,10 @@ tokenizer gives them (BOS first, as the GGUF asks), and writes into OUT (default
 - `greedy.prompt` (u32), `greedy.ids` (u32), `greedy.gaps` (f32): a greedy continuation of a
   plain-text prompt, and at each step the gap between llama.cpp's two best logits;
 - with `--full DIR`: `full.ids` (u32) and `full.logprobs` (f32, the whole log-softmax row of
-  every position, 1 MiB each: not for the repository) for --full-tokens tokens.
+  every position, 1 MiB each: not for the repository) for --full-tokens tokens, read by
+  `model/tests/gemma.rs`'s ignored `full_gpl3_fidelity` from `~/.cache/edgekv/gemma3_270m/reference`
+  (or `$EDGEKV_GEMMA_FULL`); it also prints llama.cpp's own noise floor (flash attention off
+  against on: mean / max KL, top-1 agreement, perplexity).
 
 All files are little-endian raw arrays. Usage:
   python gemma_reference.py --gguf "$(bash model/fetch-gemma.sh)" [--out DIR] [--full DIR]
