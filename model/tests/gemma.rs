@@ -222,7 +222,8 @@ fn full_gpl3_fidelity() {
 
 /// The forward pass over a plain `KvCache` (every layer keeping every position, the window
 /// passed in the attention parameters) gives the bits of the grouped cache's on a prompt
-/// shorter than the window.
+/// shorter than the window; a second request for the same prompt reuses its first chunk from the
+/// grouped cache's prefix index (every group) and gives the same bits.
 #[test]
 fn plain_cache_equals_grouped_cache() {
     let Some(model) = gemma() else { return };
@@ -234,6 +235,10 @@ fn plain_cache_equals_grouped_cache() {
     let mut cache: GroupedCache = arenas.cache();
     let mut engine = Engine::new(&model, &mut s, 16).unwrap();
     engine.start(&mut cache, &prompt, &mut grouped).unwrap();
+    let mut again = vec![0f32; vocab];
+    let (_, reused) = engine.start(&mut cache, &prompt, &mut again).unwrap();
+    assert_eq!(reused, 16);
+    assert!(again == grouped, "reuse differs from the cold prefill");
     let config = edgekv::CacheConfig::new(model.config().shape().unwrap())
         .with_formats(ElementFormat::F16, ElementFormat::F16)
         .with_page_tokens(16)

@@ -53,8 +53,9 @@ pub struct GroupedArenas {
 }
 
 /// The model's grouped cache configuration with `format` pages of 16 tokens (prefill chunks
-/// of 16), one sequence of up to `tokens` positions: the sliding group gets the pages its
-/// window needs (36: the window, a chunk and a partial page), the global group every page.
+/// of 16), two sequences (one of up to `tokens` positions, another sharing its prefix): the
+/// sliding group gets the pages its window needs (36: the window, a chunk and a partial page),
+/// the global group every page (and two for a second sequence).
 pub fn grouped_arenas(model: &Llama<'_>, format: ElementFormat, tokens: usize) -> GroupedArenas {
     let config = model.config().cache_config(format, format).unwrap();
     grouped_arenas_for(model, config, tokens)
@@ -89,10 +90,10 @@ fn grouped_arenas_for(model: &Llama<'_>, config: CacheConfig, tokens: usize) -> 
     let config = config
         .with_page_tokens(16)
         .with_chunk_tokens(16)
-        .with_sequences(1, tokens.next_multiple_of(16) as u32)
+        .with_sequences(2, tokens.next_multiple_of(16) as u32)
         .with_namespace(model.fingerprint());
     let global = tokens.div_ceil(16);
-    let pages = [36.min(global + 1), global];
+    let pages = [36.min(global + 2), global + 2];
     let plan = GroupedCache::<FreeList>::plan_pages(&config, &pages).unwrap();
     GroupedArenas {
         config,
