@@ -11,7 +11,7 @@ use crate::role::TensorRole;
 pub enum Error {
     /// The file is not a valid GGUF.
     Gguf(GgufError),
-    /// `general.architecture` is not `llama`.
+    /// `general.architecture` is neither `llama` nor `gemma3`.
     WrongArchitecture,
     /// A required metadata key is absent.
     MissingMetadata(&'static str),
@@ -89,7 +89,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Gguf(e) => write!(f, "{e}"),
-            Error::WrongArchitecture => f.write_str("GGUF architecture is not llama"),
+            Error::WrongArchitecture => {
+                f.write_str("GGUF architecture is neither llama nor gemma3")
+            }
             Error::MissingMetadata(k) => write!(f, "GGUF has no `{k}`"),
             Error::BadMetadata(k) => write!(f, "GGUF `{k}` has a wrong type or value"),
             Error::Unsupported(why) => write!(f, "unsupported model: {why}"),

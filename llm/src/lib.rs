@@ -1,14 +1,22 @@
-//! A llama forward pass over a GGUF file held in memory, with keys and values in edgekv pages:
-//! `no_std`, no allocation, no unsafe code, one thread.
+//! A llama and Gemma 3 forward pass over a GGUF file held in memory, with keys and values in
+//! edgekv pages: `no_std`, no allocation, no unsafe code, one thread.
 //!
 //! - [`gguf`]: a GGUF v3 reader that validates the header, metadata and tensor table in place
 //!   and hands out typed views of the weights (no copies); bad files are precise
 //!   [`GgufError`]s.
-//! - [`Llama`]: the model's configuration and weight views ([`LlamaConfig`] from metadata).
+//! - [`Llama`]: the model's configuration and weight views ([`LlamaConfig`] from metadata;
+//!   [`Arch`] `llama` or `gemma3`, whose [`Gemma3`] parameters give the sliding window, the layer
+//!   pattern and each layer kind's RoPE base; [`LlamaConfig::cache_config`] the cache layout it
+//!   needs: one group, or Gemma 3's sliding-window and global layer groups).
+//! - [`KvStore`]: the cache the forward pass works over, an [`edgekv::KvCache`] or a
+//!   layer-grouped [`edgekv::GroupedCache`].
 //! - [`Llama::forward`]: embedding, RMSNorm, RoPE (type NORM), Q/K/V projections, K/V rows into
 //!   the cache ([`edgekv::KvCache::write_kv`]), attention over pages
 //!   ([`edgekv::KvCache::attention`]), output projection, SwiGLU FFN, residuals, final norm and
-//!   the (tied) LM head. Matmuls follow ggml's CPU reference arithmetic for weights in F32,
+//!   the (tied) LM head; for `gemma3` also q/k norms per head, NEOX RoPE with a base per layer
+//!   kind, sliding-window attention on five of every six layers, post-attention and post-FFN
+//!   norms, a GELU-gated FFN and embeddings scaled by `√embed`, as llama.cpp computes them.
+//!   Matmuls follow ggml's CPU reference arithmetic for weights in F32,
 //!   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K: each activation row quantized to the
 //!   weight type's activation type (Q8_0, Q8_1 or Q8_K, [`quant`]), exact integer block sums,
 //!   scales combined in f32 in the generic dot products' order ([`matmul`]).
@@ -33,6 +41,7 @@ mod config;
 mod error;
 mod forward;
 pub mod gguf;
+mod kv;
 pub mod matmul;
 mod model;
 pub mod ops;
@@ -42,11 +51,12 @@ mod role;
 mod sample;
 mod session;
 
-pub use config::LlamaConfig;
+pub use config::{Arch, Gemma3, LlamaConfig};
 pub use error::{Error, Result};
 pub use forward::{Logits, MAX_HEAD_DIM};
 pub use gguf::{Gguf, GgufError};
-pub use model::{Activations, Block, Llama, MAX_LAYERS, Norm};
+pub use kv::KvStore;
+pub use model::{Activations, Block, GemmaNorms, Llama, MAX_LAYERS, Norm};
 pub use plan::ScratchPlan;
 pub use role::TensorRole;
 pub use sample::{MAX_TOP_K, Pcg32, Sampling, argmax};

@@ -2,7 +2,7 @@
 
 use core::fmt::Write;
 
-use crate::config::LlamaConfig;
+use crate::config::{Arch, LlamaConfig};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Tensor, TensorType};
 use crate::matmul::Matrix;
@@ -17,7 +17,13 @@ pub struct Norm<'a> {
     bytes: &'a [u8],
 }
 
-impl Norm<'_> {
+impl<'a> Norm<'a> {
+    /// A norm over `bytes` (little-endian f32s), for tests.
+    #[cfg(test)]
+    pub(crate) fn from_bytes(bytes: &'a [u8]) -> Self {
+        Norm { bytes }
+    }
+
     /// Element `i`.
     #[inline]
     pub fn get(&self, i: usize) -> f32 {
@@ -59,12 +65,27 @@ pub struct Block<'a> {
     pub down: Matrix<'a>,
 }
 
+/// The norms a Gemma 3 block has beyond a llama block's (F32 in the file, used as stored: the
+/// converter folded Gemma's `1 + w` into them).
+#[derive(Debug, Clone, Copy)]
+pub struct GemmaNorms<'a> {
+    /// RMSNorm of each query head (`head_dim`).
+    pub q_norm: Norm<'a>,
+    /// RMSNorm of each key head (`head_dim`).
+    pub k_norm: Norm<'a>,
+    /// RMSNorm of the attention output, before the residual add.
+    pub post_attn: Norm<'a>,
+    /// RMSNorm of the FFN output, before the residual add.
+    pub post_ffn: Norm<'a>,
+}
+
 /// A llama model over a GGUF in memory: the configuration and views of every weight. Nothing is
 /// copied; `'a` is the file's lifetime.
 #[derive(Debug, Clone)]
 pub struct Llama<'a> {
     config: LlamaConfig,
     blocks: [Option<Block<'a>>; MAX_LAYERS],
+    gemma: [Option<GemmaNorms<'a>>; MAX_LAYERS],
     embedding: Matrix<'a>,
     output_norm: Norm<'a>,
     head: Matrix<'a>,
@@ -184,6 +205,19 @@ impl<'a> Llama<'a> {
         };
         let output_norm = norm(gguf, None, TensorRole::OutputNorm, c.embed)?;
         let mut blocks = [None; MAX_LAYERS];
+        let mut gemma = [None; MAX_LAYERS];
+        if let Arch::Gemma3(_) = c.arch {
+            for (i, slot) in gemma.iter_mut().take(c.layers).enumerate() {
+                let l = Some(i as u16);
+                use TensorRole::*;
+                *slot = Some(GemmaNorms {
+                    q_norm: norm(gguf, l, AttnQNorm, c.head_dim)?,
+                    k_norm: norm(gguf, l, AttnKNorm, c.head_dim)?,
+                    post_attn: norm(gguf, l, AttnPostNorm, c.embed)?,
+                    post_ffn: norm(gguf, l, FfnPostNorm, c.embed)?,
+                });
+            }
+        }
         let (e, q, kv, f) = (c.embed, c.q_dim(), c.kv_dim(), c.ffn);
         for (i, slot) in blocks.iter_mut().take(c.layers).enumerate() {
             let l = Some(i as u16);
@@ -208,6 +242,7 @@ impl<'a> Llama<'a> {
         Ok(Llama {
             config: c,
             blocks,
+            gemma,
             embedding,
             output_norm,
             head,
@@ -242,6 +277,11 @@ impl<'a> Llama<'a> {
     /// Block `i`'s weights.
     pub fn block(&self, i: usize) -> Option<&Block<'a>> {
         self.blocks.get(i)?.as_ref()
+    }
+
+    /// Block `i`'s Gemma 3 norms (`None` for a llama model).
+    pub fn gemma_norms(&self, i: usize) -> Option<&GemmaNorms<'a>> {
+        self.gemma.get(i)?.as_ref()
     }
 
     /// The token embedding (Q8_0, `vocab` rows of `embed`).

@@ -27,6 +27,14 @@ pub enum TensorRole {
     FfnUp,
     /// `blk.N.ffn_down.weight`.
     FfnDown,
+    /// `blk.N.attn_q_norm.weight` (Gemma 3: RMSNorm of each query head).
+    AttnQNorm,
+    /// `blk.N.attn_k_norm.weight` (Gemma 3: RMSNorm of each key head).
+    AttnKNorm,
+    /// `blk.N.post_attention_norm.weight` (Gemma 3: RMSNorm of the attention output).
+    AttnPostNorm,
+    /// `blk.N.post_ffw_norm.weight` (Gemma 3: RMSNorm of the FFN output).
+    FfnPostNorm,
 }
 
 impl TensorRole {
@@ -45,6 +53,10 @@ impl TensorRole {
             TensorRole::FfnGate => "ffn_gate.weight",
             TensorRole::FfnUp => "ffn_up.weight",
             TensorRole::FfnDown => "ffn_down.weight",
+            TensorRole::AttnQNorm => "attn_q_norm.weight",
+            TensorRole::AttnKNorm => "attn_k_norm.weight",
+            TensorRole::AttnPostNorm => "post_attention_norm.weight",
+            TensorRole::FfnPostNorm => "post_ffw_norm.weight",
         }
     }
 }

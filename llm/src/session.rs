@@ -2,15 +2,16 @@
 //! through the cache's verified index, decoding and generation.
 
 use edgekv::prefix::plan_prefill;
-use edgekv::{KvCache, PageAllocator, SeqId, SeqMode};
+use edgekv::{SeqId, SeqMode};
 
 use crate::error::{Error, Result};
 use crate::forward::Logits;
+use crate::kv::KvStore;
 use crate::model::Llama;
 use crate::sample::Sampling;
 
 /// A model with its scratch buffer and prefill chunk size C: the calls a board or host makes
-/// over a [`KvCache`].
+/// over a [`KvStore`] (an `edgekv::KvCache` or a layer-grouped `edgekv::GroupedCache`).
 #[derive(Debug)]
 pub struct Engine<'m, 'a, 's> {
     model: &'m Llama<'a>,
@@ -50,9 +51,9 @@ impl<'m, 'a, 's> Engine<'m, 'a, 's> {
     /// [`Empty`](Error::Empty) for no tokens, [`BufferTooSmall`](Error::BufferTooSmall) when `out` is
     /// short, [`ContextFull`](Error::ContextFull), [`Kv`](Error::Kv) for an unknown `seq`, and
     /// [`Llama::forward`](crate::Llama::forward)'s errors; the sequence is then as before.
-    pub fn prefill<'c, A: PageAllocator<'c>>(
+    pub fn prefill<C: KvStore + ?Sized>(
         &mut self,
-        cache: &mut KvCache<'c, A>,
+        cache: &mut C,
         seq: SeqId,
         tokens: &[u32],
         logits: Logits,
@@ -91,16 +92,16 @@ impl<'m, 'a, 's> Engine<'m, 'a, 's> {
 
     /// A new paged sequence for `prompt`: attaches the longest verified published prefix
     /// (aligned to the cache's chunk, never the whole prompt), prefills the rest, publishes the
-    /// prompt's whole chunks for later reuse ([`KvCache::commit_prompt`]) and writes the last
+    /// prompt's whole chunks for later reuse ([`KvStore::commit_prompt`]) and writes the last
     /// token's logits into `out`. Returns the sequence and the tokens reused. All or nothing.
     ///
     /// # Errors
     ///
     /// [`Empty`](Error::Empty) for an empty prompt, [`Kv`](Error::Kv) (no free sequence, lookup,
     /// attach or commit), and [`prefill`](Self::prefill)'s; the new sequence is then freed.
-    pub fn start<'c, A: PageAllocator<'c>>(
+    pub fn start<C: KvStore + ?Sized>(
         &mut self,
-        cache: &mut KvCache<'c, A>,
+        cache: &mut C,
         prompt: &[u32],
         out: &mut [f32],
     ) -> Result<(SeqId, u32)> {
@@ -129,9 +130,9 @@ impl<'m, 'a, 's> Engine<'m, 'a, 's> {
     /// # Errors
     ///
     /// As [`Llama::forward`](crate::Llama::forward) (all or nothing).
-    pub fn decode<'c, A: PageAllocator<'c>>(
+    pub fn decode<C: KvStore + ?Sized>(
         &mut self,
-        cache: &mut KvCache<'c, A>,
+        cache: &mut C,
         seq: SeqId,
         token: u32,
         out: &mut [f32],
@@ -148,9 +149,9 @@ impl<'m, 'a, 's> Engine<'m, 'a, 's> {
     ///
     /// [`BufferTooSmall`](Error::BufferTooSmall) when `logits` is shorter than the vocabulary;
     /// [`decode`](Self::decode)'s errors (the tokens already appended stay in the sequence).
-    pub fn generate<'c, A: PageAllocator<'c>>(
+    pub fn generate<C: KvStore + ?Sized>(
         &mut self,
-        cache: &mut KvCache<'c, A>,
+        cache: &mut C,
         seq: SeqId,
         logits: &mut [f32],
         sampling: &mut Sampling,

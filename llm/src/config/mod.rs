@@ -1,7 +1,25 @@
-//! The model's hyper-parameters, read from GGUF metadata.
+//! The model's hyper-parameters, read from GGUF metadata: `llama` here, `gemma3` in
+//! [`gemma3`].
+
+mod gemma3;
+
+pub use gemma3::Gemma3;
+
+use edgekv::{CacheConfig, ElementFormat, GroupWindow, LayerGroup, Layers};
 
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value};
+
+/// The architecture a GGUF names (`general.architecture`), with what only it has.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arch {
+    /// `llama` (SmolLM2): RMSNorm, RoPE type NORM, SwiGLU FFN.
+    Llama,
+    /// `gemma3` (Gemma 3): q/k norms, post-attention and post-FFN norms, GELU-gated FFN,
+    /// embeddings scaled by `√embed`, NEOX RoPE with a base per layer kind, sliding-window
+    /// layers beside global ones.
+    Gemma3(Gemma3),
+}
 
 /// Llama hyper-parameters as the GGUF states them.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,6 +48,8 @@ pub struct LlamaConfig {
     pub bos: u32,
     /// End-of-sequence token id (`<|im_end|>` for SmolLM2-Instruct).
     pub eos: u32,
+    /// The architecture and its own parameters.
+    pub arch: Arch,
 }
 
 impl LlamaConfig {
@@ -47,9 +67,11 @@ impl LlamaConfig {
         context: 8192,
         bos: 1,
         eos: 2,
+        arch: Arch::Llama,
     };
 
-    /// Reads the hyper-parameters of a `llama` GGUF. Refused: another architecture
+    /// Reads the hyper-parameters of a `llama` or `gemma3` GGUF (for `gemma3` see
+    /// [`Gemma3::config_from_gguf`]). Refused: another architecture
     /// ([`WrongArchitecture`](Error::WrongArchitecture)), a missing key
     /// ([`MissingMetadata`](Error::MissingMetadata)) or one of the wrong type
     /// ([`BadMetadata`](Error::BadMetadata)), shapes that are not grouped-query attention with
@@ -65,8 +87,10 @@ impl LlamaConfig {
         let arch = g
             .get("general.architecture")
             .ok_or(Error::MissingMetadata("general.architecture"))?;
-        if arch.as_bytes() != Some(b"llama".as_slice()) {
-            return Err(Error::WrongArchitecture);
+        match arch.as_bytes() {
+            Some(b"llama") => {}
+            Some(b"gemma3") => return Gemma3::config_from_gguf(g),
+            _ => return Err(Error::WrongArchitecture),
         }
         let heads = uint(g, "llama.attention.head_count")?;
         let kv_heads = uint(g, "llama.attention.head_count_kv")?;
@@ -127,6 +151,7 @@ impl LlamaConfig {
             context: uint(g, "llama.context_length")?,
             bos: id("tokenizer.ggml.bos_token_id")?,
             eos: id("tokenizer.ggml.eos_token_id")?,
+            arch: Arch::Llama,
         })
     }
 
@@ -159,14 +184,42 @@ impl LlamaConfig {
     }
 }
 
-fn uint(g: &Gguf<'_>, key: &'static str) -> Result<usize> {
+impl LlamaConfig {
+    /// The cache configuration this model's layers need, with `k` and `v` pages: every layer
+    /// alike for `llama`; for `gemma3` the sliding-window layers in the base group (window
+    /// [`Gemma3::sliding_window`], no sinks, pages released as positions leave it) and the
+    /// global layers (every [`Gemma3::period`]-th) in a second group keeping every position,
+    /// both with these formats (an `edgekv::GroupedCache` holds it). Page size, sequences,
+    /// chunk and namespace are the caller's to set.
+    ///
+    /// # Errors
+    ///
+    /// As [`LlamaConfig::shape`].
+    pub fn cache_config(&self, k: ElementFormat, v: ElementFormat) -> Result<CacheConfig> {
+        let base = CacheConfig::new(self.shape()?).with_formats(k, v);
+        Ok(match self.arch {
+            Arch::Llama => base,
+            Arch::Gemma3(g) => base
+                .with_window(GroupWindow::new(g.sliding_window, 0))
+                .with_group(
+                    LayerGroup::new(Layers::Every {
+                        period: g.period,
+                        first: g.period - 1,
+                    })
+                    .with_formats(k, v),
+                ),
+        })
+    }
+}
+
+pub(crate) fn uint(g: &Gguf<'_>, key: &'static str) -> Result<usize> {
     let v = g.get(key).ok_or(Error::MissingMetadata(key))?;
     v.as_u64()
         .and_then(|v| usize::try_from(v).ok())
         .ok_or(Error::BadMetadata(key))
 }
 
-fn float(g: &Gguf<'_>, key: &'static str) -> Result<f32> {
+pub(crate) fn float(g: &Gguf<'_>, key: &'static str) -> Result<f32> {
     let v = g.get(key).ok_or(Error::MissingMetadata(key))?;
     v.as_f32().ok_or(Error::BadMetadata(key))
 }

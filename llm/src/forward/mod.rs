@@ -1,9 +1,14 @@
-//! The llama forward pass over a model in place, with K/V in edgekv pages.
+//! The forward pass over a model in place, with K/V in edgekv pages: `llama` here, `gemma3` in
+//! [`gemma3`].
 
+mod gemma3;
+
+use edgekv::SeqId;
 use edgekv::attention::AttentionParams;
-use edgekv::{KvCache, PageAllocator, SeqId};
 
+use crate::config::Arch;
 use crate::error::{Error, Result};
+use crate::kv::KvStore;
 use crate::matmul::{Matrix, matmul_f32, matmul_quant};
 use crate::model::Activations;
 use crate::model::Llama;
@@ -39,7 +44,7 @@ impl Logits {
 /// Quantizes `n` rows of `cols` values to `m`'s activation type (ggml's `vec_dot_type`: Q8_0,
 /// Q8_1 or Q8_K) and multiplies (or multiplies the f32 rows, for [`Activations::F32`]).
 #[allow(clippy::too_many_arguments)]
-fn project(
+pub(super) fn project(
     act: Activations,
     m: &Matrix<'_>,
     x: &[f32],
@@ -70,7 +75,7 @@ fn project(
 impl Llama<'_> {
     /// Runs `tokens` at positions `[len, len + n)` of `seq` (its current length `len`): reserves
     /// the positions, writes every layer's K (after RoPE) and V rows into the cache
-    /// ([`KvCache::write_kv`]), attends over the pages ([`KvCache::attention`]) and writes the
+    /// ([`KvStore::write_kv`]), attends over the pages ([`KvStore::attention`]) and writes the
     /// requested logits into `logits` (`vocab` f32s per row, token-major). `scratch` is sized by
     /// [`ScratchPlan`](crate::ScratchPlan) for at least `n` rows with the cache's page size.
     ///
@@ -85,9 +90,9 @@ impl Llama<'_> {
     /// [`Empty`](Error::Empty), [`TokenOutOfRange`](Error::TokenOutOfRange),
     /// [`ContextFull`](Error::ContextFull), [`BufferTooSmall`](Error::BufferTooSmall) /
     /// [`TooManyRows`](Error::TooManyRows) (scratch or logits), [`Kv`](Error::Kv).
-    pub fn forward<'c, A: PageAllocator<'c>>(
+    pub fn forward<C: KvStore + ?Sized>(
         &self,
-        cache: &mut KvCache<'c, A>,
+        cache: &mut C,
         seq: SeqId,
         tokens: &[u32],
         scratch: &mut [f32],
@@ -117,20 +122,24 @@ impl Llama<'_> {
         if out.len() < need {
             return Err(Error::BufferTooSmall { needed: need });
         }
-        let page_tokens = cache.config().page_tokens;
+        let page_tokens = cache.page_tokens();
         let parts = Parts::new(c, n, page_tokens, scratch)?;
         cache.reserve(seq, end - start)?;
-        self.run(cache, seq, start, tokens, parts, logits, &mut out[..need])
-            .inspect_err(|_| {
-                // The positions were reserved above, so this truncate is within the sequence.
-                let _ = cache.truncate(seq, start);
-            })
+        let out = &mut out[..need];
+        match c.arch {
+            Arch::Llama => self.run(cache, seq, start, tokens, parts, logits, out),
+            Arch::Gemma3(g) => self.run_gemma3(&g, cache, seq, start, tokens, parts, logits, out),
+        }
+        .inspect_err(|_| {
+            // The positions were reserved above, so this truncate is within the sequence.
+            let _ = cache.truncate(seq, start);
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn run<'c, A: PageAllocator<'c>>(
+    fn run<C: KvStore + ?Sized>(
         &self,
-        cache: &mut KvCache<'c, A>,
+        cache: &mut C,
         seq: SeqId,
         start: u32,
         tokens: &[u32],
