@@ -7,8 +7,10 @@
 //! (`mve.rs`; the DSP kernels there cost more than they save), and a page's maxima and weights
 //! `exp(score − max)` four lanes per vector (`mve_weights.rs`). Whole pages of int8 rows for
 //! three query heads per KV head go to `page.rs` (`Strategy::int8_pages`): rows a stride apart, one
-//! `asm!` loop nest for a page's scores, value accumulators kept across a page's rows; other
-//! pages (windows) and head counts take the eight-row kernels here. On hard-float targets
+//! `asm!` loop nest for a page's scores, value accumulators kept across a page's rows; on DSP
+//! cores with an FPU, runs of one, two and four heads to `page_runs.rs` (the same loops in Rust,
+//! generic in the run length; `Strategy::page_runs`); other pages (windows) and, with Helium,
+//! other run lengths take the eight-row kernels here. On hard-float targets
 //! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. Without Helium,
 //! each attention weight's `exp` is taken alone, `libm::expf`'s steps inline (`exp::scalar`: its
 //! branches cost a scalar FPU less than the eight-lane form's selects).

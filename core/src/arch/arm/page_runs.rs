@@ -72,7 +72,9 @@ pub(super) fn scores<const G: usize>(
         let mut s = [0f32; G];
         for (b, qs) in qs.iter().enumerate().take(nb) {
             // SAFETY: group `b < nb`'s scale lies within row `r`'s `2·nb` scale bytes.
-            let ks = Arm::one(u16::from_le_bytes(unsafe { sc.add(2 * b).cast::<[u8; 2]>().read() }));
+            let ks = Arm::one(u16::from_le_bytes(unsafe {
+                sc.add(2 * b).cast::<[u8; 2]>().read()
+            }));
             let kc = codes.wrapping_add(b * g);
             let isum = {
                 let mut isum = [0i32; G];
@@ -140,7 +142,17 @@ pub(super) fn values<const G: usize>(
                 *ps = core::array::from_fn(|h| w[h * p + r0 + j] * s);
             }
             for at in (off..off + g).step_by(V_LANES) {
-                let heads: [*mut f32; G] = core::array::from_fn(|h| accp.wrapping_add(h * d + at));
+                let heads = accp.wrapping_add(at);
+                let row = vals.wrapping_add(r0 * rows.stride + at);
+                // SAFETY: `m ≥ 1`; `at + V_LANES ≤ d` and `acc.len() ≥ G·d`: each head's block
+                // `[h·d + at, h·d + at + V_LANES)` lies within `acc`, which this function borrows
+                // mutably (no other reference in use); `ps` holds the `m` rows' products,
+                // written above; rows `r0..r0 + m` (≤ n) lie `stride` apart from `row`, each
+                // one's bytes `[at, at + V_LANES)` within its `d` value bytes, within the view.
+                if unsafe { dsp::add_rows_run::<G>(heads, d, ps.as_ptr(), m, row, rows.stride) } {
+                    continue;
+                }
+                let heads: [*mut f32; G] = core::array::from_fn(|h| heads.wrapping_add(h * d));
                 // SAFETY: `at + V_LANES ≤ d` and `acc.len() ≥ G·d`: each head's block lies
                 // within `acc`, which this function borrows mutably (no other reference in use).
                 let mut a: [[f32; V_LANES]; G] =

@@ -9,8 +9,8 @@ use super::super::page::{
 use crate::arch::{Arm, Isa};
 
 /// The attention page loop with the DSP and Helium kernels: a whole page of int8 rows whose
-/// query heads run three at a time goes to its own loop (`fast::attend_whole_page`), other pages
-/// to the general one. Each loop out of line, as the portable build (see `none.rs`). (The M4
+/// query heads run in a length of `Strategy::page_runs` (three; on DSP cores also four, two or
+/// one) goes to its own loop (`fast::attend_whole_page`), other pages to the general one. Each loop out of line, as the portable build (see `none.rs`). (The M4
 /// took the general loop for every page until its weights, weights × scales and scores from the
 /// sums were `asm!`: then the whole-page loop cost 7,170,480 instructions a step against
 /// 7,054,880; now 6,128,840 against 6,271,000.)
