@@ -521,14 +521,16 @@ pub(super) unsafe fn add_rows_run<const G: usize>(
     row: *const u8,
     stride: usize,
 ) -> bool {
-    // SAFETY (each arm): the caller's contract for `acc`, `ps` and the rows; the loop runs `n ≥ 1`
-    // times, reading `ps[ρ]` (`G` floats, `VLDM`) and row ρ's four bytes (`LDR`, which ARMv7-M
-    // allows unaligned); the accumulators are read before and written after it. Only the
-    // declared registers and the flags are written.
+    // Each arm: the caller's contract for `acc`, `ps` and the rows; the loop runs `n ≥ 1` times,
+    // reading `ps[ρ]` (`G` floats, `VLDM`) and row ρ's four bytes (`LDR`, which ARMv7-M allows
+    // unaligned); the accumulators are read before and written after it. Only the declared
+    // registers and the flags are written.
     match G {
+        // SAFETY: as above, for one head.
         1 => unsafe {
             add_rows_run!(acc, d, ps, n, row, stride; "s8", ("s8", "s16-s19", "s16", "s17", "s18", "s19"))
         },
+        // SAFETY: as above, for two heads.
         2 => unsafe {
             add_rows_run!(
                 acc, d, ps, n, row, stride;
@@ -537,6 +539,7 @@ pub(super) unsafe fn add_rows_run<const G: usize>(
                 ("s9", "s20-s23", "s20", "s21", "s22", "s23")
             )
         },
+        // SAFETY: as above, for four heads.
         4 => unsafe {
             add_rows_run!(
                 acc, d, ps, n, row, stride;
