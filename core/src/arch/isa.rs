@@ -41,17 +41,24 @@ pub(crate) struct Strategy {
     /// [`PageKernels::f16_page_scores`] and [`PageKernels::f16_page_values`], rather than to the
     /// general one.
     pub(crate) f16_pages: bool,
+    /// The run lengths (bit `G` for runs of `G` query heads, 1 to 4) whose whole pages go to the
+    /// page kernels where [`int8_pages`](Self::int8_pages) or [`f16_pages`](Self::f16_pages);
+    /// other runs take the general loop. (Read by the dispatch of ISAs whose page kernels are
+    /// not best at every run length: Arm.)
+    #[cfg_attr(not(edgekv_arm_kernels), allow(dead_code))]
+    pub(crate) page_runs: u8,
 }
 
 #[cfg(not(feature = "small-code"))]
 impl Strategy {
     /// The general loop for every page: runs of four heads across rows, eight-lane `exp`, no
-    /// whole-page kernels.
+    /// whole-page kernels (were they enabled, for runs of every length).
     pub(crate) const GENERAL: Strategy = Strategy {
         runs_by_row: false,
         scalar_exp: false,
         int8_pages: false,
         f16_pages: false,
+        page_runs: 0b1_1110,
     };
 }
 

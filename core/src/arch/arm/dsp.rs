@@ -446,3 +446,111 @@ pub(super) unsafe fn add_rows3(
         );
     }
 }
+
+/// The `asm!` of a value loop over `n` rows for a run of heads: per row, its four codes (`LDR`,
+/// one pointer step), their conversion, the row's weights × scales (`VLDM` of the run's floats,
+/// `$w`) and four `VMLA` per head into that head's accumulators (`$a`: four registers, loaded
+/// from and stored to `acc + h·d` around the loop, `$r` their range).
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
+macro_rules! add_rows_run {
+    ($acc:expr, $d:expr, $ps:expr, $n:expr, $row:expr, $stride:expr; $ws:literal, $( ($w:literal, $r:literal, $a0:literal, $a1:literal, $a2:literal, $a3:literal) ),+) => {
+        asm!(
+            "mov {t}, {acc}",
+            $( concat!("vldmia {t}, {{", $r, "}}"), "add {t}, {t}, {d}, lsl #2", )+
+            "2:",
+            "ldr {w}, [{rp}]",
+            "add {rp}, {rp}, {stride}",
+            concat!("vldmia {pp}!, {{", $ws, "}}"),
+            "sxtb {t}, {w}",
+            "sbfx {x}, {w}, #8, #8",
+            "vmov s0, s1, {t}, {x}",
+            "sbfx {t}, {w}, #16, #8",
+            "asr {x}, {w}, #24",
+            "vmov s2, s3, {t}, {x}",
+            "vcvt.f32.s32 s0, s0",
+            "vcvt.f32.s32 s1, s1",
+            "vcvt.f32.s32 s2, s2",
+            "vcvt.f32.s32 s3, s3",
+            $(
+                concat!("vmla.f32 ", $a0, ", ", $w, ", s0"),
+                concat!("vmla.f32 ", $a1, ", ", $w, ", s1"),
+                concat!("vmla.f32 ", $a2, ", ", $w, ", s2"),
+                concat!("vmla.f32 ", $a3, ", ", $w, ", s3"),
+            )+
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            "mov {t}, {acc}",
+            $( concat!("vstmia {t}, {{", $r, "}}"), "add {t}, {t}, {d}, lsl #2", )+
+            acc = in(reg) $acc,
+            d = in(reg) $d,
+            stride = in(reg) $stride,
+            rp = inout(reg) $row => _,
+            pp = inout(reg) $ps => _,
+            n = inout(reg) $n => _,
+            t = out(reg) _,
+            w = out(reg) _,
+            x = out(reg) _,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
+            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
+            out("s20") _, out("s21") _, out("s22") _, out("s23") _,
+            out("s24") _, out("s25") _, out("s26") _, out("s27") _,
+            out("s28") _, out("s29") _, out("s30") _, out("s31") _,
+            options(nostack),
+        )
+    };
+}
+
+/// `acc[h·d + l] += ps[ρ][h] · (row_ρ[l] as i8)` for a run of `G` heads `h` (one, two or four),
+/// four lanes `l` and the rows `row_ρ = row + ρ·stride` (ρ < `n`) in order: each product rounded,
+/// then added (`VMLA` does not fuse), as the portable kernel does; the run's accumulators stay
+/// in `s16`–`s31` across the rows. `false`, nothing done, for other run lengths.
+///
+/// # Safety
+///
+/// `n ≥ 1`; `acc` is valid for reads and writes of floats `[h·d, h·d + 4)` for every `h < G`;
+/// `ps` for reads of `n` rows (initialized); every `row_ρ` (ρ < `n`) for reads of bytes `[0, 4)`;
+/// no other reference to those floats is used meanwhile.
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
+#[inline(always)]
+pub(super) unsafe fn add_rows_run<const G: usize>(
+    acc: *mut f32,
+    d: usize,
+    ps: *const [f32; G],
+    n: usize,
+    row: *const u8,
+    stride: usize,
+) -> bool {
+    // Each arm: the caller's contract for `acc`, `ps` and the rows; the loop runs `n ≥ 1` times,
+    // reading `ps[ρ]` (`G` floats, `VLDM`) and row ρ's four bytes (`LDR`, which ARMv7-M allows
+    // unaligned); the accumulators are read before and written after it. Only the declared
+    // registers and the flags are written.
+    match G {
+        // SAFETY: as above, for one head.
+        1 => unsafe {
+            add_rows_run!(acc, d, ps, n, row, stride; "s8", ("s8", "s16-s19", "s16", "s17", "s18", "s19"))
+        },
+        // SAFETY: as above, for two heads.
+        2 => unsafe {
+            add_rows_run!(
+                acc, d, ps, n, row, stride;
+                "s8-s9",
+                ("s8", "s16-s19", "s16", "s17", "s18", "s19"),
+                ("s9", "s20-s23", "s20", "s21", "s22", "s23")
+            )
+        },
+        // SAFETY: as above, for four heads.
+        4 => unsafe {
+            add_rows_run!(
+                acc, d, ps, n, row, stride;
+                "s8-s11",
+                ("s8", "s16-s19", "s16", "s17", "s18", "s19"),
+                ("s9", "s20-s23", "s20", "s21", "s22", "s23"),
+                ("s10", "s24-s27", "s24", "s25", "s26", "s27"),
+                ("s11", "s28-s31", "s28", "s29", "s30", "s31")
+            )
+        },
+        _ => return false,
+    }
+    true
+}
