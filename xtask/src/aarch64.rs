@@ -1,9 +1,10 @@
 //! The `aarch64` stage of `cargo test-all`: Linux edge SoCs (Cortex-A cores: Raspberry Pi 5,
 //! RK3588, Jetson) under user-mode emulation. It installs Debian's cross linker and
-//! `qemu-user` when missing, runs the tests of `edgekv`, `edgekv-llm` and `edgekv-capi` built
-//! for `aarch64-unknown-linux-gnu` through `qemu-aarch64` (cargo's runner), builds the other
-//! `no_std` crates there, and builds the C ABI's static and shared libraries and links the C
-//! test programs against each, run under emulation too.
+//! `qemu-user` when missing, runs tests of `edgekv`, `edgekv-llm` and `edgekv-capi` built for
+//! `aarch64-unknown-linux-gnu` through `qemu-aarch64` (cargo's runner), compares the parity
+//! digests with a native run, builds the other `no_std` crates there, and builds the C ABI's
+//! static and shared libraries and links the C test programs against each, run under emulation
+//! too.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -74,15 +75,44 @@ fn cargo_streamed(args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// The whole stage.
+/// The whole stage. Under emulation everything runs 10–50× slower, so this runs what proves the
+/// claims and leaves the model-scale tests (pool and grouped-cache models, attention sweeps) to
+/// the native `tests` stage: the three libraries' unit tests; the forward pass's logit digests
+/// of SmolLM2-135M (`hello_logit_digest_is_stable`, the value the host and the boards match);
+/// every parity case's digest and every model shape's decode step, compared line by line with a
+/// native run of the same program; the C programs.
 pub fn stage() -> Result<(), String> {
     setup::aarch64_tools()?;
     setup::targets(&[TARGET])?;
-    // The tests, built once and run under emulation; the slow model-scale tests stay native
-    // (the `tests` stage): these are the libraries' own tests and their integration tests.
+    // The forward pass's digest test needs SmolLM2-135M (fetched once, cached).
+    let fetch = qemu::repo_root().join("model/fetch-model.sh");
+    run(
+        Command::new("bash").arg(&fetch),
+        "model/fetch-model.sh (SmolLM2-135M, once)",
+    )?;
     cargo_streamed(&[
-        "test", "--target", TARGET, "-p", "edgekv", "-p", "edgekv-llm", "-p", "edgekv-capi",
-        "--lib", "--tests",
+        "test",
+        "--target",
+        TARGET,
+        "-p",
+        "edgekv",
+        "-p",
+        "edgekv-llm",
+        "-p",
+        "edgekv-capi",
+        "--lib",
+    ])?;
+    cargo_streamed(&[
+        "test",
+        "--release",
+        "--target",
+        TARGET,
+        "-p",
+        "edgekv-llm",
+        "--test",
+        "model",
+        "--",
+        "hello_logit_digest_is_stable",
     ])?;
     cargo_streamed(&[
         "build",
@@ -93,7 +123,27 @@ pub fn stage() -> Result<(), String> {
         "-p",
         "edgekv-parity",
     ])?;
+    same_digests()?;
     c_programs()
+}
+
+/// `edgekv-parity`'s `digests` example natively and under `qemu-aarch64`: the same lines.
+pub fn same_digests() -> Result<(), String> {
+    let example = ["--release", "-p", "edgekv-parity", "--example", "digests"];
+    let mut native = vec!["run", "-q"];
+    native.extend(example);
+    let host = run(&mut cargo(&native), "digests (native)")?;
+    let mut cross = vec!["run", "-q", "--target", TARGET];
+    cross.extend(example);
+    let emulated = run(&mut cargo(&cross), "digests (aarch64, qemu-aarch64)")?;
+    let lines = host.lines().count();
+    if host != emulated || lines == 0 {
+        return Err(format!(
+            "parity digests differ between this machine and aarch64:\n--- native\n{host}--- aarch64\n{emulated}"
+        ));
+    }
+    eprintln!("aarch64: {lines} parity and decode-step digests equal the native run's");
+    Ok(())
 }
 
 /// The C ABI's static library (as vendor SDKs link it) and a shared library built from the same
@@ -103,14 +153,31 @@ pub fn c_programs() -> Result<(), String> {
     let root = qemu::repo_root();
     let dir = root.join("target").join(TARGET).join("release");
     let features = ["--features", "ethosu"];
-    let mut build = vec!["build", "--release", "--target", TARGET, "-p", "edgekv-capi"];
+    let mut build = vec![
+        "build",
+        "--release",
+        "--target",
+        TARGET,
+        "-p",
+        "edgekv-capi",
+    ];
     build.extend(features);
     run(&mut cargo(&build), "cargo build -p edgekv-capi (aarch64)")?;
     // The shared library's name differs from the staticlib's only by its extension.
-    let mut shared = vec!["rustc", "--release", "--target", TARGET, "-p", "edgekv-capi"];
+    let mut shared = vec![
+        "rustc",
+        "--release",
+        "--target",
+        TARGET,
+        "-p",
+        "edgekv-capi",
+    ];
     shared.extend(features);
     shared.extend(["--crate-type", "cdylib"]);
-    run(&mut cargo(&shared), "cargo rustc --crate-type cdylib (aarch64)")?;
+    run(
+        &mut cargo(&shared),
+        "cargo rustc --crate-type cdylib (aarch64)",
+    )?;
     let out = root.join("target").join(TARGET).join("c-programs");
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     for name in ["capi_test", "decode_loop"] {

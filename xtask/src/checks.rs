@@ -54,12 +54,12 @@ pub const STAGE_NOTES: [(&str, &str); 13] = [
     ),
     ("doctests", "the workspace's doctests: about 2 minutes"),
     (
-        "aarch64",
-        "the core's, the forward pass's and the C ABI's tests built for aarch64 Linux and run under qemu-aarch64, the C programs against its static and shared libraries: about 4 minutes",
-    ),
-    (
         "model",
         "model/: fetch SmolLM2-135M and Gemma 3 270M once, fmt, clippy, release tests: about 5 minutes",
+    ),
+    (
+        "aarch64",
+        "aarch64 Linux under qemu-aarch64: the libraries' unit tests, the forward pass's logit digests, the parity digests against a native run, the C programs against the static and shared libraries: about 5 minutes",
     ),
     (
         "tests",
@@ -315,8 +315,8 @@ pub fn all(stages: &mut Stages) -> Result<(), String> {
     stages.run_noted("doctests", note("doctests"), || {
         cargo(&["test", "--workspace", "--doc"], &[])
     })?;
-    stages.run_noted("aarch64", note("aarch64"), edgekv_xtask::aarch64::stage)?;
     stages.run_noted("model", note("model"), model)?;
+    stages.run_noted("aarch64", note("aarch64"), edgekv_xtask::aarch64::stage)?;
     if stages.selected("tests") {
         // The table first, so nextest's summary is the last line of the log.
         eprintln!("{}", stages.table());

@@ -5,8 +5,8 @@
 //! `xtask` run; host tests that run the firmware (`host-tests/tests/board_parity.rs`,
 //! `llm_board.rs`) use [`qemu`] and `an547` directly.
 
-#[cfg(feature = "chat")]
 pub mod aarch64;
+#[cfg(feature = "chat")]
 pub mod an547;
 pub mod callgraph;
 /// The Cortex-M55 chat's script: SmolLM2's ChatML text and its token ids, as `model/`'s
