@@ -15,6 +15,8 @@
 //! per weight type, and one more line in the selection below. Adding a weight type to an ISA: a
 //! file beside the others and an arm in its `matmul` / `dot`.
 
+use core::sync::atomic::{AtomicBool, Ordering};
+
 use crate::gguf::TensorType;
 use crate::quant::QuantRow;
 
@@ -35,10 +37,19 @@ mod rows;
 
 pub(crate) use rows::Acts;
 
+/// Whether the kernels may run ([`set_kernels`]).
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
 /// The ISA whose matmul kernels run here (this build, this CPU: `"helium"`, `"avx2"`), `None`
-/// when the portable code runs.
+/// when the portable code runs (no kernels, or turned off by [`set_kernels`]).
 pub fn kernels() -> Option<&'static str> {
-    native::name()
+    native::name().filter(|_| ENABLED.load(Ordering::Relaxed))
+}
+
+/// Turns this build's matmul kernels off (`false`: the portable code runs, with the same bits)
+/// or back on, for every thread: for benchmarks that compare both in one process.
+pub fn set_kernels(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
 }
 
 /// `out[t · rows + o] = W[o] · a[t]` with this build's kernel for weights of type `ty`
@@ -54,12 +65,15 @@ pub(crate) fn matmul(
     n: usize,
     out: &mut [f32],
 ) -> bool {
-    native::matmul(ty, w, row_bytes, rows, a, n, out)
+    ENABLED.load(Ordering::Relaxed) && native::matmul(ty, w, row_bytes, rows, a, n, out)
 }
 
 /// One weight row of type `ty` dotted with one activation row by this build's kernel, `None`
 /// when it has none for `ty`.
 #[inline]
 pub(crate) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
+    if !ENABLED.load(Ordering::Relaxed) {
+        return None;
+    }
     native::dot(ty, w, a)
 }
