@@ -38,6 +38,10 @@ fn helium_matmul_kernels_equal_the_portable_dot_products() {
     };
     assert_eq!(words[0], "helium", "{summary}");
     // The one-row entry declines on Helium (four rows at a time is its kernel).
-    assert_eq!((compared, declined, mismatches), (CALLS / 2, CALLS / 2, 0), "{summary}");
+    assert_eq!(
+        (compared, declined, mismatches),
+        (CALLS / 2, CALLS / 2, 0),
+        "{summary}"
+    );
     eprintln!("an547: matmul_check kernels {summary}");
 }

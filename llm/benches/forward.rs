@@ -47,11 +47,7 @@ fn round(model: &Llama<'_>, prompt: &[u32], decode: usize) -> (f64, f64, Vec<u32
         .unwrap();
     let dec = t1.elapsed().as_secs_f64();
     out.truncate(n);
-    (
-        prompt.len() as f64 / prefill,
-        (n - 1) as f64 / dec,
-        out,
-    )
+    (prompt.len() as f64 / prefill, (n - 1) as f64 / dec, out)
 }
 
 fn median(v: &mut [f64]) -> f64 {

@@ -25,11 +25,11 @@ use crate::quant::{self, ActivationType, BLOCK, QuantRow, sums_len};
 pub use crate::quant::q4_1::dot_q4_1_q8_1;
 pub use crate::quant::q8_0::dot_q8_0_q8_0;
 
-pub use crate::arch::{kernels, set_kernels};
 /// Every matmul kernel of this build against the portable dot products (feature
 /// `matmul-check`; the boards' `matmul-check` firmware runs it).
 #[cfg(feature = "matmul-check")]
 pub use crate::arch::check as kernel_check;
+pub use crate::arch::{kernels, set_kernels};
 
 /// A 2-D weight in place: `rows` rows of `cols` values (ggml `ne[0] = cols`, `ne[1] = rows`).
 #[derive(Debug, Clone, Copy)]

@@ -683,7 +683,16 @@ fn miri() -> Result<(), String> {
     // Under Miri its build script selects no ISA (`arch/none.rs`, as the core's does), so these
     // run the portable path through the dispatch; the Helium and AVX2 kernels are compared
     // with it bit for bit natively and on the board.
-    let llm: Vec<&str> = vec![&toolchain, "miri", "test", "-p", "edgekv-llm", "--lib", "--", "arch::"];
+    let llm: Vec<&str> = vec![
+        &toolchain,
+        "miri",
+        "test",
+        "-p",
+        "edgekv-llm",
+        "--lib",
+        "--",
+        "arch::",
+    ];
     let root = qemu::repo_root();
     let target = root.join("target/miri");
     let target_env = target.to_string_lossy().into_owned();

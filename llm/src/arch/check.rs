@@ -145,7 +145,9 @@ impl Rng {
 
 /// f16 bit patterns at the ends of the range: zero, the smallest subnormal, the largest
 /// subnormal, the smallest normal, ±65504, one, a negative zero.
-const EDGE_F16: [u16; 8] = [0x0000, 0x0001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0x8000];
+const EDGE_F16: [u16; 8] = [
+    0x0000, 0x0001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0x8000,
+];
 
 /// An f16 scale for `case`: a random one in ±[2^-10, 2^2) (or positive), or an edge pattern.
 fn scale(rng: &mut Rng, case: Case, positive: bool) -> u16 {
@@ -153,7 +155,11 @@ fn scale(rng: &mut Rng, case: Case, positive: bool) -> u16 {
         return EDGE_F16[rng.below(EDGE_F16.len() as u64) as usize];
     }
     let exp = 5 + rng.below(12) as u16; // 2^-10 … 2^1
-    let sign = if positive || rng.below(2) == 0 { 0 } else { 0x8000 };
+    let sign = if positive || rng.below(2) == 0 {
+        0
+    } else {
+        0x8000
+    };
     sign | (exp << 10) | rng.below(1024) as u16
 }
 
@@ -174,7 +180,9 @@ fn weights(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], cols: usize)
         }
         for c in &mut b[codes_at..] {
             *c = match (case, ty) {
-                (Case::EdgeCodes, TensorType::Q4_1) => [0x00, 0xff, 0x0f, 0xf0][rng.below(4) as usize],
+                (Case::EdgeCodes, TensorType::Q4_1) => {
+                    [0x00, 0xff, 0x0f, 0xf0][rng.below(4) as usize]
+                }
                 (Case::EdgeCodes, _) => [0x80, 0x7f][rng.below(2) as usize],
                 _ => rng.next() as u8,
             };
@@ -258,7 +266,9 @@ pub fn run(work: &mut Work, report: &mut dyn FnMut(&Mismatch)) -> Summary {
                             s: &acts.s[t * blocks..][..blocks],
                             bsums: &[],
                         };
-                        let want = |o: usize, t: usize| portable(&w[o * row_bytes..][..row_bytes], &row(t));
+                        let want = |o: usize, t: usize| {
+                            portable(&w[o * row_bytes..][..row_bytes], &row(t))
+                        };
                         let mut mismatch = |entry, at: usize, sum: &mut Summary| {
                             sum.mismatches += 1;
                             report(&Mismatch {
@@ -275,7 +285,8 @@ pub fn run(work: &mut Work, report: &mut dyn FnMut(&Mismatch)) -> Summary {
                         got.fill(f32::from_bits(0x7fc0_1234));
                         if matmul(ty, w, row_bytes, rows, &acts, n, got) {
                             sum.compared += 1;
-                            let bad = (0..n * rows).find(|&i| !same(got[i], want(i % rows, i / rows)));
+                            let bad =
+                                (0..n * rows).find(|&i| !same(got[i], want(i % rows, i / rows)));
                             if let Some(at) = bad {
                                 mismatch("matmul", at, &mut sum);
                             }

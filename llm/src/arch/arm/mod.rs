@@ -64,12 +64,21 @@ pub(super) fn dot(_: TensorType, _: &[u8], _: &QuantRow<'_>) -> Option<f32> {
 /// product's `zip`), when each row has the same length and starts at an even address (the
 /// kernels read f16 scales with `VLDR.16`, which needs halfword alignment); `None` otherwise.
 #[inline(always)]
-fn common_blocks(w: &[&[u8]; 4], block_bytes: usize, a: &QuantRow<'_>, sums: bool) -> Option<usize> {
+fn common_blocks(
+    w: &[&[u8]; 4],
+    block_bytes: usize,
+    a: &QuantRow<'_>,
+    sums: bool,
+) -> Option<usize> {
     let len = w[0].len();
-    if w.iter().any(|r| r.len() != len || r.as_ptr() as usize % 2 != 0) {
+    if w.iter()
+        .any(|r| r.len() != len || r.as_ptr() as usize % 2 != 0)
+    {
         return None;
     }
-    let mut blocks = (len / block_bytes).min(a.qs.len() / quant::BLOCK).min(a.d.len());
+    let mut blocks = (len / block_bytes)
+        .min(a.qs.len() / quant::BLOCK)
+        .min(a.d.len());
     if sums {
         blocks = blocks.min(a.s.len());
     }

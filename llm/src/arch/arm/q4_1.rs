@@ -11,6 +11,7 @@ use crate::quant::q4_1::{BYTES, dot_q4_1_q8_1};
 /// with the activation's halves `q6`, `q7` into `r0` (`VMLADAV.S8`, then `VMLADAVA`: exact);
 /// then `d`, `m` (f16, `VLDR.16`, converted exactly by `VCVTB`) and the portable combination
 /// `acc += (d · d_a) · (f32)sumi + m · s_a` on the scalar FPU (`d_a` in `s12`, `s_a` in `s13`).
+#[rustfmt::skip]
 macro_rules! row_block {
     ($w:literal, $acc:literal) => {
         concat!(

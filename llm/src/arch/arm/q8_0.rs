@@ -10,6 +10,7 @@ use crate::quant::q8_0::{BYTES, dot_q8_0_q8_0};
 /// (two `VLDRB`) dotted with the activation's halves `q6`, `q7` into `r0` (`VMLADAV.S8`, then
 /// `VMLADAVA`: exact); then `d` (f16, `VLDR.16`, converted exactly by `VCVTB`) and the portable
 /// combination `acc += (f32)sumi · (d · d_a)` on the scalar FPU (`d_a` in `s12`).
+#[rustfmt::skip]
 macro_rules! row_block {
     ($w:literal, $acc:literal) => {
         concat!(

@@ -24,10 +24,15 @@ fn long_and_ragged_rows_have_the_portable_bits() {
     }
     for blocks in [1, 2, 3, 5, 6, 7, 48] {
         let cols = blocks * BLOCK;
-        let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.03).collect();
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.03)
+            .collect();
         let (mut qs, mut d, mut s) = (vec![0i8; cols], vec![0f32; blocks], vec![0f32; blocks]);
         quantize_q8_1(&x, &mut qs, &mut d, &mut s);
-        for (ty, bytes) in [(TensorType::Q4_1, q4_1::BYTES), (TensorType::Q8_0, q8_0::BYTES)] {
+        for (ty, bytes) in [
+            (TensorType::Q4_1, q4_1::BYTES),
+            (TensorType::Q8_0, q8_0::BYTES),
+        ] {
             if ty == TensorType::Q8_0 {
                 quantize_q8_0(&x, &mut qs, &mut d);
             }
@@ -60,7 +65,11 @@ fn long_and_ragged_rows_have_the_portable_bits() {
                     TensorType::Q4_1 => q4_1::dot_q4_1_q8_1(r, &row),
                     _ => q8_0::dot_q8_0_q8_0(r, &row),
                 };
-                assert_eq!(got.to_bits(), want.to_bits(), "{ty:?} blocks {blocks} row {o}");
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{ty:?} blocks {blocks} row {o}"
+                );
             }
         }
     }
