@@ -233,6 +233,9 @@ fn activations(rng: &mut Rng, ty: TensorType, case: Case, work: &mut Work, cols:
     }
 }
 
+/// A portable dot product.
+type Dot = fn(&[u8], &QuantRow<'_>) -> f32;
+
 fn same(a: f32, b: f32) -> bool {
     a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
 }
@@ -242,7 +245,7 @@ pub fn run(work: &mut Work, report: &mut dyn FnMut(&Mismatch)) -> Summary {
     let mut sum = Summary::default();
     let mut rng = Rng(0x5eed_0046);
     for (ty, name) in [(TensorType::Q4_1, "q4_1"), (TensorType::Q8_0, "q8_0")] {
-        let (bytes, portable): (usize, fn(&[u8], &QuantRow<'_>) -> f32) = match ty {
+        let (bytes, portable): (usize, Dot) = match ty {
             TensorType::Q4_1 => (q4_1::BYTES, q4_1::dot_q4_1_q8_1),
             _ => (q8_0::BYTES, q8_0::dot_q8_0_q8_0),
         };

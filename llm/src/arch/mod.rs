@@ -31,6 +31,7 @@ use crate::quant::QuantRow;
 mod native;
 
 #[cfg(any(test, feature = "matmul-check"))]
+#[cfg_attr(not(feature = "matmul-check"), allow(dead_code))]
 pub mod check;
 #[cfg_attr(not(any(edgekv_llm_mve, edgekv_llm_x86)), allow(dead_code))]
 mod rows;

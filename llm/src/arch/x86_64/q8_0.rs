@@ -94,8 +94,10 @@ pub(super) unsafe fn matmul(
     n: usize,
     out: &mut [f32],
 ) -> bool {
-    // SAFETY (both closures): the caller checked AVX2 and F16C.
-    let one = |r: &[u8], a: &QuantRow<'_>| unsafe { dot(r, a) };
-    let four = |w: [&[u8]; 4], a: &QuantRow<'_>| w.map(|r| unsafe { dot(r, a) });
+    let one = |r: &[u8], a: &QuantRow<'_>| {
+        // SAFETY: the caller checked AVX2 and F16C.
+        unsafe { dot(r, a) }
+    };
+    let four = |w: [&[u8]; 4], a: &QuantRow<'_>| w.map(|r| one(r, a));
     by_four(w, row_bytes, rows, a, n, out, four, one)
 }
