@@ -1,5 +1,7 @@
 //! A llama and Gemma 3 forward pass over a GGUF file held in memory, with keys and values in
-//! edgekv pages: `no_std`, no allocation, no unsafe code, one thread.
+//! edgekv pages: `no_std`, no allocation, one thread; unsafe code only in the matmul kernels
+//! (`arch`: Helium `asm!` on the Cortex-M55 / M85, AVX2 intrinsics on x86-64, each block with its
+//! `// SAFETY:` argument; the portable matmuls, which Miri runs, are their reference bit for bit).
 //!
 //! - [`gguf`]: a GGUF v3 reader that validates the header, metadata and tensor table in place
 //!   and hands out typed views of the weights (no copies); bad files are precise
@@ -36,6 +38,7 @@
 #![deny(missing_docs)]
 #![warn(clippy::missing_errors_doc)]
 
+mod arch;
 pub mod chat;
 mod config;
 mod error;

@@ -12,12 +12,24 @@
 //! The integer sums are exact (any order gives the same i32, so the compiler may vectorize
 //! them); the f32 operations run in exactly this order, with no fused multiply-add (Rust never
 //! contracts), so every target gives the same bits.
+//!
+//! [`matmul_quant`] and [`dot_quant`] first offer the work to this build's ISA kernels
+//! ([`kernels`] names them: Helium on the Cortex-M55 / M85, AVX2 on x86-64), which have the
+//! portable code's bits (integer sums in any order, the scales combined per output row in
+//! block order); the portable loops run for every type they decline.
 
+use crate::arch;
 use crate::gguf::{QK_K, Tensor, TensorType};
 use crate::quant::{self, ActivationType, BLOCK, QuantRow, sums_len};
 
 pub use crate::quant::q4_1::dot_q4_1_q8_1;
 pub use crate::quant::q8_0::dot_q8_0_q8_0;
+
+/// Every matmul kernel of this build against the portable dot products (feature
+/// `matmul-check`; the boards' `matmul-check` firmware runs it).
+#[cfg(feature = "matmul-check")]
+pub use crate::arch::check as kernel_check;
+pub use crate::arch::{kernels, set_kernels};
 
 /// A 2-D weight in place: `rows` rows of `cols` values (ggml `ne[0] = cols`, `ne[1] = rows`).
 #[derive(Debug, Clone, Copy)]
@@ -168,6 +180,9 @@ pub fn matmul_f32(m: &Matrix<'_>, x: &[f32], n: usize, out: &mut [f32]) {
 /// [`ActivationType::for_weights`] (0 for F32, which has none).
 #[inline]
 pub fn dot_quant(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> f32 {
+    if let Some(v) = arch::dot(ty, w, a) {
+        return v;
+    }
     match ty {
         TensorType::Q4_0 => quant::q4_0::dot_q4_0_q8_0(w, a),
         TensorType::Q4_1 => dot_q4_1_q8_1(w, a),
@@ -188,6 +203,15 @@ pub fn dot_quant(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> f32 {
 /// the outer loop (each read once per call); every output is the same function of one weight
 /// row and one activation row, whatever `n` is.
 pub fn matmul_quant(m: &Matrix<'_>, qs: &[i8], d: &[f32], s: &[f32], n: usize, out: &mut [f32]) {
+    let acts = arch::Acts {
+        qs,
+        d,
+        s,
+        cols: m.cols,
+    };
+    if arch::matmul(m.ty, m.data, m.row_bytes, m.rows, &acts, n, out) {
+        return;
+    }
     let a = Rows {
         qs,
         d,

@@ -684,6 +684,20 @@ fn miri() -> Result<(), String> {
         "--features",
         "edgekv-hal/sim,edgekv-capi/ethosu",
     ];
+    // The LLM crate's kernel module (`llm/src/arch`: dispatch, row loop and the kernel check).
+    // Under Miri its build script selects no ISA (`arch/none.rs`, as the core's does), so these
+    // run the portable path through the dispatch; the Helium and AVX2 kernels are compared
+    // with it bit for bit natively and on the board.
+    let llm: Vec<&str> = vec![
+        &toolchain,
+        "miri",
+        "test",
+        "-p",
+        "edgekv-llm",
+        "--lib",
+        "--",
+        "arch::",
+    ];
     let root = qemu::repo_root();
     let target = root.join("target/miri");
     let target_env = target.to_string_lossy().into_owned();
@@ -691,7 +705,7 @@ fn miri() -> Result<(), String> {
         ("MIRIFLAGS", "-Zmiri-strict-provenance"),
         ("CARGO_TARGET_DIR", target_env.as_str()),
     ];
-    for args in [&core_lib, &core_tests, &hal] {
+    for args in [&core_lib, &core_tests, &hal, &llm] {
         // The build alone: the arguments before `--` (test filters), plus `--no-run`.
         let build: Vec<&str> = args
             .iter()
@@ -727,6 +741,7 @@ fn miri() -> Result<(), String> {
         ("core-lib", spawn("core-lib", &core_lib)?),
         ("core-tests", spawn("core-tests", &core_tests)?),
         ("hal", spawn("hal", &hal)?),
+        ("llm", spawn("llm", &llm)?),
     ];
     let mut failed = Vec::new();
     for (name, (child, path)) in &mut runs {

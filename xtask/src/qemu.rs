@@ -21,6 +21,8 @@ pub const AN547_PARITY: &str = "parity";
 pub const KERNEL_CHECK: &str = "kernel-check";
 /// The counted decode steps of every model shape (both Cortex-M boards).
 pub const DECODE_STEP: &str = "decode-step";
+/// Every matmul kernel of `edgekv-llm` against the portable dot products (the an547 board).
+pub const MATMUL_CHECK: &str = "matmul-check";
 
 /// A board crate that runs under QEMU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,62 @@
+//! x86-64 with AVX2 and F16C (detected at run time, see `detect`): each weight row's blocks four
+//! at a time, their integer sums in AVX2 (exact: `VPMADDUBSW` on nibbles, `VPMADDWD` on
+//! sign-extended codes), the four blocks' f16 scales converted by `VCVTPH2PS` (exact), their
+//! terms by the portable expression in four lanes (`VMULPS`, `VADDPS`, no FMA), then added to
+//! the row's sum one block after the other. One file per weight type; tests in `tests.rs`.
+
+// Register-only intrinsics are safe to call in `target_feature` code since Rust 1.87; the
+// workspace supports 1.85, where they are unsafe fns: keep the blocks, allow them unused.
+#![allow(unused_unsafe)]
+
+mod detect;
+mod q4_1;
+mod q8_0;
+#[cfg(test)]
+mod tests;
+
+use super::Acts;
+use crate::gguf::TensorType;
+use crate::quant::QuantRow;
+
+/// `"avx2"` where this CPU runs the kernels.
+pub(super) fn name() -> Option<&'static str> {
+    detect::avx2_f16c().then_some("avx2")
+}
+
+/// Q4_1 and Q8_0 weights, where this CPU has AVX2 and F16C; other types decline.
+#[inline]
+pub(super) fn matmul(
+    ty: TensorType,
+    w: &[u8],
+    row_bytes: usize,
+    rows: usize,
+    a: &Acts<'_>,
+    n: usize,
+    out: &mut [f32],
+) -> bool {
+    if !detect::avx2_f16c() {
+        return false;
+    }
+    match ty {
+        // SAFETY: `avx2_f16c()` checked both features.
+        TensorType::Q4_1 => unsafe { q4_1::matmul(w, row_bytes, rows, a, n, out) },
+        // SAFETY: as above.
+        TensorType::Q8_0 => unsafe { q8_0::matmul(w, row_bytes, rows, a, n, out) },
+        _ => false,
+    }
+}
+
+/// One Q4_1 or Q8_0 row, where this CPU has AVX2 and F16C; other types decline.
+#[inline]
+pub(super) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
+    if !detect::avx2_f16c() {
+        return None;
+    }
+    match ty {
+        // SAFETY: `avx2_f16c()` checked both features.
+        TensorType::Q4_1 => Some(unsafe { q4_1::dot(w, a) }),
+        // SAFETY: as above.
+        TensorType::Q8_0 => Some(unsafe { q8_0::dot(w, a) }),
+        _ => None,
+    }
+}

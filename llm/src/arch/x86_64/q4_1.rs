@@ -1,0 +1,115 @@
+//! Q4_1 weights × Q8_1 activations in AVX2 and F16C.
+
+use core::arch::x86_64::*;
+
+use super::super::Acts;
+use super::super::rows::by_four;
+use crate::quant::q4_1::BYTES;
+use crate::quant::{BLOCK, QuantRow, f16_le};
+
+/// The eight partial integer sums (`i32` lanes) of block `b` of the row at `w` with the
+/// activation codes at `qa`: the sixteen nibble bytes split into the block's 32 values (low
+/// nibbles first), multiplied with the codes and paired by `VPMADDUBSW` (an unsigned nibble ≤ 15
+/// times a code ≥ −128: no pair saturates), the pairs added by `VPMADDWD`. Exact.
+///
+/// # Safety
+///
+/// AVX2; bytes `[b·20 + 4, b·20 + 20)` of `w` and `[b·32, b·32 + 32)` of `qa` readable.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn block_sums(w: *const u8, qa: *const i8, b: usize) -> __m256i {
+    // SAFETY: the caller's contract: 16 bytes at `w + b·20 + 4` and 32 at `qa + b·32`, read
+    // unaligned.
+    unsafe {
+        let raw = _mm_loadu_si128(w.add(b * BYTES + 4).cast());
+        let mask = _mm_set1_epi8(0x0f);
+        let lo = _mm_and_si128(raw, mask);
+        let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+        let values = _mm256_set_m128i(hi, lo);
+        let codes = _mm256_loadu_si256(qa.add(b * BLOCK).cast());
+        let pairs = _mm256_maddubs_epi16(values, codes);
+        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+    }
+}
+
+/// One Q4_1 row dotted with a Q8_1 row: `dot_q4_1_q8_1`'s bits.
+///
+/// # Safety
+///
+/// The CPU has AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn dot(w: &[u8], a: &QuantRow<'_>) -> f32 {
+    // The portable `zip`'s block count.
+    let blocks = (w.len() / BYTES)
+        .min(a.qs.len() / BLOCK)
+        .min(a.d.len())
+        .min(a.s.len());
+    let (wp, qa) = (w.as_ptr(), a.qs.as_ptr());
+    let mut sumf = 0.0f32;
+    let mut b = 0;
+    // SAFETY: every block read below is `< blocks`, within `w`, `a.qs`, `a.d` and `a.s`.
+    unsafe {
+        while b + 4 <= blocks {
+            let (p0, p1) = (block_sums(wp, qa, b), block_sums(wp, qa, b + 1));
+            let (p2, p3) = (block_sums(wp, qa, b + 2), block_sums(wp, qa, b + 3));
+            // Lanes [block 0, 1, 2, 3] of each half, then the halves added: the four sums.
+            let h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+            let sumi = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            // Each block's `d`, `m` as one word: halves [d0 m0 d1 m1 …] to [d0 d1 d2 d3 m0 …].
+            let word = |k: usize| (wp.add((b + k) * BYTES) as *const i32).read_unaligned();
+            let dm = _mm_setr_epi32(word(0), word(1), word(2), word(3));
+            let order = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+            let scales = _mm256_cvtph_ps(_mm_shuffle_epi8(dm, order));
+            let (dw, mw) = (
+                _mm256_castps256_ps128(scales),
+                _mm256_extractf128_ps(scales, 1),
+            );
+            let da = _mm_loadu_ps(a.d.as_ptr().add(b));
+            let sa = _mm_loadu_ps(a.s.as_ptr().add(b));
+            // (d_w · d_a) · (f32)sumi + m_w · s_a, each lane as the portable block term.
+            let t = _mm_add_ps(
+                _mm_mul_ps(_mm_mul_ps(dw, da), _mm_cvtepi32_ps(sumi)),
+                _mm_mul_ps(mw, sa),
+            );
+            let mut terms = [0f32; 4];
+            _mm_storeu_ps(terms.as_mut_ptr(), t);
+            for term in terms {
+                sumf += term;
+            }
+            b += 4;
+        }
+        while b < blocks {
+            let p = block_sums(wp, qa, b);
+            let q = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+            let q = _mm_hadd_epi32(q, q);
+            let sumi = _mm_cvtsi128_si32(_mm_hadd_epi32(q, q));
+            let at = b * BYTES;
+            let (dw, mw) = (f16_le(w[at], w[at + 1]), f16_le(w[at + 2], w[at + 3]));
+            sumf += (dw * a.d[b]) * sumi as f32 + mw * a.s[b];
+            b += 1;
+        }
+    }
+    sumf
+}
+
+/// `matmul_quant` of Q4_1 weights, each output by [`dot`].
+///
+/// # Safety
+///
+/// The CPU has AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn matmul(
+    w: &[u8],
+    row_bytes: usize,
+    rows: usize,
+    a: &Acts<'_>,
+    n: usize,
+    out: &mut [f32],
+) -> bool {
+    let one = |r: &[u8], a: &QuantRow<'_>| {
+        // SAFETY: the caller checked AVX2 and F16C.
+        unsafe { dot(r, a) }
+    };
+    let four = |w: [&[u8]; 4], a: &QuantRow<'_>| w.map(|r| one(r, a));
+    by_four(w, row_bytes, rows, a, n, out, four, one)
+}

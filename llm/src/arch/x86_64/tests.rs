@@ -1,0 +1,76 @@
+//! The AVX2 kernels against the portable dot products at SmolLM2's widest shape (1,536 values:
+//! 48 blocks, the four-block steps only) and at block counts that leave one to three blocks.
+
+use super::super::Acts;
+use crate::gguf::TensorType;
+use crate::quant::{BLOCK, QuantRow, q4_1, q8_0, quantize_q8_0, quantize_q8_1};
+
+fn rows_of(seed: u32, len: usize) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn long_and_ragged_rows_have_the_portable_bits() {
+    if super::name().is_none() {
+        return;
+    }
+    for blocks in [1, 2, 3, 5, 6, 7, 48] {
+        let cols = blocks * BLOCK;
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.03)
+            .collect();
+        let (mut qs, mut d, mut s) = (vec![0i8; cols], vec![0f32; blocks], vec![0f32; blocks]);
+        quantize_q8_1(&x, &mut qs, &mut d, &mut s);
+        for (ty, bytes) in [
+            (TensorType::Q4_1, q4_1::BYTES),
+            (TensorType::Q8_0, q8_0::BYTES),
+        ] {
+            if ty == TensorType::Q8_0 {
+                quantize_q8_0(&x, &mut qs, &mut d);
+            }
+            let rows = 7;
+            let mut w = rows_of(blocks as u32 * 7 + 1, rows * blocks * bytes);
+            // Finite scales (f16 exponent below 0x1e), as quantized weights have.
+            for b in w.chunks_exact_mut(bytes) {
+                b[1] &= 0xbb;
+                if ty == TensorType::Q4_1 {
+                    b[3] &= 0xbb;
+                }
+            }
+            let a = Acts {
+                qs: &qs,
+                d: &d,
+                s: &s,
+                cols,
+            };
+            let mut out = vec![0f32; rows];
+            assert!(super::matmul(ty, &w, blocks * bytes, rows, &a, 1, &mut out));
+            let row = QuantRow {
+                qs: &qs,
+                d: &d,
+                s: &s,
+                bsums: &[],
+            };
+            for (o, got) in out.iter().enumerate() {
+                let r = &w[o * blocks * bytes..][..blocks * bytes];
+                let want = match ty {
+                    TensorType::Q4_1 => q4_1::dot_q4_1_q8_1(r, &row),
+                    _ => q8_0::dot_q8_0_q8_0(r, &row),
+                };
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{ty:?} blocks {blocks} row {o}"
+                );
+            }
+        }
+    }
+}
