@@ -11,18 +11,7 @@ use edgekv::{
 };
 use edgekv_llm::{Arch, Gguf, Llama, ScratchPlan};
 
-/// Where `model/fetch-gemma.sh` puts Gemma 3 270M (`$EDGEKV_GEMMA` overrides).
-pub fn gemma_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("EDGEKV_GEMMA") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var_os("EDGEKV_MODEL_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/edgekv")
-        });
-    cache.join("gemma3_270m/gemma-3-270m-q4_k_m.gguf")
-}
+pub use edgekv_model::gemma_path;
 
 /// The model, or `None` with a loud notice (test skipped) when the file is missing.
 pub fn gemma() -> Option<Llama<'static>> {
