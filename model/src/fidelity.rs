@@ -18,7 +18,7 @@ pub struct Fidelity {
 }
 
 /// Log-softmax of one row in f64.
-fn log_softmax(row: &[f32]) -> Vec<f64> {
+pub(crate) fn log_softmax(row: &[f32]) -> Vec<f64> {
     let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
     let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
     let log_z = max + sum.ln();

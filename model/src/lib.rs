@@ -13,6 +13,9 @@
 //!   Gemma), as llama.cpp's built-in templates write it.
 //! - [`Session`]: a page cache for the model with prefill in chunks aligned to absolute positions,
 //!   prefix reuse through edgekv's verified prefix index, greedy generation and chat turns.
+//! - [`teacher_force`]: a token sequence's next-token log-probabilities, top-1 ids and chosen
+//!   logit rows with K/V in pages of a chosen format (the `teacher-force` binary writes them as
+//!   `.npy` files).
 //! - [`fidelity`]: teacher-forced perplexity, KL divergence and top-1 agreement of one KV format
 //!   against another.
 //!
@@ -28,6 +31,7 @@ pub mod fidelity;
 mod forward;
 mod session;
 mod spm;
+mod teacher;
 mod template;
 mod tokenizer;
 
@@ -37,6 +41,7 @@ pub use forward::{Activations, Llama, Logits};
 pub use session::{
     Chat, KvStorage, ReuseAlign, Session, SessionArenas, SessionOptions, TurnReport, argmax,
 };
+pub use teacher::{TeacherForced, teacher_force};
 pub use template::{ChatTemplate, Message, Role};
 pub use tokenizer::Tokenizer;
 
