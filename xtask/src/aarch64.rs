@@ -6,7 +6,7 @@
 //! static and shared libraries and links the C test programs against each, run under emulation
 //! too.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use crate::qemu;
@@ -187,7 +187,7 @@ pub fn c_programs() -> Result<(), String> {
         cc.arg(dir.join("libedgekv_capi.a"))
             .args(["-static", "-lpthread", "-ldl", "-lm"]);
         run(&mut cc, &format!("{CC} {name}.c (static library)"))?;
-        check(&mut Command::new("qemu-aarch64").arg(&static_exe), name)?;
+        check(Command::new("qemu-aarch64").arg(&static_exe), name)?;
         let shared_exe = out.join(format!("{name}_shared"));
         let mut cc = compile(&root, &src, &shared_exe);
         cc.arg("-L")
@@ -207,7 +207,7 @@ pub fn c_programs() -> Result<(), String> {
 }
 
 /// The cross compiler's command for `src` → `exe`: strict C99, every warning an error.
-fn compile(root: &Path, src: &Path, exe: &PathBuf) -> Command {
+fn compile(root: &Path, src: &Path, exe: &Path) -> Command {
     let mut cc = Command::new(CC);
     cc.args([
         "-std=c99",
