@@ -26,6 +26,9 @@
 //!   runs the demo chat), decodes its log and exits with the firmware's code.
 
 mod checks;
+mod cmd;
+mod fuzz;
+mod miri;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,7 +56,7 @@ fn main() -> ExitCode {
                 .map_err(|_| format!("fuzz: not a number of seconds: {secs}")),
             _ => Err(USAGE.into()),
         }
-        .and_then(|secs| checks::fuzz(secs, checks::FuzzBuild::Optimized)),
+        .and_then(|secs| fuzz::fuzz(secs, fuzz::FuzzBuild::Optimized)),
         Some("recursion") if flags.is_empty() => checks::no_recursion(),
         Some("size") => edgekv_xtask::size::report(&qemu::repo_root()).map(|t| println!("{t}")),
         Some("qemu") => match flags.as_slice() {
@@ -185,7 +188,7 @@ fn host_demo() -> Result<(), String> {
     eprintln!(
         "demo: building and running host-tests' host_demo example (release; the first build takes about two minutes) ..."
     );
-    checks::cargo(
+    cmd::cargo(
         &[
             "run",
             "--release",
