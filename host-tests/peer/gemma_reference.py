@@ -17,7 +17,10 @@ tokenizer gives them (BOS first, as the GGUF asks), and writes into OUT (default
   every position, 1 MiB each: not for the repository) for --full-tokens tokens, read by
   `model/tests/gemma.rs`'s ignored `full_gpl3_fidelity` from `~/.cache/edgekv/gemma3_270m/reference`
   (or `$EDGEKV_GEMMA_FULL`); it also prints llama.cpp's own noise floor (flash attention off
-  against on: mean / max KL, top-1 agreement, perplexity).
+  against on: mean / max KL, top-1 agreement, perplexity);
+- with `--kv-peers DIR` (DIR holding the `--full` files): nothing written; llama.cpp itself with
+  q8_0 and q4_0 K/V pages, its cache rotation off and on, against the f16 reference rows in DIR
+  (the peer of edgekv's quantized pages in `full_gpl3_fidelity`).
 
 All files are little-endian raw arrays. Usage:
   python gemma_reference.py --gguf "$(bash model/fetch-gemma.sh)" [--out DIR] [--full DIR]
@@ -38,15 +41,16 @@ GREEDY_PROMPT = (
 )
 
 
-def load(gguf, n_ctx, flash):
+def load(gguf, n_ctx, flash, kv=None):
+    kv = kv or llama_cpp.GGML_TYPE_F16
     return llama_cpp.Llama(
         model_path=gguf,
         n_ctx=n_ctx,
         n_batch=512,
         n_ubatch=512,
         n_threads=2,
-        type_k=llama_cpp.GGML_TYPE_F16,
-        type_v=llama_cpp.GGML_TYPE_F16,
+        type_k=kv,
+        type_v=kv,
         flash_attn=flash,
         logits_all=True,
         verbose=False,
@@ -79,7 +83,11 @@ def main():
     ap.add_argument("--full", default=None)
     ap.add_argument("--full-tokens", type=int, default=1536)
     ap.add_argument("--text", default="/usr/share/common-licenses/GPL-3")
+    ap.add_argument("--kv-peers", default=None)
     a = ap.parse_args()
+    if a.kv_peers:
+        kv_peers(a.gguf, a.kv_peers)
+        return
     text = open(a.text, "rb").read()
     n_ctx = max(a.tokens, a.full_tokens if a.full else 0, 256)
     llm = load(a.gguf, n_ctx, True)
@@ -148,6 +156,44 @@ def main():
             f"perplexity off {np.exp(-np.mean(off_next)):.4f}",
             file=sys.stderr,
         )
+
+
+def compare(llm, ids, path):
+    """Teacher-forces `ids` through `llm` and compares its rows with the log-softmax rows in
+    `path`: mean and max KL(reference || llm), top-1 agreement, llm's perplexity."""
+    llm.reset()
+    llm.eval(ids)
+    ref = np.memmap(path, dtype="<f4", mode="r", shape=(len(ids), llm.n_vocab()))
+    kl, agree, nxt = [], 0, []
+    for t0 in range(0, len(ids), 128):
+        lp = log_softmax(np.array(llm.scores[t0 : t0 + 128], dtype=np.float32))
+        lp_ref = ref[t0 : t0 + 128].astype(np.float64)
+        kl.extend((np.exp(lp_ref) * (lp_ref - lp)).sum(axis=-1))
+        agree += int((lp.argmax(axis=-1) == lp_ref.argmax(axis=-1)).sum())
+        for i in range(len(lp)):
+            if t0 + i + 1 < len(ids):
+                nxt.append(lp[i, ids[t0 + i + 1]])
+    kl = np.array(kl)
+    return kl.mean(), kl.max(), agree / len(ids), float(np.exp(-np.mean(nxt)))
+
+
+def kv_peers(gguf, full):
+    """llama.cpp with quantized K/V (flash attention on), its rotation off and on, against the
+    f16 reference rows of `--full`."""
+    ids = np.fromfile(os.path.join(full, "full.ids"), dtype="<u4").tolist()
+    path = os.path.join(full, "full.logprobs")
+    for name, kv in (("q8_0", llama_cpp.GGML_TYPE_Q8_0), ("q4_0", llama_cpp.GGML_TYPE_Q4_0)):
+        for rot in ("1", "0"):
+            os.environ["LLAMA_ATTN_ROT_DISABLE"] = rot
+            llm = load(gguf, len(ids), True, kv)
+            kl, kl_max, agree, ppl = compare(llm, ids, path)
+            del llm
+            print(
+                f"llama.cpp {name} K/V, rotation {'off' if rot == '1' else 'on'}: "
+                f"top-1 {100 * agree:.2f} %, mean KL {kl:.3e} (max {kl_max:.3e}), "
+                f"perplexity {ppl:.4f}",
+                file=sys.stderr,
+            )
 
 
 def full_rows(llm, ids, path):

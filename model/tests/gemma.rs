@@ -16,7 +16,9 @@
 //! 95.05 %, mean KL 7.10e-3 (max 0.375), perplexity 14.854 against llama.cpp's 14.774 with
 //! flash attention on (14.853 off; its own off-vs-on mean KL 6.98e-3, top-1 94.66 %); q8_0
 //! pages 94.86 %, 9.56e-3 (max 0.459), 14.959; q8_0 pages of Hadamard-rotated rows 95.25 %,
-//! 7.38e-3 (max 0.103), 14.855. The sliding group held at most 33 pages in each run.
+//! 7.38e-3 (max 0.103), 14.855; q4_0 pages 79.10 %, 1.51e-1 (max 3.19), 16.830, rotated 79.17 %,
+//! 1.36e-1 (max 2.92), 16.777 (llama.cpp's own q4_0 cache: 77.28 %, 1.69e-1, 16.856). The sliding
+//! group held at most 33 pages in each run.
 
 mod gemma_common;
 
@@ -144,8 +146,8 @@ fn full_dir() -> std::path::PathBuf {
 
 /// The protocol on the first 1,536 GPL-3 tokens (BOS first): exact mean / max KL from
 /// llama.cpp's full distributions, top-1 agreement and perplexity, pages of a grouped cache in
-/// `$EDGEKV_GEMMA_KV` (`f16`, the default, `q8_0`, or `q8_0-hadamard`: rows rotated before
-/// quantization). Ignored by default (a few minutes in
+/// `$EDGEKV_GEMMA_KV` (`f16`, the default, `q8_0`, `q4_0`, or `q8_0-hadamard` /
+/// `q4_0-hadamard`: rows rotated before quantization). Ignored by default (a few minutes in
 /// release; needs the full reference): `cargo test --release --test gemma -- --ignored
 /// --nocapture` in `model/`.
 #[test]
@@ -170,7 +172,9 @@ fn full_gpl3_fidelity() {
         "f16" => (ElementFormat::F16, Rotation::None),
         "q8_0" => (ElementFormat::Q8_0, Rotation::None),
         "q8_0-hadamard" => (ElementFormat::Q8_0, Rotation::Hadamard),
-        other => panic!("EDGEKV_GEMMA_KV={other}: f16, q8_0 or q8_0-hadamard"),
+        "q4_0" => (ElementFormat::Q4_0, Rotation::None),
+        "q4_0-hadamard" => (ElementFormat::Q4_0, Rotation::Hadamard),
+        other => panic!("EDGEKV_GEMMA_KV={other}: f16, q8_0, q8_0-hadamard, q4_0 or q4_0-hadamard"),
     };
     let mut arenas = gemma_common::grouped_arenas_rotated(&model, format, rotation, n);
     let mut cache: GroupedCache = arenas.cache();
