@@ -1,9 +1,7 @@
 //! Attention over pages against a dense f64 reference on the very values the pages hold, for
 //! every format; chunked equals unchunked bit for bit; windows with sinks; bad input.
 
-mod common;
-
-use common::{Arenas, invariants};
+use crate::common::{Arenas, invariants};
 use edgekv::attention::{
     AttentionParams, BLOCK_ROWS, scratch_len, scratch_len_for, scratch_len_rows,
 };

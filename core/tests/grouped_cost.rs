@@ -1,7 +1,7 @@
 //! What a one-group `GroupedCache` costs over the `KvCache` behind it: a decode loop (reserve one
 //! position, write K and V and attend in every layer) timed on both, alternating, median of the
 //! rounds. Ignored by default (a measurement, not a check); run it optimized:
-//! `cargo test --release -p edgekv --features std --test grouped_cost -- --ignored --nocapture`.
+//! `cargo test --release -p edgekv --features std --test integration grouped_cost:: -- --ignored --nocapture`.
 
 use std::time::Instant;
 

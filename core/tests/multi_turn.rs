@@ -3,9 +3,7 @@
 //! against a model of the pool (free pages, LRU of cached pages, chain of published pages), and
 //! every reused row is compared bit for bit with a cold-written copy in a second cache.
 
-mod common;
-
-use common::{Arenas, ROW, append, assert_rows, invariants, prefill};
+use crate::common::{Arenas, ROW, append, assert_rows, invariants, prefill};
 use edgekv::prefix::reuse_boundary;
 use edgekv::{CacheConfig, FreeList, Kv, KvCache, PageState, SeqId, SeqMode, Shape};
 use std::collections::VecDeque;

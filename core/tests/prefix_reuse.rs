@@ -1,9 +1,7 @@
 //! Prefix reuse through the public API: publish, lookup, attach, the single-conversation path,
 //! the reuse boundary, forced hash collisions, namespaces, and bad input.
 
-mod common;
-
-use common::{Arenas, append, assert_rows, invariants, prefill};
+use crate::common::{Arenas, append, assert_rows, invariants, prefill};
 use edgekv::prefix::{PrefixHit, namespace};
 use edgekv::{
     Bitmap, CacheConfig, Error, FreeList, KvCache, PageId, PageState, SeqId, SeqMode, Shape,

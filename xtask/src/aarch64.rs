@@ -75,9 +75,40 @@ fn cargo_streamed(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// The crates every cargo call of the stage selects, with the C ABI's Ethos-U hooks: one feature
+/// resolution, so `edgekv` and the dependencies are compiled once for the target (and once
+/// natively, where the `doctests` stage already built the same units).
+const CRATES: [&str; 12] = [
+    "-p",
+    "edgekv",
+    "-p",
+    "edgekv-hal",
+    "-p",
+    "edgekv-llm",
+    "-p",
+    "edgekv-capi",
+    "-p",
+    "edgekv-parity",
+    "--features",
+    "edgekv-capi/ethosu",
+];
+
+/// `cargo VERB --profile test [--target aarch64] <CRATES> EXTRA...`: everything in the stage is
+/// built in the test profile (optimized enough for the emulated runs; a release build would
+/// compile every crate a second time).
+fn args<'a>(verb: &'a str, cross: bool, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec![verb, "--profile", "test"];
+    if cross {
+        all.extend(["--target", TARGET]);
+    }
+    all.extend(CRATES);
+    all.extend(extra);
+    all
+}
+
 /// The whole stage. Under emulation everything runs 10–50× slower, so this runs what proves the
 /// claims and leaves the model-scale tests (pool and grouped-cache models, attention sweeps) to
-/// the native `tests` stage: the three libraries' unit tests; the forward pass's logit digests
+/// the native `tests` stage: the libraries' unit tests; the forward pass's logit digests
 /// of SmolLM2-135M (`hello_logit_digest_is_stable`, the value the host and the boards match);
 /// every parity case's digest and every model shape's decode step, compared line by line with a
 /// native run of the same program; the C programs.
@@ -90,52 +121,43 @@ pub fn stage() -> Result<(), String> {
         Command::new("bash").arg(&fetch),
         "model/fetch-model.sh (SmolLM2-135M, once)",
     )?;
-    cargo_streamed(&[
+    cargo_streamed(&args("test", true, &["--lib"]))?;
+    cargo_streamed(&args(
         "test",
-        "--target",
-        TARGET,
-        "-p",
-        "edgekv",
-        "-p",
-        "edgekv-llm",
-        "-p",
-        "edgekv-capi",
-        "--lib",
-    ])?;
-    cargo_streamed(&[
-        "test",
-        "--release",
-        "--target",
-        TARGET,
-        "-p",
-        "edgekv-llm",
-        "--test",
-        "model",
-        "--",
-        "hello_logit_digest_is_stable",
-    ])?;
-    cargo_streamed(&[
-        "build",
-        "--target",
-        TARGET,
-        "-p",
-        "edgekv-hal",
-        "-p",
-        "edgekv-parity",
-    ])?;
+        true,
+        &["--test", "model", "--", "hello_logit_digest_is_stable"],
+    ))?;
     same_digests()?;
     c_programs()
 }
 
 /// `edgekv-parity`'s `digests` example natively and under `qemu-aarch64`: the same lines.
 pub fn same_digests() -> Result<(), String> {
-    let example = ["--release", "-p", "edgekv-parity", "--example", "digests"];
-    let mut native = vec!["run", "-q"];
-    native.extend(example);
-    let host = run(&mut cargo(&native), "digests (native)")?;
-    let mut cross = vec!["run", "-q", "--target", TARGET];
-    cross.extend(example);
-    let emulated = run(&mut cargo(&cross), "digests (aarch64, qemu-aarch64)")?;
+    // Natively with the workspace's feature resolution: the units the `doctests` stage built.
+    let native = [
+        "build",
+        "--profile",
+        "test",
+        "--workspace",
+        "--example",
+        "digests",
+    ];
+    run(&mut cargo(&native), "digests (native build)")?;
+    let host = run(
+        &mut Command::new(built(false).join("examples/digests")),
+        "digests (native)",
+    )?;
+    // The libraries too (the C ABI's static library for `c_programs`).
+    run(
+        &mut cargo(&args("build", true, &["--lib", "--example", "digests"])),
+        "the libraries and digests (aarch64 build)",
+    )?;
+    let emulated = run(
+        Command::new("qemu-aarch64")
+            .args(["-L", SYSROOT])
+            .arg(built(true).join("examples/digests")),
+        "digests (aarch64, qemu-aarch64)",
+    )?;
     let lines = host.lines().count();
     if host != emulated || lines == 0 {
         return Err(format!(
@@ -146,34 +168,38 @@ pub fn same_digests() -> Result<(), String> {
     Ok(())
 }
 
-/// The C ABI's static library (as vendor SDKs link it) and a shared library built from the same
+/// The directory the test profile's artifacts go to, for the target or natively.
+fn built(cross: bool) -> std::path::PathBuf {
+    let target = qemu::repo_root().join("target");
+    if cross {
+        target.join(TARGET).join("debug")
+    } else {
+        target.join("debug")
+    }
+}
+
+/// The C ABI's static library (as vendor SDKs link it; built by [`same_digests`]) and a shared library built from the same
 /// crate (`cargo rustc --crate-type cdylib`), each linked with the C test programs
 /// (`host-tests/tests/c/`) by the cross compiler and run under `qemu-aarch64`.
 pub fn c_programs() -> Result<(), String> {
     let root = qemu::repo_root();
-    let dir = root.join("target").join(TARGET).join("release");
-    let features = ["--features", "ethosu"];
-    let mut build = vec![
-        "build",
-        "--release",
-        "--target",
-        TARGET,
-        "-p",
-        "edgekv-capi",
-    ];
-    build.extend(features);
-    run(&mut cargo(&build), "cargo build -p edgekv-capi (aarch64)")?;
+    // The static library was built by `same_digests`.
+    let dir = built(true);
     // The shared library's name differs from the staticlib's only by its extension.
-    let mut shared = vec![
+    let shared = [
         "rustc",
-        "--release",
+        "--profile",
+        "test",
         "--target",
         TARGET,
         "-p",
         "edgekv-capi",
+        "--features",
+        "ethosu",
+        "--lib",
+        "--crate-type",
+        "cdylib",
     ];
-    shared.extend(features);
-    shared.extend(["--crate-type", "cdylib"]);
     run(
         &mut cargo(&shared),
         "cargo rustc --crate-type cdylib (aarch64)",
