@@ -33,7 +33,7 @@
 //! the same inputs give the same bits on the host and on a Cortex-M. Each token row is computed
 //! alone, so chunked prefill and prefix reuse give the same bits as one cold pass.
 
-#![cfg_attr(not(test), no_std)]
+#![cfg_attr(not(any(test, feature = "std")), no_std)]
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(clippy::missing_errors_doc)]
