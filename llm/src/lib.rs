@@ -1,5 +1,6 @@
 //! A llama and Gemma 3 forward pass over a GGUF file held in memory, with keys and values in
-//! edgekv pages: `no_std`, no allocation, one thread; unsafe code only in the matmul kernels
+//! edgekv pages: `no_std`, no allocation, one thread (with the feature `std`, the matmuls' output
+//! rows over `matmul::set_threads` threads); unsafe code only in the matmul kernels
 //! (`arch`: Helium `asm!` on the Cortex-M55 / M85, AVX2 intrinsics on x86-64, each block with its
 //! `// SAFETY:` argument; the portable matmuls, which Miri runs, are their reference bit for bit).
 //!
