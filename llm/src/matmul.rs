@@ -175,7 +175,7 @@ fn scale(b: &[u8], at: usize) -> f32 {
 
 /// `out[t][o] = W[o] · x[t]` for `n` f32 activation rows of `m.cols` ([`dot_dequantized`]);
 /// `out` is `n × m.rows`, token-major. With the feature `std`, the weight rows are shared by
-/// [`set_threads`]' threads (the same bits).
+/// `set_threads`' threads (the same bits).
 pub fn matmul_f32(m: &Matrix<'_>, x: &[f32], n: usize, out: &mut [f32]) {
     #[cfg(feature = "std")]
     if threads::split(m, n, out, &|part, out| matmul_f32_rows(part, x, n, out)) {
@@ -218,10 +218,11 @@ pub fn dot_quant(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> f32 {
 /// [`quantize_activation`](crate::quant::quantize_activation) wrote them for `m`'s activation
 /// type: row `t` has `m.cols` codes in `qs`, one scale per block in `d` and
 /// [`sums_len`](crate::quant::sums_len)`(m.cols)` f32s of sums in `s`; `out` is `n × m.rows`,
-/// token-major. Weight rows are the outer loop (each read once per call), Q4_1 and Q8_0 blocks
-/// decoded once for a tile of activation rows ([`set_tiles`]); every output is the same function
-/// of one weight row and one activation row, whatever `n` is, whatever the tiles, and (feature
-/// `std`) however many threads share the weight rows ([`set_threads`]).
+/// token-major. Weight rows are the outer loop (each read once per call; the AVX2 kernels
+/// decode each Q4_1 and Q8_0 block once for a tile of four activation rows, [`set_tiles`]);
+/// every output is the same function of one weight row and one activation row, whatever `n` is,
+/// whatever the tiles, and (feature `std`) however many threads share the weight rows
+/// (`set_threads`).
 pub fn matmul_quant(m: &Matrix<'_>, qs: &[i8], d: &[f32], s: &[f32], n: usize, out: &mut [f32]) {
     #[cfg(feature = "std")]
     if threads::split(m, n, out, &|part, out| {

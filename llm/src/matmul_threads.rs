@@ -22,10 +22,12 @@ use super::Matrix;
 static THREADS: AtomicUsize = AtomicUsize::new(1);
 
 /// Multiply-accumulates (weight rows × columns × activation rows) a thread must get before a
-/// matmul is split: starting a thread costs tens of microseconds, about 100 k multiply-accumulates
-/// of the AVX2 kernels. SmolLM2's decode splits its FFN matmuls (885 k) and the LM head, not its
-/// K/V projections (111 k).
-pub const MIN_WORK: usize = 256 * 1024;
+/// matmul is split: starting a thread costs tens of microseconds (more on a busy machine, where
+/// it waits for a core), about 100 k multiply-accumulates of the AVX2 kernels or more. SmolLM2's
+/// decode splits only its LM head (28 M); its layers' matmuls (0.1–0.9 M a token) stay on one
+/// thread, since splitting them at 256 k made decode slower on the shared test machine; prefill
+/// chunks split every matmul.
+pub const MIN_WORK: usize = 1 << 20;
 
 /// Sets the threads each matmul's output rows are shared between, for every thread of the
 /// process (1, the default: the calling thread alone; 0 counts as 1). The bits do not depend

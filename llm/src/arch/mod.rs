@@ -33,9 +33,10 @@ mod native;
 #[cfg(any(test, feature = "matmul-check"))]
 #[cfg_attr(not(feature = "matmul-check"), allow(dead_code))]
 pub mod check;
+#[cfg_attr(not(any(edgekv_llm_mve, edgekv_llm_x86)), allow(dead_code))]
 mod rows;
 
-pub(crate) use rows::{Acts, tiles};
+pub(crate) use rows::Acts;
 
 /// Whether the kernels may run ([`set_kernels`]).
 static ENABLED: AtomicBool = AtomicBool::new(true);

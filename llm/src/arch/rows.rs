@@ -2,7 +2,7 @@
 //! [`matmul_quant`](crate::matmul::matmul_quant) lays them out ([`Acts`]), and [`tiles`], which
 //! runs a kernel over tiles of weight rows × activation rows (each weight row read once per
 //! call, each of its blocks decoded once per tile), with the kernel's smaller entries on the
-//! rows left over. The portable Q4_1 and Q8_0 matmuls run through it too.
+//! rows left over.
 
 use crate::quant::{BLOCK, QuantRow};
 
@@ -51,7 +51,7 @@ impl<'s> Acts<'s> {
 /// would have).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(crate) fn tiles<const W: usize, const A: usize>(
+pub(super) fn tiles<const W: usize, const A: usize>(
     w: &[u8],
     row_bytes: usize,
     rows: usize,

@@ -47,34 +47,3 @@ pub fn dot_q4_1_q8_1(w: &[u8], a: &QuantRow<'_>) -> f32 {
     }
     sumf
 }
-
-/// [`dot_q4_1_q8_1`] of one weight row with `R` activation rows at once, each row's bits
-/// unchanged: each block's nibbles are unpacked once for every row, and each row keeps its own
-/// `sumf` in block order (the rows' shortest length bounds the blocks, as the `zip` does for
-/// one row, when all have the same length as [`matmul_quant`](crate::matmul::matmul_quant)'s
-/// rows do).
-#[inline]
-pub fn dot_rows_q4_1_q8_1<const R: usize>(w: &[u8], a: &[QuantRow<'_>; R]) -> [f32; R] {
-    let mut blocks = w.len() / BYTES;
-    for r in a {
-        blocks = blocks.min(r.qs.len() / BLOCK).min(r.d.len()).min(r.s.len());
-    }
-    let mut sumf = [0.0f32; R];
-    for (b, wb) in w.chunks_exact(BYTES).take(blocks).enumerate() {
-        let (dw, mw) = (scale(wb, 0), scale(wb, 2));
-        let mut v = [0i8; BLOCK];
-        for j in 0..BLOCK / 2 {
-            v[j] = (wb[4 + j] & 0x0f) as i8;
-            v[j + BLOCK / 2] = (wb[4 + j] >> 4) as i8;
-        }
-        for (r, sum) in a.iter().zip(&mut sumf) {
-            let qa: &[i8; BLOCK] = r.qs[b * BLOCK..][..BLOCK].try_into().unwrap_or(&[0; BLOCK]);
-            let mut sumi = 0i32;
-            for j in 0..BLOCK {
-                sumi += v[j] as i32 * qa[j] as i32;
-            }
-            *sum += (dw * r.d[b]) * sumi as f32 + mw * r.s[b];
-        }
-    }
-    sumf
-}

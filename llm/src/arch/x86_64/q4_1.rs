@@ -67,8 +67,7 @@ pub(super) unsafe fn dot(w: &[u8], a: &QuantRow<'_>) -> f32 {
 }
 
 /// One Q4_1 row dotted with `R` Q8_1 rows, each with `dot_q4_1_q8_1`'s bits when the rows have
-/// the same length (the blocks every row has in common otherwise, as the portable
-/// `dot_rows_q4_1_q8_1`): four blocks at a time, their nibbles unpacked and f16 scales
+/// the same length (otherwise the blocks every row has in common): four blocks at a time, their nibbles unpacked and f16 scales
 /// converted once for all rows, each row's four integer sums in AVX2 and its four block terms
 /// by the portable expression in four lanes (`VMULPS`, `VADDPS`, no FMA), then added to the
 /// row's sum one block after the other.

@@ -70,8 +70,7 @@ pub(super) unsafe fn dot(w: &[u8], a: &QuantRow<'_>) -> f32 {
 }
 
 /// One Q8_0 row dotted with `R` Q8_0 rows, each with `dot_q8_0_q8_0`'s bits when the rows have
-/// the same length (the blocks every row has in common otherwise, as the portable
-/// `dot_rows_q8_0_q8_0`): four blocks at a time, their codes widened and f16 scales converted
+/// the same length (otherwise the blocks every row has in common): four blocks at a time, their codes widened and f16 scales converted
 /// once for all rows, each row's four integer sums in AVX2 and its four block terms by the
 /// portable expression in four lanes (`VMULPS`, no FMA), then added to the row's sum one block
 /// after the other.
