@@ -1,19 +1,28 @@
-//! Host tokens/s of the forward pass with this build's matmul kernels (AVX2 where the CPU has
-//! it) against the portable matmuls, in the same process: rounds alternate between the two
-//! (`matmul::set_kernels`), each round a cold prefill of a prompt then greedy decode; the
-//! medians are printed, and the two runs' tokens must agree (the kernels have the portable
-//! bits). One thread.
+//! Host tokens/s of the forward pass (SmolLM2-135M) in one process, rounds alternating between
+//! every configuration: this build's matmul kernels (AVX2 where the CPU has it) or the portable
+//! matmuls (`matmul::set_kernels`), tiles of four activation rows or one row at a time
+//! (`matmul::set_tiles`), one or two matmul threads (`matmul::set_threads`); each run a cold
+//! prefill of the prompt (in calls of 64 tokens: each matmul over 64 activation rows) then
+//! greedy decode. The
+//! medians are printed, and every run's tokens must agree (the same bits in every
+//! configuration).
 //!
-//! `cargo bench -p edgekv-llm --bench forward -- [rounds] [prompt_tokens] [decode_tokens]`
-//! (defaults 3, 128, 64; the model as the tests find it, `model/fetch-model.sh`).
+//! Peer: with `EDGEKV_PEER_PYTHON` naming a Python that has llama-cpp-python (0.3.36, built from
+//! its sdist), each round also runs `llama_cpp_peer.py` on the same GGUF and prompt ids at one
+//! and two threads (f16 K/V, flash attention), between the edgekv runs.
+//!
+//! `cargo bench -p edgekv-llm --features std --bench forward -- [rounds] [prompt_tokens]
+//! [decode_tokens]` (defaults 3, 128, 32; the model as the tests find it,
+//! `model/fetch-model.sh`).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use std::process::Command;
 use std::time::Instant;
 
 use edgekv::ElementFormat;
-use edgekv_llm::matmul::{kernels, set_kernels};
+use edgekv_llm::matmul::{kernels, set_kernels, set_threads, set_tiles};
 use edgekv_llm::{Engine, Llama, Logits, Sampling};
 
 /// One cold prefill of `prompt` then `decode` greedy tokens: (prefill tokens/s, decode
@@ -55,6 +64,46 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// One configuration and its rounds' rates.
+struct Config {
+    name: String,
+    kernels: bool,
+    tiles: bool,
+    threads: usize,
+    prefill: Vec<f64>,
+    decode: Vec<f64>,
+}
+
+/// llama.cpp at `threads` through the peer script: (prefill tokens/s, decode tokens/s), or why
+/// not.
+fn peer(python: &str, threads: usize, prompt: &[u32], decode: usize) -> Result<(f64, f64), String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/llama_cpp_peer.py");
+    let ids: Vec<String> = prompt.iter().map(u32::to_string).collect();
+    let out = Command::new(python)
+        .args([script, "--gguf"])
+        .arg(common::model_path())
+        .args(["--threads", &threads.to_string()])
+        .args(["--decode", &decode.to_string()])
+        .args(["--ids", &ids.join(",")])
+        .env("OMP_NUM_THREADS", threads.to_string())
+        .output()
+        .map_err(|e| format!("{python}: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |k: &str| {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    match (field("prefill_tps="), field("decode_tps=")) {
+        (Some(p), Some(d)) if out.status.success() => Ok((p, d)),
+        _ => Err(format!(
+            "peer failed: {}{}",
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        )),
+    }
+}
+
 fn main() {
     let Some(model) = common::model() else {
         eprintln!("forward bench: no model (model/fetch-model.sh)");
@@ -67,52 +116,102 @@ fn main() {
         .collect();
     let rounds = args.first().copied().unwrap_or(3);
     let prompt_len = args.get(1).copied().unwrap_or(128);
-    let decode = args.get(2).copied().unwrap_or(64);
+    let decode = args.get(2).copied().unwrap_or(32);
     let prompt: Vec<u32> = common::HELLO
         .iter()
         .copied()
         .cycle()
         .take(prompt_len)
         .collect();
-    let Some(isa) = kernels() else {
-        eprintln!("forward bench: no matmul kernels in this build or on this CPU");
-        return;
+    let isa = kernels().unwrap_or("none");
+    let mut configs = Vec::new();
+    for threads in [1, 2] {
+        // The portable loops take one row at a time whatever `set_tiles` says.
+        for (kernels, tiles) in [(true, true), (true, false), (false, false)] {
+            let name = format!(
+                "edgekv {}, {}, {threads} thread{}",
+                if kernels { isa } else { "portable" },
+                if tiles {
+                    "tiles of 4 tokens"
+                } else {
+                    "one token"
+                },
+                if threads > 1 { "s" } else { "" },
+            );
+            configs.push(Config {
+                name,
+                kernels,
+                tiles,
+                threads,
+                prefill: vec![],
+                decode: vec![],
+            });
+        }
+    }
+    let python = std::env::var("EDGEKV_PEER_PYTHON").ok();
+    let mut peers: Vec<(usize, Vec<f64>, Vec<f64>)> = match python {
+        Some(_) => vec![(1, vec![], vec![]), (2, vec![], vec![])],
+        None => {
+            eprintln!("forward bench: no EDGEKV_PEER_PYTHON, llama.cpp not measured");
+            vec![]
+        }
     };
-    let (mut kp, mut kd, mut pp, mut pd) = (vec![], vec![], vec![], vec![]);
     let mut tokens = None;
     for r in 0..rounds {
-        for on in [true, false] {
-            set_kernels(on);
+        for (i, c) in configs.iter_mut().enumerate() {
+            set_kernels(c.kernels);
+            set_tiles(c.tiles);
+            set_threads(c.threads);
             let (p, d, t) = round(&model, &prompt, decode);
             eprintln!(
                 "round {r} {}: prefill {p:.1} tokens/s, decode {d:.1} tokens/s",
-                if on { isa } else { "portable" }
+                c.name
             );
             assert_eq!(*tokens.get_or_insert_with(|| t.clone()), t, "tokens differ");
-            if on {
-                kp.push(p);
-                kd.push(d);
-            } else {
-                pp.push(p);
-                pd.push(d);
+            c.prefill.push(p);
+            c.decode.push(d);
+            // The peers between the edgekv runs, so load drift hits both sides alike.
+            if let (Some(python), Some(peer_run)) = (&python, peers.get_mut(i / 3))
+                && i % 3 == 1
+            {
+                match peer(python, peer_run.0, &prompt, decode) {
+                    Ok((p, d)) => {
+                        eprintln!(
+                            "round {r} llama.cpp, {} thread(s): prefill {p:.1} tokens/s, decode {d:.1} tokens/s",
+                            peer_run.0
+                        );
+                        peer_run.1.push(p);
+                        peer_run.2.push(d);
+                    }
+                    Err(e) => eprintln!("forward bench: {e}"),
+                }
             }
         }
     }
     set_kernels(true);
-    let (kp, kd, pp, pd) = (
-        median(&mut kp),
-        median(&mut kd),
-        median(&mut pp),
-        median(&mut pd),
-    );
+    set_tiles(true);
+    set_threads(1);
     println!(
-        "forward, {prompt_len}-token prompt, {decode} decoded, medians of {rounds} alternating rounds, one thread:"
+        "forward, SmolLM2-135M Q4_1, {prompt_len}-token prompt (calls of 64 tokens), {decode} decoded, medians of {rounds} alternating rounds:"
     );
-    println!("  {isa}: prefill {kp:.1} tokens/s, decode {kd:.1} tokens/s");
-    println!("  portable: prefill {pp:.1} tokens/s, decode {pd:.1} tokens/s");
-    println!(
-        "  {isa} / portable: prefill {:.2}x, decode {:.2}x",
-        kp / pp,
-        kd / pd
-    );
+    println!("| configuration | prefill tokens/s | decode tokens/s |");
+    println!("|---|---:|---:|");
+    for c in &mut configs {
+        println!(
+            "| {} | {:.1} | {:.1} |",
+            c.name,
+            median(&mut c.prefill),
+            median(&mut c.decode)
+        );
+    }
+    for (threads, p, d) in &mut peers {
+        if !p.is_empty() {
+            println!(
+                "| llama.cpp (f16 K/V, flash attention), {threads} thread{} | {:.1} | {:.1} |",
+                if *threads > 1 { "s" } else { "" },
+                median(p),
+                median(d)
+            );
+        }
+    }
 }

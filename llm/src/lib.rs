@@ -1,5 +1,6 @@
 //! A llama and Gemma 3 forward pass over a GGUF file held in memory, with keys and values in
-//! edgekv pages: `no_std`, no allocation, one thread; unsafe code only in the matmul kernels
+//! edgekv pages: `no_std`, no allocation, one thread (with the feature `std`, the matmuls' output
+//! rows over `matmul::set_threads` threads); unsafe code only in the matmul kernels
 //! (`arch`: Helium `asm!` on the Cortex-M55 / M85, AVX2 intrinsics on x86-64, each block with its
 //! `// SAFETY:` argument; the portable matmuls, which Miri runs, are their reference bit for bit).
 //!
@@ -33,7 +34,7 @@
 //! the same inputs give the same bits on the host and on a Cortex-M. Each token row is computed
 //! alone, so chunked prefill and prefix reuse give the same bits as one cold pass.
 
-#![cfg_attr(not(test), no_std)]
+#![cfg_attr(not(any(test, feature = "std")), no_std)]
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(clippy::missing_errors_doc)]

@@ -18,9 +18,15 @@
 //! portable code's bits (integer sums in any order, the scales combined per output row in
 //! block order); the portable loops run for every type they decline.
 
+#[path = "matmul_rows.rs"]
+mod rows;
+#[cfg(feature = "std")]
+#[path = "matmul_threads.rs"]
+mod threads;
+
 use crate::arch;
 use crate::gguf::{QK_K, Tensor, TensorType};
-use crate::quant::{self, ActivationType, BLOCK, QuantRow, sums_len};
+use crate::quant::{self, ActivationType, BLOCK, QuantRow};
 
 pub use crate::quant::q4_1::dot_q4_1_q8_1;
 pub use crate::quant::q8_0::dot_q8_0_q8_0;
@@ -29,7 +35,9 @@ pub use crate::quant::q8_0::dot_q8_0_q8_0;
 /// `matmul-check`; the boards' `matmul-check` firmware runs it).
 #[cfg(feature = "matmul-check")]
 pub use crate::arch::check as kernel_check;
-pub use crate::arch::{kernels, set_kernels};
+pub use crate::arch::{kernels, set_kernels, set_tiles};
+#[cfg(feature = "std")]
+pub use threads::{set_threads, threads};
 
 /// A 2-D weight in place: `rows` rows of `cols` values (ggml `ne[0] = cols`, `ne[1] = rows`).
 #[derive(Debug, Clone, Copy)]
@@ -166,8 +174,18 @@ fn scale(b: &[u8], at: usize) -> f32 {
 }
 
 /// `out[t][o] = W[o] · x[t]` for `n` f32 activation rows of `m.cols` ([`dot_dequantized`]);
-/// `out` is `n × m.rows`, token-major.
+/// `out` is `n × m.rows`, token-major. With the feature `std`, the weight rows are shared by
+/// `set_threads`' threads (the same bits).
 pub fn matmul_f32(m: &Matrix<'_>, x: &[f32], n: usize, out: &mut [f32]) {
+    #[cfg(feature = "std")]
+    if threads::split(m, n, out, &|part, out| matmul_f32_rows(part, x, n, out)) {
+        return;
+    }
+    matmul_f32_rows(m, x, n, out);
+}
+
+/// [`matmul_f32`] on one thread.
+fn matmul_f32_rows(m: &Matrix<'_>, x: &[f32], n: usize, out: &mut [f32]) {
     for o in 0..m.rows {
         let w = m.row(o);
         for t in 0..n {
@@ -199,86 +217,20 @@ pub fn dot_quant(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> f32 {
 /// `out[t][o] = W[o] · a[t]` for `n` quantized activation rows, as
 /// [`quantize_activation`](crate::quant::quantize_activation) wrote them for `m`'s activation
 /// type: row `t` has `m.cols` codes in `qs`, one scale per block in `d` and
-/// [`sums_len`]`(m.cols)` f32s of sums in `s`; `out` is `n × m.rows`, token-major. Weight rows are
-/// the outer loop (each read once per call); every output is the same function of one weight
-/// row and one activation row, whatever `n` is.
+/// [`sums_len`](crate::quant::sums_len)`(m.cols)` f32s of sums in `s`; `out` is `n × m.rows`,
+/// token-major. Weight rows are the outer loop (each read once per call; the AVX2 kernels
+/// decode each Q4_1 and Q8_0 block once for a tile of four activation rows, [`set_tiles`]);
+/// every output is the same function of one weight row and one activation row, whatever `n` is,
+/// whatever the tiles, and (feature `std`) however many threads share the weight rows
+/// (`set_threads`).
 pub fn matmul_quant(m: &Matrix<'_>, qs: &[i8], d: &[f32], s: &[f32], n: usize, out: &mut [f32]) {
-    let acts = arch::Acts {
-        qs,
-        d,
-        s,
-        cols: m.cols,
-    };
-    if arch::matmul(m.ty, m.data, m.row_bytes, m.rows, &acts, n, out) {
+    #[cfg(feature = "std")]
+    if threads::split(m, n, out, &|part, out| {
+        rows::matmul_quant(part, qs, d, s, n, out)
+    }) {
         return;
     }
-    let a = Rows {
-        qs,
-        d,
-        s,
-        cols: m.cols,
-    };
-    // One loop per type (the dispatch is outside the row loops).
-    match m.ty {
-        TensorType::Q4_0 => rows(m, &a, BLOCK, n, out, quant::q4_0::dot_q4_0_q8_0),
-        TensorType::Q4_1 => rows(m, &a, BLOCK, n, out, dot_q4_1_q8_1),
-        TensorType::Q5_0 => rows(m, &a, BLOCK, n, out, quant::q5_0::dot_q5_0_q8_0),
-        TensorType::Q5_1 => rows(m, &a, BLOCK, n, out, quant::q5_1::dot_q5_1_q8_1),
-        TensorType::Q8_0 => rows(m, &a, BLOCK, n, out, dot_q8_0_q8_0),
-        TensorType::Q4_K => rows(m, &a, QK_K, n, out, quant::q4_k::dot_q4_k_q8_k),
-        TensorType::Q5_K => rows(m, &a, QK_K, n, out, quant::q5_k::dot_q5_k_q8_k),
-        TensorType::Q6_K => rows(m, &a, QK_K, n, out, quant::q6_k::dot_q6_k_q8_k),
-        TensorType::F32 => out[..n * m.rows].fill(0.0),
-    }
-}
-
-/// `n` quantized activation rows of `cols` values, laid out as [`matmul_quant`] takes them.
-struct Rows<'s> {
-    qs: &'s [i8],
-    d: &'s [f32],
-    s: &'s [f32],
-    cols: usize,
-}
-
-impl<'s> Rows<'s> {
-    /// Row `t` with `block` values per scale (Q8_K's sums as i16 in `s`).
-    #[inline(always)]
-    fn row(&self, t: usize, block: usize) -> QuantRow<'s> {
-        let (cols, blocks, sums) = (self.cols, self.cols / block, sums_len(self.cols));
-        let (qs, d, s) = (
-            &self.qs[t * cols..][..cols],
-            &self.d[t * blocks..][..blocks],
-            &self.s[t * sums..][..sums],
-        );
-        if block == QK_K {
-            QuantRow::of(ActivationType::Q8_K, qs, d, s)
-        } else {
-            QuantRow {
-                qs,
-                d,
-                s,
-                bsums: &[],
-            }
-        }
-    }
-}
-
-/// The row loops of [`matmul_quant`] for one weight type's dot product `dot`.
-#[inline(always)]
-fn rows<F: Fn(&[u8], &QuantRow<'_>) -> f32>(
-    m: &Matrix<'_>,
-    a: &Rows<'_>,
-    block: usize,
-    n: usize,
-    out: &mut [f32],
-    dot: F,
-) {
-    for o in 0..m.rows {
-        let w = m.row(o);
-        for t in 0..n {
-            out[t * m.rows + o] = dot(w, &a.row(t, block));
-        }
-    }
+    rows::matmul_quant(m, qs, d, s, n, out);
 }
 
 #[cfg(test)]

@@ -1,13 +1,17 @@
 //! `cargo chat`: a multi-turn chat with SmolLM2-135M-Instruct on the paged int8 cache.
 //!
-//! Scripted by default; `cargo chat -- -i` reads user lines from stdin. Per turn it prints the
+//! Scripted by default; `cargo chat -- -i` reads user lines from stdin; `--threads N` sets the
+//! matmul threads (default: the available parallelism; the same tokens at any count). Per turn it prints the
 //! reply, the conversation tokens reused from the prefix cache, time to first token with reuse
 //! and cold (the same prompt in a fresh cache), pages used and cached, and bytes per token.
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
-use edgekv_model::{Chat, Llama, Session, SessionArenas, SessionOptions, Tokenizer, model_path};
+use edgekv_model::{
+    Chat, Llama, Session, SessionArenas, SessionOptions, Tokenizer, model_path, set_threads,
+    threads_arg,
+};
 
 const SYSTEM: &str = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 
@@ -27,7 +31,10 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let interactive = std::env::args().any(|a| a == "-i" || a == "--interactive");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let interactive = args.iter().any(|a| a == "-i" || a == "--interactive");
+    let threads = threads_arg(&args)?;
+    set_threads(threads);
     let path = model_path();
     let model = Llama::load(&path)?;
     let tokenizer = Tokenizer::load(&path)?;
@@ -40,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let f32_bytes =
         model.config().layers * 2 * model.config().kv_heads * model.config().head_dim * 4;
     println!(
-        "SmolLM2-135M-Instruct, KV pages {:?}/{:?}, {} tokens per page, {} B per token ({:.2}x less than f32's {f32_bytes} B)",
+        "SmolLM2-135M-Instruct, KV pages {:?}/{:?}, {} tokens per page, {} B per token ({:.2}x less than f32's {f32_bytes} B), {threads} matmul thread(s)",
         options.k_format,
         options.v_format,
         options.page_tokens,

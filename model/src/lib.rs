@@ -13,6 +13,9 @@
 //!   Gemma), as llama.cpp's built-in templates write it.
 //! - [`Session`]: a page cache for the model with prefill in chunks aligned to absolute positions,
 //!   prefix reuse through edgekv's verified prefix index, greedy generation and chat turns.
+//! - [`threads_arg`], [`set_threads`]: matmul threads on the host (`--threads N`, default the
+//!   available parallelism; each matmul's output rows shared between them, the same bits at any
+//!   count).
 //! - [`teacher_force`]: a token sequence's next-token log-probabilities, top-1 ids and chosen
 //!   logit rows with K/V in pages of a chosen format (the `teacher-force` binary writes them as
 //!   `.npy` files).
@@ -33,6 +36,7 @@ mod session;
 mod spm;
 mod teacher;
 mod template;
+mod threads;
 mod tokenizer;
 
 pub use edgekv_llm::LlamaConfig;
@@ -43,6 +47,7 @@ pub use session::{
 };
 pub use teacher::{TeacherForced, teacher_force};
 pub use template::{ChatTemplate, Message, Role};
+pub use threads::{set_threads, threads, threads_arg};
 pub use tokenizer::Tokenizer;
 
 use std::path::PathBuf;

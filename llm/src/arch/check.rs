@@ -3,8 +3,9 @@
 //! [`run`] (feature `matmul-check`), and so do the host tests.
 //!
 //! Each weight type with a kernel (Q4_1 × Q8_1, Q8_0 × Q8_0) is tried at every shape of
-//! [`COLS`] × [`ROWS`] × [`ACTS`] and every [`Case`]: through the matmul entry (the four-row
-//! kernels and the rows left over) and through the one-row entry. A kernel that declines
+//! [`COLS`] × [`ROWS`] × [`ACTS`] and every [`Case`]: through the matmul entry (the kernels'
+//! tiles of weight rows × activation rows, and the rows left over) and through the one-row
+//! entry. A kernel that declines
 //! (the portable code runs) is counted, not compared.
 
 use super::{Acts, dot, matmul};
@@ -24,12 +25,18 @@ pub const ROWS: &[usize] = if cfg!(miri) {
 } else {
     &[1, 3, 4, 5, 8, 9]
 };
-/// Activation rows tried.
-pub const ACTS: &[usize] = if cfg!(miri) { &[1, 2] } else { &[1, 2, 3] };
+/// Activation rows tried: one, fewer than a tile of four (the rows left over only), one tile,
+/// a tile and one row, two tiles and one row (the host's kernels take four activation rows at
+/// a time; the board's one).
+pub const ACTS: &[usize] = if cfg!(miri) {
+    &[1, 5]
+} else {
+    &[1, 2, 3, 4, 5, 9]
+};
 
 const MAX_COLS: usize = 576;
 const MAX_ROWS: usize = 9;
-const MAX_ACTS: usize = 3;
+const MAX_ACTS: usize = 9;
 const MAX_BLOCKS: usize = MAX_COLS / BLOCK;
 /// Q8_0 has the widest block (34 bytes).
 const MAX_ROW_BYTES: usize = MAX_BLOCKS * q8_0::BYTES;
@@ -72,7 +79,7 @@ impl Case {
 /// A kernel whose result differs from the portable dot product's.
 #[derive(Debug, Clone, Copy)]
 pub struct Mismatch {
-    /// `"matmul"` (the four-row entry) or `"dot"` (one row).
+    /// `"matmul"` (the tiled entry) or `"dot"` (one row).
     pub entry: &'static str,
     /// The weight type (`"q4_1"`, `"q8_0"`).
     pub ty: &'static str,
@@ -99,7 +106,7 @@ pub struct Summary {
     pub mismatches: u32,
 }
 
-/// The buffers of [`run`] (about 15 KB: a static on a board).
+/// The buffers of [`run`] (about 32 KB: a static on a board).
 #[derive(Debug)]
 pub struct Work {
     w: [u8; MAX_ROWS * MAX_ROW_BYTES],

@@ -41,6 +41,9 @@ pub(crate) use rows::Acts;
 /// Whether the kernels may run ([`set_kernels`]).
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
+/// Whether [`tiles`] runs its tiles of several activation rows ([`set_tiles`]).
+static TILES: AtomicBool = AtomicBool::new(true);
+
 /// The ISA whose matmul kernels run here (this build, this CPU: `"helium"`, `"avx2"`), `None`
 /// when the portable code runs (no kernels, or turned off by [`set_kernels`]).
 pub fn kernels() -> Option<&'static str> {
@@ -51,6 +54,19 @@ pub fn kernels() -> Option<&'static str> {
 /// or back on, for every thread: for benchmarks that compare both in one process.
 pub fn set_kernels(on: bool) {
     ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Turns the tiles of several activation rows off (`false`: every weight row is multiplied with
+/// one activation row after the other, each weight block decoded once per row, as before the
+/// tiles; the same bits) or back on, for every thread: for benchmarks that compare both in one
+/// process. On by default.
+pub fn set_tiles(on: bool) {
+    TILES.store(on, Ordering::Relaxed);
+}
+
+/// Whether the tiles of several activation rows run ([`set_tiles`]).
+pub(crate) fn tiles_on() -> bool {
+    TILES.load(Ordering::Relaxed)
 }
 
 /// `out[t · rows + o] = W[o] · a[t]` with this build's kernel for weights of type `ty`

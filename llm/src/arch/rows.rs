@@ -1,7 +1,8 @@
 //! The kernels' operands and the row loop they share: activation rows as
-//! [`matmul_quant`](crate::matmul::matmul_quant) lays them out ([`Acts`]), and [`by_four`], which
-//! runs a four-row kernel over a matrix (each weight row read once per call) and the portable dot
-//! product over the rows left over.
+//! [`matmul_quant`](crate::matmul::matmul_quant) lays them out ([`Acts`]), and [`tiles`], which
+//! runs a kernel over tiles of weight rows × activation rows (each weight row read once per
+//! call, each of its blocks decoded once per tile), with the kernel's smaller entries on the
+//! rows left over.
 
 use crate::quant::{BLOCK, QuantRow};
 
@@ -21,7 +22,7 @@ pub(crate) struct Acts<'s> {
 
 impl<'s> Acts<'s> {
     /// Whether the buffers hold `n` rows.
-    fn holds(&self, n: usize) -> bool {
+    pub(crate) fn holds(&self, n: usize) -> bool {
         let blocks = self.cols / BLOCK;
         n.checked_mul(self.cols).is_some_and(|c| c <= self.qs.len())
             && n.checked_mul(blocks)
@@ -30,7 +31,7 @@ impl<'s> Acts<'s> {
 
     /// Row `t` (within [`holds`](Self::holds)'s `n`).
     #[inline(always)]
-    fn row(&self, t: usize) -> QuantRow<'s> {
+    pub(crate) fn row(&self, t: usize) -> QuantRow<'s> {
         let (cols, blocks) = (self.cols, self.cols / BLOCK);
         QuantRow {
             qs: &self.qs[t * cols..][..cols],
@@ -41,37 +42,51 @@ impl<'s> Acts<'s> {
     }
 }
 
-/// `out[t · rows + o] = W[o] · a[t]`: `four` on each run of four weight rows against every
-/// activation row, `one` (the portable dot product) on the rows after the last run. `false`
-/// (nothing written) when the buffers do not hold `rows` weight rows, `n` activation rows or
-/// `n · rows` outputs (the portable loops then run, as they would have).
+/// `out[t · rows + o] = W[o] · a[t]` by tiles: `many` on each tile of `W` weight rows × `A`
+/// activation rows (each weight block decoded once for the tile), `few` on the `W` weight rows
+/// against each activation row after the last full tile of `A`, `one` (a dot product with the
+/// portable bits) on the weight rows after the last run of `W`. Weight rows are the outer loop
+/// (each read once per call). `false` (nothing written) when the buffers do not hold `rows`
+/// weight rows, `n` activation rows or `n · rows` outputs (the portable loops then run, as they
+/// would have).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(super) fn by_four(
+pub(super) fn tiles<const W: usize, const A: usize>(
     w: &[u8],
     row_bytes: usize,
     rows: usize,
     a: &Acts<'_>,
     n: usize,
     out: &mut [f32],
-    four: impl Fn([&[u8]; 4], &QuantRow<'_>) -> [f32; 4],
+    many: impl Fn([&[u8]; W], &[QuantRow<'_>; A]) -> [[f32; A]; W],
+    few: impl Fn([&[u8]; W], &QuantRow<'_>) -> [f32; W],
     one: impl Fn(&[u8], &QuantRow<'_>) -> f32,
 ) -> bool {
     let fits = rows.checked_mul(row_bytes).is_some_and(|b| b <= w.len())
         && n.checked_mul(rows).is_some_and(|o| o <= out.len())
         && a.holds(n);
-    if !fits {
+    if !fits || W == 0 || A == 0 {
         return false;
     }
     let row = |o: usize| &w[o * row_bytes..][..row_bytes];
+    let tiled = A > 1 && super::tiles_on();
     let mut o = 0;
-    while o + 4 <= rows {
-        let ws = [row(o), row(o + 1), row(o + 2), row(o + 3)];
-        for t in 0..n {
-            let r = four(ws, &a.row(t));
-            out[t * rows + o..][..4].copy_from_slice(&r);
+    while o + W <= rows {
+        let ws: [&[u8]; W] = core::array::from_fn(|k| row(o + k));
+        let mut t = 0;
+        while tiled && t + A <= n {
+            let acts: [QuantRow<'_>; A] = core::array::from_fn(|k| a.row(t + k));
+            for (k, r) in many(ws, &acts).iter().enumerate() {
+                for (j, &v) in r.iter().enumerate() {
+                    out[(t + j) * rows + o + k] = v;
+                }
+            }
+            t += A;
         }
-        o += 4;
+        for t in t..n {
+            out[t * rows + o..][..W].copy_from_slice(&few(ws, &a.row(t)));
+        }
+        o += W;
     }
     for o in o..rows {
         for t in 0..n {

@@ -9,7 +9,7 @@ mod q4_1;
 mod q8_0;
 
 use super::Acts;
-use super::rows::by_four;
+use super::rows::tiles;
 use crate::gguf::TensorType;
 use crate::quant::{self, QuantRow};
 
@@ -18,7 +18,8 @@ pub(super) fn name() -> Option<&'static str> {
     Some("helium")
 }
 
-/// Q4_1 and Q8_0 weights by four rows ([`by_four`]); other types decline.
+/// Q4_1 and Q8_0 weights by four weight rows at a time against one activation row
+/// ([`tiles`] with tiles of 4 × 1); other types decline.
 #[inline]
 pub(super) fn matmul(
     ty: TensorType,
@@ -30,23 +31,25 @@ pub(super) fn matmul(
     out: &mut [f32],
 ) -> bool {
     match ty {
-        TensorType::Q4_1 => by_four(
+        TensorType::Q4_1 => tiles::<4, 1>(
             w,
             row_bytes,
             rows,
             a,
             n,
             out,
+            |w, a| q4_1::dot4(w, &a[0]).map(|v| [v]),
             q4_1::dot4,
             quant::q4_1::dot_q4_1_q8_1,
         ),
-        TensorType::Q8_0 => by_four(
+        TensorType::Q8_0 => tiles::<4, 1>(
             w,
             row_bytes,
             rows,
             a,
             n,
             out,
+            |w, a| q8_0::dot4(w, &a[0]).map(|v| [v]),
             q8_0::dot4,
             quant::q8_0::dot_q8_0_q8_0,
         ),
