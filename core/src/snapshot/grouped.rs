@@ -5,9 +5,9 @@
 use core::ops::Range;
 
 use super::header::{
-    F_FINGERPRINT, F_HEAD_DIM, F_HEADER_BYTES, F_IMAGE, F_KV_HEADS, F_LAYERS, F_MAGIC, F_PAGE_TOKENS,
-    F_PAGES, F_PAYLOAD, F_RESERVED, F_TOKENS, F_V_FORMAT, F_VERSION, FORMAT_BYTES, Field,
-    decode_format, encode_format, get, get16, get32, put,
+    F_FINGERPRINT, F_HEAD_DIM, F_HEADER_BYTES, F_IMAGE, F_KV_HEADS, F_LAYERS, F_MAGIC,
+    F_PAGE_TOKENS, F_PAGES, F_PAYLOAD, F_RESERVED, F_TOKENS, F_V_FORMAT, F_VERSION, FORMAT_BYTES,
+    Field, decode_format, encode_format, get, get16, get32, put,
 };
 use super::{HEADER_BYTES, Header, MAGIC, SnapshotError, VERSION, VERSION_1, VERSION_2};
 use crate::config::{CacheConfig, GroupWindow, LayerGroup, Layers, MAX_GROUPS};
@@ -261,7 +261,11 @@ impl GroupedHeader {
         let b = &mut out[..HEADER_BYTES];
         put(b, F_MAGIC, &MAGIC);
         put(b, F_VERSION, &VERSION.to_le_bytes());
-        put(b, F_HEADER_BYTES, &(self.header_bytes() as u16).to_le_bytes());
+        put(
+            b,
+            F_HEADER_BYTES,
+            &(self.header_bytes() as u16).to_le_bytes(),
+        );
         put(b, F_FINGERPRINT, &self.fingerprint.to_le_bytes());
         put(b, F_LAYERS, &self.shape.layers.to_le_bytes());
         put(b, F_KV_HEADS, &self.shape.kv_heads.to_le_bytes());
@@ -297,7 +301,9 @@ impl GroupedHeader {
             VERSION => {
                 let groups = get16(first, F_GROUPS) as usize;
                 let bytes = HEADER_BYTES + groups * GROUP_ENTRY_BYTES;
-                if groups == 0 || groups > MAX_GROUPS || get16(first, F_HEADER_BYTES) as usize != bytes
+                if groups == 0
+                    || groups > MAX_GROUPS
+                    || get16(first, F_HEADER_BYTES) as usize != bytes
                 {
                     return Err(SnapshotError::CorruptSnapshot);
                 }
@@ -330,7 +336,7 @@ impl GroupedHeader {
         if len == HEADER_BYTES {
             return Header::decode(first).map(|h| Self::from_single(&h));
         }
-        if get::<8>(first, F_RESERVED) != [0; 8] || get::<12>(first, F_GROUPS_PAD) != [0; 12] {
+        if get::<8>(first, F_RESERVED) != [0; 8] || get::<14>(first, F_GROUPS_PAD) != [0; 14] {
             return Err(SnapshotError::CorruptSnapshot);
         }
         let shape = Shape {
@@ -412,9 +418,17 @@ impl GroupedHeader {
             if theirs.layers != ours.layers || image.layers != layers {
                 return Err(SnapshotError::GroupLayersMismatch);
             }
-            if (theirs.k_format, theirs.v_format, theirs.k_rotation, theirs.v_rotation)
-                != (ours.k_format, ours.v_format, ours.k_rotation, ours.v_rotation)
-            {
+            if (
+                theirs.k_format,
+                theirs.v_format,
+                theirs.k_rotation,
+                theirs.v_rotation,
+            ) != (
+                ours.k_format,
+                ours.v_format,
+                ours.k_rotation,
+                ours.v_rotation,
+            ) {
                 return Err(SnapshotError::GroupFormatMismatch);
             }
             if theirs.window != ours.window {
@@ -436,8 +450,7 @@ fn released_pages(
     released: &Range<u32>,
 ) -> Option<u64> {
     let p = page_tokens as u32;
-    if p == 0 || released.start % p != 0 || released.end % p != 0 || released.start > released.end
-    {
+    if p == 0 || released.start % p != 0 || released.end % p != 0 || released.start > released.end {
         return None;
     }
     if released.is_empty() {

@@ -217,7 +217,9 @@ impl SnapshotStore {
         self.check(flash)?;
         let header = Header::new(cache.config(), cache.seq_len(seq)?, fingerprint)?;
         let commit = self.save_with(flash, header.image, fingerprint, |flash, start| {
-            cache.snapshot(seq, tokens, fingerprint, flash, start).map(drop)
+            cache
+                .snapshot(seq, tokens, fingerprint, flash, start)
+                .map(drop)
         })?;
         Ok((header, commit))
     }
