@@ -121,7 +121,10 @@ fn header_carries_the_rotations() {
     let b = h.encode();
     assert_eq!((b[25], b[33]), (2, 1));
     // Version 2: earlier readers refuse it as a version, not as damage.
-    assert_eq!(u16::from_le_bytes([b[4], b[5]]), edgekv::snapshot::VERSION);
+    assert_eq!(
+        u16::from_le_bytes([b[4], b[5]]),
+        edgekv::snapshot::VERSION_2
+    );
     assert_eq!(h.version(), 2);
     // Without 4-bit pages or rotations: version 1, as before.
     let old = Header::new(&config(ElementFormat::Q8_0, ElementFormat::F16), 21, 7).unwrap();
@@ -288,10 +291,17 @@ fn bad_images_are_refused_with_the_cache_unchanged() {
         ),
         (
             "version",
-            patched(4, 3),
+            patched(4, 9),
             FINGERPRINT,
             cfg,
             SnapshotError::UnsupportedVersion,
+        ),
+        (
+            "version 3 (a grouped image's)",
+            patched(4, 3),
+            FINGERPRINT,
+            cfg,
+            SnapshotError::GroupedImage,
         ),
         (
             "token count",

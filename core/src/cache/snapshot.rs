@@ -1,13 +1,15 @@
 //! Saving a sequence to flash and restoring it (see [`snapshot`](crate::snapshot)).
 
-use embedded_storage::nor_flash::{NorFlash, NorFlashError, ReadNorFlash};
+use core::ops::Range;
+
+use embedded_storage::nor_flash::{NorFlash, ReadNorFlash};
 
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator};
 use crate::error::Error;
 use crate::planner::PoolKind;
 use crate::sequence::{SeqId, SeqMode};
-use crate::snapshot::{HEADER_BYTES, Header, Reader, SnapshotError, Writer};
+use crate::snapshot::{HEADER_BYTES, Header, Reader, SnapshotError, Writer, image_writer};
 
 type Result<T> = core::result::Result<T, SnapshotError>;
 
@@ -46,43 +48,12 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             return Err(SnapshotError::WindowedSequence);
         }
         let header = Header::new(&self.config, len, fingerprint)?;
-        let erase = F::ERASE_SIZE;
-        let span = (header.image as usize)
-            .div_ceil(F::WRITE_SIZE.max(1))
-            .checked_mul(F::WRITE_SIZE)
-            .map(|b| b.div_ceil(erase.max(1)) * erase)
-            .ok_or(SnapshotError::FlashBounds)?;
-        let end = (offset as usize)
-            .checked_add(span)
-            .filter(|&e| e <= flash.capacity() && u32::try_from(e).is_ok())
-            .ok_or(SnapshotError::FlashBounds)?;
-        if erase == 0 || offset as usize % erase != 0 {
-            return Err(SnapshotError::FlashBounds);
-        }
-        let mut w = Writer::new(flash, offset)?;
-        w.flash_mut()
-            .erase(offset, end as u32)
-            .map_err(|e| SnapshotError::Flash(e.kind()))?;
+        let mut w = image_writer(flash, offset, header.image)?;
         w.put(&header.encode())?;
         for t in tokens {
             w.put(&t.to_le_bytes())?;
         }
-        let g = &self.plan.geometry;
-        for (i, &page) in table.iter().enumerate() {
-            let used = (len as usize - i * p).min(p);
-            for layer in 0..g.layers {
-                for pool in PoolKind::ALL {
-                    let row = g.pool_row_bytes(pool);
-                    if row == 0 {
-                        continue;
-                    }
-                    let at =
-                        self.plan.pool_offset(layer, pool) + page as usize * g.pool_stride(pool);
-                    w.put(&self.data[at..at + used * row])?;
-                    w.zeros((p - used) * row)?;
-                }
-            }
-        }
+        self.write_pages(&mut w, seq)?;
         w.finish()?;
         Ok(header)
     }
@@ -165,7 +136,6 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         offset: u32,
         tokens: &mut [u32],
     ) -> Result<()> {
-        let slot = self.seqs.slot(seq)?;
         let mut r = Reader::new(flash, offset)?;
         r.skip(HEADER_BYTES)?;
         for t in tokens.iter_mut() {
@@ -173,11 +143,63 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             r.get(&mut b, true)?;
             *t = u32::from_le_bytes(b);
         }
+        self.read_pages(&mut r, seq)?;
+        let expected = r.crc();
+        let mut crc = [0u8; 4];
+        r.get(&mut crc, false)?;
+        if u32::from_le_bytes(crc) != expected {
+            // The flash changed between the passes.
+            return Err(SnapshotError::CrcMismatch);
+        }
+        Ok(())
+    }
+
+    /// Writes the image payload of `seq`'s held pages (released ones skipped), in table order:
+    /// per page, per layer, per pool with row bytes, `page_tokens` rows (rows past the length
+    /// zero).
+    pub(crate) fn write_pages<F: NorFlash>(&self, w: &mut Writer<'_, F>, seq: SeqId) -> Result<()> {
+        let slot = self.seqs.slot(seq)?;
+        let len = self.seqs.record(slot).len as usize;
+        let p = self.config.page_tokens as usize;
+        let g = &self.plan.geometry;
+        let table = &self.seqs.table(slot)[..len.div_ceil(p)];
+        for (i, &page) in table.iter().enumerate() {
+            if page == NO_PAGE {
+                continue;
+            }
+            let used = (len - i * p).min(p);
+            for layer in 0..g.layers {
+                for pool in PoolKind::ALL {
+                    let row = g.pool_row_bytes(pool);
+                    if row == 0 {
+                        continue;
+                    }
+                    let at =
+                        self.plan.pool_offset(layer, pool) + page as usize * g.pool_stride(pool);
+                    w.put(&self.data[at..at + used * row])?;
+                    w.zeros((p - used) * row)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what [`write_pages`](Self::write_pages) wrote into `seq`'s held pages (already
+    /// allocated for its length), zeroing each slot past the rows read.
+    pub(crate) fn read_pages<F: ReadNorFlash>(
+        &mut self,
+        r: &mut Reader<'_, F>,
+        seq: SeqId,
+    ) -> Result<()> {
+        let slot = self.seqs.slot(seq)?;
         let g = self.plan.geometry;
         let p = self.config.page_tokens as usize;
-        let len = tokens.len();
+        let len = self.seqs.record(slot).len as usize;
         for i in 0..len.div_ceil(p) {
             let page = self.seqs.table(slot)[i];
+            if page == NO_PAGE {
+                continue;
+            }
             let used = (len - i * p).min(p);
             for layer in 0..g.layers {
                 for pool in PoolKind::ALL {
@@ -195,13 +217,81 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
                 }
             }
         }
-        let expected = r.crc();
-        let mut crc = [0u8; 4];
-        r.get(&mut crc, false)?;
-        if u32::from_le_bytes(crc) != expected {
-            // The flash changed between the passes.
-            return Err(SnapshotError::CrcMismatch);
+        Ok(())
+    }
+
+    /// The positions a window released from the paged sequence `seq`: its page table is held
+    /// pages, then released ones (this range, page aligned; empty when none), then held pages
+    /// to the end.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownSequence`](Error::UnknownSequence);
+    /// [`WindowedSequence`](SnapshotError::WindowedSequence) for released pages in more than
+    /// one run (a [`slide`](Self::slide) with another window than the configured one).
+    pub(crate) fn released_positions(&self, seq: SeqId) -> Result<Range<u32>> {
+        let slot = self.seqs.slot(seq)?;
+        let len = self.seqs.record(slot).len as usize;
+        let p = self.config.page_tokens as usize;
+        let table = &self.seqs.table(slot)[..len.div_ceil(p)];
+        let from = table.iter().position(|&pg| pg == NO_PAGE).unwrap_or(0);
+        let to = table[from..]
+            .iter()
+            .position(|&pg| pg != NO_PAGE)
+            .map_or(table.len(), |k| from + k);
+        if table[to..].contains(&NO_PAGE) {
+            return Err(SnapshotError::WindowedSequence);
+        }
+        // Table entries fit u16 and pages u16 tokens each: positions fit u32.
+        Ok((from * p) as u32..(to * p) as u32)
+    }
+
+    /// Checks that [`open_restored`](Self::open_restored) of `len` positions with `released`
+    /// released succeeds: a free slot, `len` within `max_seq_tokens` and the page table, pages
+    /// for every position not released (cached pages count: they are evicted).
+    pub(crate) fn check_restored(&self, len: u32, released: &Range<u32>) -> Result<()> {
+        self.seqs.free_slot()?;
+        if len > self.config.max_seq_tokens {
+            return Err(Error::SequenceFull.into());
+        }
+        let need = self.pages_for(len);
+        let p = self.config.page_tokens as u32;
+        let gone = ((released.end - released.start) / p) as usize;
+        if need > self.plan.table_len || need - gone.min(need) > self.pool.available() {
+            return Err(Error::OutOfPages.into());
         }
         Ok(())
+    }
+
+    /// Opens a paged sequence of `len` positions whose pages of `released` (page aligned) are
+    /// released and every other one newly allocated (contents left to the caller). All or
+    /// nothing; [`check_restored`](Self::check_restored) says whether it succeeds.
+    pub(crate) fn open_restored(&mut self, len: u32, released: &Range<u32>) -> Result<SeqId> {
+        self.check_restored(len, released)?;
+        let slot = self.seqs.free_slot()?;
+        let id = self.seqs.open(slot, SeqMode::Paged, 0, 0);
+        let p = self.config.page_tokens as usize;
+        let gone = released.start as usize / p..released.end as usize / p;
+        for i in 0..self.pages_for(len) {
+            let page = if gone.contains(&i) {
+                NO_PAGE
+            } else {
+                match self.alloc_page() {
+                    Ok(page) => page,
+                    Err(e) => {
+                        // Unreachable after the check; undo anyway.
+                        self.release_entries(slot, 0..i);
+                        self.seqs.close(slot);
+                        return Err(e.into());
+                    }
+                }
+            };
+            *self.seqs.entry_mut(slot, i) = page;
+        }
+        let held = self.pages_for(len) as u16;
+        let rec = self.seqs.record_mut(slot);
+        rec.len = len;
+        rec.held = held;
+        Ok(id)
     }
 }

@@ -113,7 +113,7 @@ impl<'a, A: PageAllocator<'a>> GroupedCache<'a, A> {
     }
 
     /// Group 0's cache, to change.
-    fn first_mut(&mut self) -> Result<&mut crate::KvCache<'a, A>> {
+    pub(super) fn first_mut(&mut self) -> Result<&mut crate::KvCache<'a, A>> {
         self.groups_mut()
             .next()
             .ok_or(Error::Config(crate::ConfigError::EmptyGroup))

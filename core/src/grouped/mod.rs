@@ -13,6 +13,9 @@
 mod lifecycle;
 mod prefix;
 mod rows;
+mod snapshot;
+#[cfg(test)]
+mod snapshot_tests;
 #[cfg(test)]
 mod tests;
 

@@ -6,8 +6,9 @@ use embedded_storage::nor_flash::NorFlashErrorKind;
 
 use crate::error::{ConfigError, Error};
 
-/// Why [`KvCache::snapshot`](crate::KvCache::snapshot) or
-/// [`KvCache::restore`](crate::KvCache::restore) failed: the image (damaged, another model, another
+/// Why [`KvCache::snapshot`](crate::KvCache::snapshot),
+/// [`KvCache::restore`](crate::KvCache::restore) or their
+/// [`GroupedCache`](crate::GroupedCache) forms failed: the image (damaged, another model, another
 /// cache layout), the flash (too small, unsupported geometry, a driver error with the driver's
 /// [`NorFlashErrorKind`]), or the cache itself ([`Cache`](SnapshotError::Cache): an unknown
 /// sequence, no pages left for the restored one...). Small and `Copy`.
@@ -40,6 +41,24 @@ pub enum SnapshotError {
     Flash(NorFlashErrorKind),
     /// A [`SnapshotStore`](super::SnapshotStore) holds no committed image that is intact.
     NoImage,
+    /// The image is a grouped one (layout [`VERSION`](super::VERSION)): several layer groups, or
+    /// positions released by a sliding window. [`KvCache::restore`](crate::KvCache::restore)
+    /// does not read it; [`GroupedCache::restore`](crate::GroupedCache::restore) does.
+    GroupedImage,
+    /// A grouped image's entry of one layer group contradicts the rest of the header: its layers,
+    /// window or formats do not form a valid configuration, or the positions it says were
+    /// released are not ones its window releases, or its page count does not follow (damage).
+    CorruptGroupEntry,
+    /// The image has another number of layer groups than the cache.
+    GroupCountMismatch,
+    /// A layer group of the image holds other layers than the cache's group of that index.
+    GroupLayersMismatch,
+    /// A layer group of the image has another sliding window (size, sinks or rollback) than the
+    /// cache's group of that index.
+    GroupWindowMismatch,
+    /// A layer group of the image has other K / V formats or rotations than the cache's group of
+    /// that index.
+    GroupFormatMismatch,
 }
 
 impl From<Error> for SnapshotError {
@@ -74,6 +93,14 @@ impl SnapshotError {
             }
             SnapshotError::Flash(_) => "flash driver error",
             SnapshotError::NoImage => "no intact committed snapshot image in the store",
+            SnapshotError::GroupedImage => "grouped snapshot image: restore it with a GroupedCache",
+            SnapshotError::CorruptGroupEntry => "snapshot layer-group entry is damaged",
+            SnapshotError::GroupCountMismatch => "snapshot has another number of layer groups",
+            SnapshotError::GroupLayersMismatch => "a snapshot layer group holds other layers",
+            SnapshotError::GroupWindowMismatch => "a snapshot layer group has another window",
+            SnapshotError::GroupFormatMismatch => {
+                "a snapshot layer group has other formats or rotations"
+            }
         }
     }
 }

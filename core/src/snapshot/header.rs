@@ -10,11 +10,16 @@ use crate::shape::Shape;
 
 /// First bytes of every image.
 pub const MAGIC: [u8; 4] = *b"EKVS";
-/// The newest layout version, which this crate writes for images with 4-bit pages (format code 6)
-/// or rotated rows (a nonzero rotation byte). Images without either are written as version 1,
-/// which earlier releases read; this crate reads both.
-pub const VERSION: u16 = 2;
-/// The layout version of images without 4-bit pages or rotations.
+/// The newest layout version: images of several layer groups, or of a sequence whose windowed
+/// group released positions ([`GroupedHeader`](super::GroupedHeader), written by
+/// [`GroupedCache::snapshot`](crate::GroupedCache::snapshot)). Images of one group holding every
+/// position keep the older versions ([`VERSION_2`], [`VERSION_1`]), which earlier releases read;
+/// this crate reads all three.
+pub const VERSION: u16 = 3;
+/// The layout version of one-group images with 4-bit pages (format code 6) or rotated rows (a
+/// nonzero rotation byte).
+pub const VERSION_2: u16 = 2;
+/// The layout version of one-group images without 4-bit pages or rotations.
 pub const VERSION_1: u16 = 1;
 /// Bytes of the header.
 pub const HEADER_BYTES: usize = 64;
@@ -49,19 +54,19 @@ pub struct Header {
 
 /// Where a field lies in the header or in a format entry: its first byte and its length.
 #[derive(Debug, Clone, Copy)]
-struct Field {
+pub(super) struct Field {
     at: usize,
     len: usize,
 }
 
 impl Field {
     /// `len` bytes at offset 0.
-    const fn first(len: usize) -> Field {
+    pub(super) const fn first(len: usize) -> Field {
         Field { at: 0, len }
     }
 
     /// `len` bytes right after `prev`.
-    const fn after(prev: Field, len: usize) -> Field {
+    pub(super) const fn after(prev: Field, len: usize) -> Field {
         Field {
             at: prev.at + prev.len,
             len,
@@ -69,37 +74,37 @@ impl Field {
     }
 
     /// One past its last byte.
-    const fn end(self) -> usize {
+    pub(super) const fn end(self) -> usize {
         self.at + self.len
     }
 
-    const fn range(self) -> Range<usize> {
+    pub(super) const fn range(self) -> Range<usize> {
         self.at..self.end()
     }
 }
 
 // The header, field after field: the one table `encode` and `decode` share (the image layout
 // in the `snapshot` module docs).
-const F_MAGIC: Field = Field::first(4);
-const F_VERSION: Field = Field::after(F_MAGIC, 2);
-const F_HEADER_BYTES: Field = Field::after(F_VERSION, 2);
-const F_FINGERPRINT: Field = Field::after(F_HEADER_BYTES, 8);
-const F_LAYERS: Field = Field::after(F_FINGERPRINT, 2);
-const F_KV_HEADS: Field = Field::after(F_LAYERS, 2);
-const F_HEAD_DIM: Field = Field::after(F_KV_HEADS, 2);
-const F_PAGE_TOKENS: Field = Field::after(F_HEAD_DIM, 2);
-const F_K_FORMAT: Field = Field::after(F_PAGE_TOKENS, FORMAT_BYTES);
-const F_V_FORMAT: Field = Field::after(F_K_FORMAT, FORMAT_BYTES);
-const F_TOKENS: Field = Field::after(F_V_FORMAT, 4);
-const F_PAGES: Field = Field::after(F_TOKENS, 4);
-const F_PAYLOAD: Field = Field::after(F_PAGES, 4);
-const F_IMAGE: Field = Field::after(F_PAYLOAD, 4);
+pub(super) const F_MAGIC: Field = Field::first(4);
+pub(super) const F_VERSION: Field = Field::after(F_MAGIC, 2);
+pub(super) const F_HEADER_BYTES: Field = Field::after(F_VERSION, 2);
+pub(super) const F_FINGERPRINT: Field = Field::after(F_HEADER_BYTES, 8);
+pub(super) const F_LAYERS: Field = Field::after(F_FINGERPRINT, 2);
+pub(super) const F_KV_HEADS: Field = Field::after(F_LAYERS, 2);
+pub(super) const F_HEAD_DIM: Field = Field::after(F_KV_HEADS, 2);
+pub(super) const F_PAGE_TOKENS: Field = Field::after(F_HEAD_DIM, 2);
+pub(super) const F_K_FORMAT: Field = Field::after(F_PAGE_TOKENS, FORMAT_BYTES);
+pub(super) const F_V_FORMAT: Field = Field::after(F_K_FORMAT, FORMAT_BYTES);
+pub(super) const F_TOKENS: Field = Field::after(F_V_FORMAT, 4);
+pub(super) const F_PAGES: Field = Field::after(F_TOKENS, 4);
+pub(super) const F_PAYLOAD: Field = Field::after(F_PAGES, 4);
+pub(super) const F_IMAGE: Field = Field::after(F_PAYLOAD, 4);
 /// Zero.
-const F_RESERVED: Field = Field::after(F_IMAGE, 8);
+pub(super) const F_RESERVED: Field = Field::after(F_IMAGE, 8);
 const _: () = assert!(F_RESERVED.end() == HEADER_BYTES);
 
 // A format entry (`F_K_FORMAT`, `F_V_FORMAT`), field after field.
-const FORMAT_BYTES: usize = 8;
+pub(super) const FORMAT_BYTES: usize = 8;
 const E_CODE: Field = Field::first(1);
 /// The half's rotation: 0 none, 1 Hadamard, 2 signed Hadamard (zero before rotations existed).
 const E_ROTATION: Field = Field::after(E_CODE, 1);
@@ -111,26 +116,26 @@ const E_PAD_END: Field = Field::after(E_FLAG, 1);
 const _: () = assert!(E_PAD_END.end() == FORMAT_BYTES);
 
 /// Writes `bytes` (of the field's length, by construction of the table) into field `f` of `b`.
-fn put(b: &mut [u8], f: Field, bytes: &[u8]) {
+pub(super) fn put(b: &mut [u8], f: Field, bytes: &[u8]) {
     b[f.range()].copy_from_slice(bytes);
 }
 
 /// The `N` bytes of field `f` of `b` (`N` is the field's length).
-fn get<const N: usize>(b: &[u8], f: Field) -> [u8; N] {
+pub(super) fn get<const N: usize>(b: &[u8], f: Field) -> [u8; N] {
     let mut out = [0u8; N];
     out.copy_from_slice(&b[f.range()]);
     out
 }
 
-fn get16(b: &[u8], f: Field) -> u16 {
+pub(super) fn get16(b: &[u8], f: Field) -> u16 {
     u16::from_le_bytes(get(b, f))
 }
 
-fn get32(b: &[u8], f: Field) -> u32 {
+pub(super) fn get32(b: &[u8], f: Field) -> u32 {
     u32::from_le_bytes(get(b, f))
 }
 
-fn encode_format(f: ElementFormat, r: Rotation) -> [u8; FORMAT_BYTES] {
+pub(super) fn encode_format(f: ElementFormat, r: Rotation) -> [u8; FORMAT_BYTES] {
     let (code, a, b, flag) = match f {
         ElementFormat::F32 => (1u8, 0u16, 0u16, 0u8),
         ElementFormat::F16 => (2, 0, 0, 0),
@@ -154,7 +159,7 @@ fn encode_format(f: ElementFormat, r: Rotation) -> [u8; FORMAT_BYTES] {
     e
 }
 
-fn decode_format(e: &[u8]) -> Result<(ElementFormat, Rotation), SnapshotError> {
+pub(super) fn decode_format(e: &[u8]) -> Result<(ElementFormat, Rotation), SnapshotError> {
     let (a, b) = (get16(e, E_A), get16(e, E_B));
     let [code] = get(e, E_CODE);
     let [flag] = get(e, E_FLAG);
@@ -257,13 +262,17 @@ impl Header {
     ///
     /// [`BadMagic`](SnapshotError::BadMagic),
     /// [`UnsupportedVersion`](SnapshotError::UnsupportedVersion),
+    /// [`GroupedImage`](SnapshotError::GroupedImage) for a version-3 image (read it with
+    /// [`GroupedHeader::decode`](super::GroupedHeader::decode)),
     /// [`CorruptSnapshot`](SnapshotError::CorruptSnapshot).
     pub fn decode(b: &[u8; HEADER_BYTES]) -> Result<Header, SnapshotError> {
         if get::<4>(b, F_MAGIC) != MAGIC {
             return Err(SnapshotError::BadMagic);
         }
-        if !matches!(get16(b, F_VERSION), VERSION_1 | VERSION) {
-            return Err(SnapshotError::UnsupportedVersion);
+        match get16(b, F_VERSION) {
+            VERSION_1 | VERSION_2 => {}
+            VERSION => return Err(SnapshotError::GroupedImage),
+            _ => return Err(SnapshotError::UnsupportedVersion),
         }
         if get16(b, F_HEADER_BYTES) as usize != HEADER_BYTES || get::<8>(b, F_RESERVED) != [0; 8] {
             return Err(SnapshotError::CorruptSnapshot);
@@ -289,7 +298,7 @@ impl Header {
         Ok(expected)
     }
 
-    /// The layout version of this header: [`VERSION`] if it needs it (4-bit pages or a
+    /// The layout version of this header: [`VERSION_2`] if it needs it (4-bit pages or a
     /// rotation), else [`VERSION_1`].
     pub fn version(&self) -> u16 {
         let int4 = |f| matches!(f, ElementFormat::Int4 { .. });
@@ -297,7 +306,7 @@ impl Header {
             || int4(self.v_format)
             || self.k_rotation.is_some()
             || self.v_rotation.is_some();
-        if newer { VERSION } else { VERSION_1 }
+        if newer { VERSION_2 } else { VERSION_1 }
     }
 
     /// Whether a cache configured as `config` can hold this image's pages as they are.

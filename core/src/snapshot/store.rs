@@ -216,7 +216,27 @@ impl SnapshotStore {
     ) -> Result<(Header, Commit)> {
         self.check(flash)?;
         let header = Header::new(cache.config(), cache.seq_len(seq)?, fingerprint)?;
-        if header.image as usize > self.capacity::<F>() {
+        let commit = self.save_with(flash, header.image, fingerprint, |flash, start| {
+            cache
+                .snapshot(seq, tokens, fingerprint, flash, start)
+                .map(drop)
+        })?;
+        Ok((header, commit))
+    }
+
+    /// [`save`](Self::save) of an image of `image` bytes with `fingerprint` that `write` writes
+    /// at the flash offset it is given (erasing what it needs there): the slot after the newest
+    /// committed image, its record's sector erased first, the image checked when read back,
+    /// the record programmed last. The region's geometry is checked first.
+    pub(crate) fn save_with<F: NorFlash>(
+        &self,
+        flash: &mut F,
+        image: u32,
+        fingerprint: u64,
+        write: impl FnOnce(&mut F, u32) -> Result<()>,
+    ) -> Result<Commit> {
+        self.check(flash)?;
+        if image as usize > self.capacity::<F>() {
             return Err(SnapshotError::FlashBounds);
         }
         let newest = self.commits(flash)?.0[0];
@@ -235,13 +255,13 @@ impl SnapshotStore {
         flash
             .erase(end - F::ERASE_SIZE as u32, end)
             .map_err(|e| SnapshotError::Flash(e.kind()))?;
-        cache.snapshot(seq, tokens, fingerprint, flash, start)?;
-        let image_crc = image_crc(flash, start, header.image)?;
+        write(flash, start)?;
+        let image_crc = image_crc(flash, start, image)?;
         let commit = Commit {
             slot,
             sequence,
             fingerprint,
-            image: header.image,
+            image,
             image_crc,
         };
         let span = Self::record_span(F::WRITE_SIZE);
@@ -250,7 +270,7 @@ impl SnapshotStore {
         flash
             .write(end - span as u32, &buf[..span])
             .map_err(|e| SnapshotError::Flash(e.kind()))?;
-        Ok((header, commit))
+        Ok(commit)
     }
 
     /// Restores the newest committed image that is intact into a new sequence of `cache`, as
@@ -272,6 +292,20 @@ impl SnapshotStore {
         flash: &mut F,
         tokens: &mut [u32],
     ) -> Result<(SeqId, Header, Commit)> {
+        let ((seq, header), commit) = self.restore_with(flash, |flash, start| {
+            cache.restore(flash, start, fingerprint, tokens)
+        })?;
+        Ok((seq, header, commit))
+    }
+
+    /// [`restore`](Self::restore) with `restore` reading the image at the flash offset it is
+    /// given: the committed images newest first, an image damaged since it was committed
+    /// skipped, any other error returned. The region's geometry is checked first.
+    pub(crate) fn restore_with<F: NorFlash, T>(
+        &self,
+        flash: &mut F,
+        mut restore: impl FnMut(&mut F, u32) -> Result<T>,
+    ) -> Result<(T, Commit)> {
         self.check(flash)?;
         let (found, n) = self.commits(flash)?;
         for commit in found[..n].iter().flatten() {
@@ -279,14 +313,14 @@ impl SnapshotStore {
             if commit.image as usize > self.capacity::<F>() {
                 continue;
             }
-            // The record must name this image; `KvCache::restore` checks the CRC over its bytes.
+            // The record must name this image; `restore` checks the CRC over its bytes.
             match stored_crc(flash, start, commit.image) {
                 Ok(crc) if crc == commit.image_crc => {}
                 Err(e) if !damaged(e) => return Err(e),
                 _ => continue,
             }
-            match cache.restore(flash, start, fingerprint, tokens) {
-                Ok((seq, header)) => return Ok((seq, header, *commit)),
+            match restore(flash, start) {
+                Ok(got) => return Ok((got, *commit)),
                 Err(e) if damaged(e) => continue,
                 Err(e) => return Err(e),
             }
@@ -305,6 +339,7 @@ const fn damaged(e: SnapshotError) -> bool {
             | SnapshotError::CorruptSnapshot
             | SnapshotError::Truncated
             | SnapshotError::CrcMismatch
+            | SnapshotError::CorruptGroupEntry
     )
 }
 

@@ -99,6 +99,38 @@ impl<'f, F: NorFlash> Writer<'f, F> {
     }
 }
 
+/// A writer for an `image`-byte image at `offset` of `flash`, after checking that it fits and
+/// erasing the sectors it spans (whole `WRITE_SIZE` chunks, rounded up to erase sectors).
+///
+/// # Errors
+///
+/// [`FlashBounds`](SnapshotError::FlashBounds) (offset not erase-aligned, image past the end,
+/// unsupported write size), before the erase; [`Flash`](SnapshotError::Flash) from the erase.
+pub(crate) fn image_writer<F: NorFlash>(
+    flash: &mut F,
+    offset: u32,
+    image: u32,
+) -> Result<Writer<'_, F>> {
+    let erase = F::ERASE_SIZE;
+    let span = (image as usize)
+        .div_ceil(F::WRITE_SIZE.max(1))
+        .checked_mul(F::WRITE_SIZE)
+        .map(|b| b.div_ceil(erase.max(1)) * erase)
+        .ok_or(SnapshotError::FlashBounds)?;
+    let end = (offset as usize)
+        .checked_add(span)
+        .filter(|&e| e <= flash.capacity() && u32::try_from(e).is_ok())
+        .ok_or(SnapshotError::FlashBounds)?;
+    if erase == 0 || offset as usize % erase != 0 {
+        return Err(SnapshotError::FlashBounds);
+    }
+    let mut w = Writer::new(flash, offset)?;
+    w.flash_mut()
+        .erase(offset, end as u32)
+        .map_err(|e| SnapshotError::Flash(e.kind()))?;
+    Ok(w)
+}
+
 /// Reads flash sequentially from an offset in aligned blocks, checksumming what it hands out.
 pub(crate) struct Reader<'f, F: ReadNorFlash> {
     flash: &'f mut F,
