@@ -186,10 +186,10 @@ pub fn c_programs() -> Result<(), String> {
     // The static library was built by `same_digests`.
     let dir = built(true);
     // The shared library's name differs from the staticlib's only by its extension.
+    // The dev profile: `cargo rustc --profile test` would compile the test harness. Its
+    // output goes to the test profile's directory.
     let shared = [
         "rustc",
-        "--profile",
-        "test",
         "--target",
         TARGET,
         "-p",
