@@ -55,6 +55,8 @@
 mod cache;
 #[cfg(feature = "ethosu")]
 mod ethosu_abi;
+mod group_types;
+mod grouped;
 mod handle;
 mod maint;
 mod map;
@@ -80,6 +82,14 @@ pub use cache::{
 };
 #[cfg(feature = "ethosu")]
 pub use ethosu_abi::{EkvEthosuHooks, ekv_ethosu_last_error, ekv_ethosu_register};
+pub use group_types::{
+    EKV_LAYERS_EVERY, EKV_LAYERS_RUN, EKV_MAX_GROUPS, EKV_MAX_LISTED_GROUPS, EkvGroupedConfig,
+    EkvGroupedPlan, EkvLayerGroup, EkvWindow,
+};
+pub use grouped::{
+    ekv_grouped_cache_create, ekv_grouped_cache_plan, ekv_grouped_config_init, ekv_grouped_plan,
+    ekv_grouped_plan_for, ekv_layer_group,
+};
 pub use handle::{EKV_CACHE_STORAGE_WORDS, EkvCache};
 pub use maint::{EkvMaintFn, EkvMaintenance};
 pub use map::{
@@ -89,8 +99,8 @@ pub use map::{
 pub use prefix::{ekv_commit_prompt, ekv_prefix_attach, ekv_prefix_lookup, ekv_reuse_prefix};
 pub use rows::{
     ekv_attention, ekv_attention_block_scratch_len, ekv_attention_params_init,
-    ekv_attention_scratch_len, ekv_cache_attention_scratch_len, ekv_read_f16, ekv_read_f32,
-    ekv_write_f16, ekv_write_f32, ekv_write_kv_f16, ekv_write_kv_f32,
+    ekv_attention_scratch_len, ekv_cache_attention_scratch_len, ekv_cache_scratch_len,
+    ekv_read_f16, ekv_read_f32, ekv_write_f16, ekv_write_f32, ekv_write_kv_f16, ekv_write_kv_f32,
 };
 pub use seq::{
     ekv_seq_create, ekv_seq_fork, ekv_seq_free, ekv_seq_info, ekv_seq_page_table, ekv_seq_reserve,
