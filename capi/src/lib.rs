@@ -13,6 +13,9 @@
 //! * **No allocation.** The caller owns all memory: the cache object (`ekv_cache_t`, a fixed-size
 //!   opaque struct, e.g. a `static`), the data arena (pages; may be DMA- or NPU-visible RAM) and
 //!   the metadata arena. `ekv_plan*` size the arenas; `ekv_cache_create` builds a cache in them.
+//! * **Layer groups.** `ekv_grouped_plan*` and `ekv_grouped_cache_create` build a cache of layer
+//!   groups (e.g. sliding-window layers in their own pages beside global ones) in the same
+//!   `ekv_cache_t`; every per-layer call goes to the layer's group (see `grouped.rs`).
 //! * **Status codes.** Every fallible call returns `EKV_OK` (0) or a negative `EKV_ERR_*` code,
 //!   one per case of `edgekv::ConfigError`, `edgekv::Error`, `edgekv::snapshot::SnapshotError`
 //!   and `edgekv_hal::HalError` plus the ABI's own (`EKV_ERR_NULL`,
@@ -72,6 +75,8 @@ mod views;
 
 #[cfg(test)]
 mod contract_tests;
+#[cfg(test)]
+mod grouped_tests;
 #[cfg(test)]
 mod tests;
 

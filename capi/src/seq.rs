@@ -84,7 +84,9 @@ pub unsafe extern "C" fn ekv_seq_fork(
 /// prompt is cut to `len`. A page kept shared is copied by the next write into it.
 ///
 /// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_TRUNCATE_BEYOND_LENGTH` (`len` above the
-/// length), `EKV_ERR_POSITION_OUT_OF_RANGE` (the new last page was released by `ekv_seq_slide`).
+/// length), `EKV_ERR_POSITION_OUT_OF_RANGE` (the new last page was released by `ekv_seq_slide`),
+/// `EKV_ERR_TRUNCATE_BEYOND_WINDOW` (a windowed layer group of a grouped cache released
+/// positions a query at `len` would see; no group changed).
 ///
 /// # Safety
 ///

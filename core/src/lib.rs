@@ -69,7 +69,13 @@ pub use shape::{Kv, Shape};
 pub use workers::Workers;
 
 /// The planner's types under their former path: the same items as at the crate root, their
-/// canonical path (`edgekv::Plan`, `edgekv::GroupedPlan`, `edgekv::PageGeometry`...).
+/// canonical path (`edgekv::Plan`, `edgekv::GroupedPlan`, `edgekv::PageGeometry`...). A use of
+/// this path is a deprecation warning:
+///
+/// ```compile_fail
+/// #![deny(deprecated)]
+/// let _ = edgekv::planner::MAX_PAGES;
+/// ```
 #[deprecated(
     note = "the planner's types are at the crate root: `edgekv::Plan`, `edgekv::PoolKind`..."
 )]
