@@ -69,7 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cpu = cache.data_ptr() as usize;
     let alias = OffsetMap::new(
         cpu,
-        cache.layout().data_bytes,
+        cache.arena_plan().data_bytes,
         DevAddr(cpu as u64 + 0x1000_0000),
     )?;
     let hooks: &'static EthosuHooks<LoggingCache, OffsetMap> = Box::leak(Box::new(

@@ -27,6 +27,20 @@
 #include <stdint.h>
 #define EKV_ABI_VERSION 3
 
+// Most layer groups a grouped cache has: the base group and up to `EKV_MAX_GROUPS - 1` listed
+// ones.
+#define EKV_MAX_GROUPS 4
+
+// Listed layer groups a grouped configuration can hold (`EKV_MAX_GROUPS - 1`).
+#define EKV_MAX_LISTED_GROUPS 3
+
+// `ekv_layer_group_t.layers`: `count` consecutive layers from `first`.
+#define EKV_LAYERS_RUN 0
+
+// `ekv_layer_group_t.layers`: every `count`-th layer from `first` (`first`, `first + count`,
+// ...): Gemma 3's global layers of 18 are `{EKV_LAYERS_EVERY, first 5, count 6}`.
+#define EKV_LAYERS_EVERY 1
+
 // `uint64_t` words of `ekv_cache_t`: room for the cache state on 64-bit hosts, with margin
 // for growth (`ekv_cache_storage_size()` tells how much a build uses).
 #define EKV_CACHE_STORAGE_WORDS 160
@@ -329,6 +343,89 @@ typedef struct {
   ekv_address_map_t regions[8];
 } ekv_ethosu_hooks_t;
 #endif
+
+// A layer group's sliding window with attention sinks: query position `t` sees key `j <= t`
+// when `j < sinks` or `t - j < window`. Pages no later query can see are released as the
+// sequence grows, except the last `rollback` positions' worth (kept so the sequence can be
+// truncated back by that much). `enabled` 0: no window, every position kept (the other fields
+// must then be 0).
+typedef struct {
+  // 1: the group is windowed; 0: it keeps every position.
+  uint8_t enabled;
+  // Must be 0.
+  uint8_t reserved[3];
+  // Most recent positions a query sees, its own included (>= 1 when enabled, else
+  // `EKV_ERR_INVALID_GROUP`).
+  uint32_t window;
+  // Leading positions every query sees.
+  uint32_t sinks;
+  // Positions kept beyond what the window needs, for truncation back by up to that many.
+  uint32_t rollback;
+} ekv_window_t;
+
+// One listed layer group: its layers, window and K / V formats (rotations in the formats'
+// `rotation` fields). Its layers leave the base group.
+typedef struct {
+  // `EKV_LAYERS_RUN` or `EKV_LAYERS_EVERY`.
+  uint32_t layers;
+  // First layer of the group.
+  uint16_t first;
+  // `EKV_LAYERS_RUN`: layers in the run; `EKV_LAYERS_EVERY`: the period (>= 1, else
+  // `EKV_ERR_INVALID_GROUP`).
+  uint16_t count;
+  // Its sliding window, or none.
+  ekv_window_t window;
+  // Storage format (and rotation) of its key pages.
+  ekv_format_t k_format;
+  // Storage format (and rotation) of its value pages.
+  ekv_format_t v_format;
+} ekv_layer_group_t;
+
+// A configuration of layer groups: `base` configures the cache (shape, page size, sequences,
+// prefix index...) and group 0, the base group, which holds every layer no listed group holds
+// (with `base`'s formats and `window`); `groups[0..group_count]` are groups 1, 2, ... Grouped
+// caches use the free-list allocator (`base.allocator` must be `EKV_ALLOC_FREE_LIST`) and paged
+// sequences.
+typedef struct {
+  // The cache's configuration and the base group's formats.
+  ekv_config_t base;
+  // The base group's sliding window, or none.
+  ekv_window_t window;
+  // Listed groups in `groups` (at most `EKV_MAX_LISTED_GROUPS`, else
+  // `EKV_ERR_TOO_MANY_GROUPS`).
+  uint32_t group_count;
+  // The listed groups; entries past `group_count` must be zero.
+  ekv_layer_group_t groups[EKV_MAX_LISTED_GROUPS];
+} ekv_grouped_config_t;
+
+// The plan of a grouped configuration: each group's pages and arena layout, and the context the
+// data arena then holds.
+//
+// Groups follow each other in the data arena in group order, group `g`'s pools from
+// `data_offset[g]`, each laid out as `ekv_plan_t` describes for a cache of that group's layers
+// (numbered in model order inside the group). The metadata arena holds the cache object
+// first, then each group's bookkeeping.
+typedef struct {
+  // Layer groups (1 ..= `EKV_MAX_GROUPS`).
+  uint32_t group_count;
+  // The longest sequence the data arena holds when it is the only one (tokens of context).
+  uint32_t context_tokens;
+  // Bytes the data arena must have (aligned to `data_align`).
+  size_t data_bytes;
+  // Bytes the metadata arena must have (aligned to `meta_align`): the cache object and every
+  // group's bookkeeping.
+  size_t meta_bytes;
+  // Alignment the data arena needs.
+  size_t data_align;
+  // Alignment the metadata arena needs.
+  size_t meta_align;
+  // Byte offset of each group's pools in the data arena (0 past `group_count`).
+  size_t data_offset[EKV_MAX_GROUPS];
+  // Each group's plan (zero past `group_count`): `num_pages`, `page_bytes` (one page id of
+  // the group's layers), `data_bytes` (the group's part of the data arena)...
+  // `split_bytes` is 0 (grouped caches take two arenas).
+  ekv_plan_t groups[EKV_MAX_GROUPS];
+} ekv_grouped_plan_t;
 
 // A sequence handle, bound to one cache instance: slot in bits 0..16, generation in bits
 // 16..32, the cache instance's epoch in bits 32..64 (treat it as opaque). A handle is rejected
@@ -790,6 +887,102 @@ ekv_status_t ekv_ethosu_register(const ekv_ethosu_hooks_t *hooks);
 ekv_status_t ekv_ethosu_last_error(void);
 #endif
 
+// Fills `config` with the defaults of `ekv_config_init` in `config->base`, no window and no
+// listed group (one group of every layer: a cache that behaves as `ekv_cache_create`'s).
+//
+// # Safety
+//
+// `config` (required) is NULL or points to writable memory for an `ekv_grouped_config_t`.
+ekv_status_t ekv_grouped_config_init(ekv_grouped_config_t *config,
+                                     uint16_t layers,
+                                     uint16_t kv_heads,
+                                     uint16_t head_dim);
+
+// The plan of a grouped configuration over a data arena of `data_bytes`: groups that keep
+// every position get the same page count, as many as fit; a windowed group at most what its
+// sequences can hold (`max_seqs x` its per-sequence bound); `out->context_tokens` is the
+// longest sequence the arena then holds.
+//
+// Errors: those of `ekv_plan`; for the groups `EKV_ERR_TOO_MANY_GROUPS` (`group_count` past
+// `EKV_MAX_LISTED_GROUPS`), `EKV_ERR_INVALID_GROUP` (a run or period of 0, a window of 0),
+// `EKV_ERR_GROUP_LAYER_OUT_OF_RANGE` (a layer not below `layers`),
+// `EKV_ERR_LAYER_IN_TWO_GROUPS` (overlapping groups), `EKV_ERR_EMPTY_GROUP` (the listed groups
+// take every layer: the base group has none), `EKV_ERR_INVALID_ARGUMENT` (a layers kind,
+// reserved or unused fields, an allocator other than `EKV_ALLOC_FREE_LIST`).
+//
+// # Safety
+//
+// `config` is NULL or points to an `ekv_grouped_config_t`; `out` (required) is NULL or points
+// to writable memory for an `ekv_grouped_plan_t`.
+ekv_status_t ekv_grouped_plan(const ekv_grouped_config_t *config,
+                              size_t data_bytes,
+                              ekv_grouped_plan_t *out);
+
+// The plan (and so the arena bytes) for `seqs` sequences of `tokens_per_seq` positions each
+// without sharing: a group that keeps every position gets their pages, a windowed group at
+// most what its window holds.
+//
+// Errors: as `ekv_grouped_plan`; `EKV_ERR_ZERO_SIZE` for zero tokens or sequences,
+// `EKV_ERR_OVERFLOW` past `max_seqs` or `max_seq_tokens`.
+//
+// # Safety
+//
+// As `ekv_grouped_plan`.
+ekv_status_t ekv_grouped_plan_for(const ekv_grouped_config_t *config,
+                                  uint32_t tokens_per_seq,
+                                  uint16_t seqs,
+                                  ekv_grouped_plan_t *out);
+
+// Creates a cache of layer groups in `cache` over a data arena and a metadata arena (sizes
+// from `ekv_grouped_plan`): each group gets its pages as `ekv_grouped_plan` shares them out,
+// the cache object takes the start of `meta`. Both arenas are zeroed up to the plan's sizes.
+// The handle then works with every `ekv_*` call taking an `ekv_cache_t`: per-layer calls go to
+// the layer's group (attention takes the group's window unless the parameters set one), a
+// sequence handle names the sequence in every group, and per-sequence calls (create, free,
+// reserve, fork, truncate, prefix commit / lookup / attach / reuse) change every group or none.
+// A windowed group releases pages as positions leave its window (reads of them are
+// `EKV_ERR_POSITION_OUT_OF_RANGE`; a truncation back past what it kept is
+// `EKV_ERR_TRUNCATE_BEYOND_WINDOW`). Calls whose shape assumes one page table per sequence
+// (`ekv_seq_slide`, `ekv_seq_page_table`, `ekv_cache_plan`, `ekv_set_namespace`, snapshots)
+// return `EKV_ERR_MULTIPLE_GROUPS` on a grouped cache; `ekv_seq_info` reports the length,
+// prompt and mode, the smallest capacity and the largest page count of the groups.
+//
+// Errors: as `ekv_cache_create` and `ekv_grouped_plan`; `EKV_ERR_MISALIGNED_ARENA` (`meta`
+// not aligned to `meta_align`), `EKV_ERR_ARENA_TOO_SMALL`.
+//
+// # Safety
+//
+// As `ekv_cache_create`, with `config` pointing to an `ekv_grouped_config_t`.
+ekv_status_t ekv_grouped_cache_create(ekv_cache_t *cache,
+                                      const ekv_grouped_config_t *config,
+                                      void *data,
+                                      size_t data_bytes,
+                                      void *meta,
+                                      size_t meta_bytes);
+
+// The plan of a live cache by groups: a grouped cache's, or for a cache of
+// `ekv_cache_create` one group of every layer (its `ekv_plan_t`, context
+// `min(max_seq_tokens, token_capacity)`).
+//
+// # Safety
+//
+// `cache` is NULL or points to readable `ekv_cache_t` storage; `out` (required) is NULL or
+// writable.
+ekv_status_t ekv_grouped_cache_plan(ekv_cache_t *cache, ekv_grouped_plan_t *out);
+
+// Where `layer` lives: its group (0 for a cache of one group) to `group` and its index in that
+// group (layers of a group are numbered in model order) to `index` (both optional). The index
+// is what the group's part of the data arena is laid out by (`ekv_grouped_plan_t`).
+//
+// Errors: `EKV_ERR_LAYER_OUT_OF_RANGE` (not below `layers`), `EKV_ERR_BAD_HANDLE`,
+// `EKV_ERR_OVERLAP`.
+//
+// # Safety
+//
+// `cache` is NULL or points to readable `ekv_cache_t` storage; `group` and `index` NULL or
+// writable.
+ekv_status_t ekv_layer_group(ekv_cache_t *cache, uint16_t layer, uint32_t *group, uint16_t *index);
+
 // Commits positions `[0, n)` of a sequence as prompt with these token ids and publishes its
 // whole chunks for reuse; writes the pages newly published to `published` (optional: may be
 // NULL). The positions must have been prefilled in chunks aligned to absolute multiples of the
@@ -991,8 +1184,9 @@ ekv_status_t ekv_attention_params_init(ekv_attention_params_t *params,
 // The `float`s of scratch `ekv_attention` needs without rotated keys:
 // `q_heads x (page_tokens + 4 + 2 x head_dim)` (running maxima and sums, a page of scores, a
 // later key segment's state for rows over 2,048 keys, the query quantized for int8 keys: 16-bit
-// codes and per-group scales). `ekv_cache_attention_scratch_len` answers for a cache, rotated
-// keys included (`q_heads x head_dim` more). The scratch's contents on return are unspecified.
+// codes and per-group scales). `ekv_cache_scratch_len` answers for a live cache in one query
+// (rotated keys, every layer group, blocks of rows). The scratch's contents on return are
+// unspecified.
 size_t ekv_attention_scratch_len(uint16_t q_heads, uint16_t page_tokens, uint16_t head_dim);
 
 // The `float`s of scratch beyond `ekv_attention_scratch_len` (or
@@ -1000,7 +1194,8 @@ size_t ekv_attention_scratch_len(uint16_t q_heads, uint16_t page_tokens, uint16_
 // (at most 8) in one pass over the pages they share: `rows x q_heads x (3 x head_dim +
 // page_tokens + 4)` for two rows or more, else 0. Prefill gets faster (each K and V row read
 // once for all of the block's rows), the results stay those of one row at a time; attention
-// takes the largest block its scratch holds.
+// takes the largest block its scratch holds. `ekv_cache_scratch_len` gives the sum for a live
+// cache in one query.
 size_t ekv_attention_block_scratch_len(uint16_t q_heads,
                                        uint16_t page_tokens,
                                        uint16_t head_dim,
@@ -1008,7 +1203,8 @@ size_t ekv_attention_block_scratch_len(uint16_t q_heads,
 
 // The `float`s of scratch `ekv_attention` needs on this cache with `q_heads` query heads
 // (`q_heads x (page_tokens + 4 + 2 x head_dim)` with the cache's `page_tokens` and `head_dim`, and
-// `q_heads x head_dim` more when its keys are rotated), written to `out`.
+// `q_heads x head_dim` more when its keys are rotated; on a grouped cache the most any group
+// needs), written to `out`: `ekv_cache_scratch_len` with `rows` 1.
 //
 // Errors: `EKV_ERR_NULL`, `EKV_ERR_BAD_HANDLE`, `EKV_ERR_HEAD_MISMATCH` (`q_heads` not a
 // nonzero multiple of the cache's `kv_heads`).
@@ -1019,14 +1215,27 @@ size_t ekv_attention_block_scratch_len(uint16_t q_heads,
 // writable.
 ekv_status_t ekv_cache_attention_scratch_len(ekv_cache_t *cache, uint16_t q_heads, size_t *out);
 
+// The one scratch query: the `float`s of scratch with which `ekv_attention` on any layer of
+// this cache (any layer group of a grouped cache, rotated keys included) computes up to `rows`
+// query rows together (`rows` 0 or 1: one at a time, the least it takes; more rows, capped at
+// 8, make prefill faster with the same results), written to `out`.
+//
+// Errors: `EKV_ERR_NULL`, `EKV_ERR_BAD_HANDLE`, `EKV_ERR_HEAD_MISMATCH` (`q_heads` not a
+// nonzero multiple of the cache's `kv_heads`).
+//
+// # Safety
+//
+// As `ekv_cache_attention_scratch_len`.
+ekv_status_t ekv_cache_scratch_len(ekv_cache_t *cache, uint16_t q_heads, size_t rows, size_t *out);
+
 // Causal attention of `n` query rows at absolute positions `[start, start + n)` of `seq` over
 // its keys and values in `layer`: query position `t` attends to keys `[0, t]` (or the window's
 // subset, see `ekv_attention_params_t`), query head `h` to KV head
 // `h / (q_heads / kv_heads)`. `q` and `out` are `[n][q_heads][head_dim]` floats (`q_elems`
 // each: `out_elems` must equal `q_elems`); `scratch` holds at least
-// `ekv_attention_scratch_len(q_heads, page_tokens, head_dim)` floats
-// (`ekv_cache_attention_scratch_len` with rotated keys; more, by
-// `ekv_attention_block_scratch_len`, computes up to 8 rows together).
+// `ekv_cache_scratch_len(cache, q_heads, 1)` floats (more, `ekv_cache_scratch_len(cache,
+// q_heads, rows)`, computes up to 8 rows together). On a grouped cache the layer's group's
+// window applies when the parameters set none.
 //
 // Numerics, for a C reference to model:
 // * Keys and values are the stored ones, as `ekv_read_f32` returns them (f16, bf16, FP8 and
@@ -1119,7 +1328,9 @@ ekv_status_t ekv_seq_fork(ekv_cache_t *cache, ekv_seq_t seq, ekv_seq_t *out);
 // prompt is cut to `len`. A page kept shared is copied by the next write into it.
 //
 // Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_TRUNCATE_BEYOND_LENGTH` (`len` above the
-// length), `EKV_ERR_POSITION_OUT_OF_RANGE` (the new last page was released by `ekv_seq_slide`).
+// length), `EKV_ERR_POSITION_OUT_OF_RANGE` (the new last page was released by `ekv_seq_slide`),
+// `EKV_ERR_TRUNCATE_BEYOND_WINDOW` (a windowed layer group of a grouped cache released
+// positions a query at `len` would see; no group changed).
 //
 // # Safety
 //
@@ -1423,6 +1634,10 @@ ekv_status_t ekv_read_view(ekv_cache_t *cache,
 // (`EKV_ERR_UNMAPPED`...), `EKV_ERR_ADDRESS_OVERFLOW` (an offset past `UINT32_MAX`),
 // `EKV_ERR_MISALIGNED` (a page not whole lines of `maint->line_size`, checked before any
 // maintenance), `EKV_ERR_MAINTENANCE`.
+//
+// For a grouped cache (`ekv_grouped_cache_create`) the region is the layer's group's part of
+// the data arena (from `data + data_offset[group]`, `out->cpu`), laid out by the layer's index
+// in its group (`ekv_layer_group`).
 //
 // The region is the data arena: for `ekv_cache_create` the `data` pointer given, for
 // `ekv_cache_create_split` the data part of the buffer, which starts after the metadata at

@@ -5,7 +5,7 @@ use core::mem::MaybeUninit;
 
 use edgekv::{Bitmap, CacheConfig, FreeList, KvCache, PageAllocator};
 
-use super::handle::{self, AnyCache, Arenas, EkvCache, Handle, dispatch};
+use super::handle::{self, AnyCache, Arenas, EkvCache, Handle, dispatch, dispatch_flat};
 use super::ptr::{Out, Span, disjoint, input, slice_mut};
 use super::status::{EkvStatus, Res, status};
 use super::types::{AllocKind, EkvConfig, EkvPlan, EkvStats};
@@ -335,7 +335,7 @@ pub unsafe extern "C" fn ekv_cache_plan(cache: *mut EkvCache, out: *mut EkvPlan)
     // SAFETY: `out` is NULL or writable (see `# Safety`).
     status(unsafe {
         query(h, out, |c| {
-            Ok(EkvPlan::from_rust(dispatch!(c, c => c.layout())))
+            Ok(EkvPlan::from_rust(dispatch_flat!(c, c => c.arena_plan())))
         })
     })
 }
@@ -354,7 +354,7 @@ pub unsafe extern "C" fn ekv_set_namespace(cache: *mut EkvCache, namespace: u64)
     // SAFETY: the caller's obligation (see `# Safety`).
     let h = unsafe { Handle::new(cache) };
     status(h.with(|c, _| {
-        dispatch!(c, c => c.set_namespace(namespace));
+        dispatch_flat!(c, c => c.set_namespace(namespace));
         Ok(())
     }))
 }

@@ -1,10 +1,11 @@
 //! The cache object: caller-owned storage (`ekv_cache_t`) holding a [`KvCache`] over caller
-//! arenas, a magic word that makes dead or foreign handles an error code, and a busy flag that
-//! turns re-entry from a callback into [`EKV_ERR_BUSY`] instead of aliased `&mut`s.
+//! arenas (or a reference to a [`GroupedCache`] kept at the start of its metadata arena), a
+//! magic word that makes dead or foreign handles an error code, and a busy flag that turns
+//! re-entry from a callback into [`EKV_ERR_BUSY`] instead of aliased `&mut`s.
 
 use core::mem::{align_of, size_of};
 
-use edgekv::{Bitmap, FreeList, KvCache};
+use edgekv::{Bitmap, FreeList, GroupedCache, KvCache};
 
 use super::ptr::Span;
 use super::status::{EKV_ERR_BAD_HANDLE, EKV_ERR_BUSY, EKV_ERR_MISALIGNED_POINTER, Fail, Res};
@@ -23,24 +24,72 @@ pub struct EkvCache {
     pub opaque: [u64; EKV_CACHE_STORAGE_WORDS],
 }
 
-/// A cache with either allocator.
+/// A cache with either allocator, or a grouped cache.
 pub(crate) enum AnyCache {
     /// Free-list allocator.
     List(KvCache<'static, FreeList<'static>>),
     /// Bitmap allocator (contiguous sequences).
     Bitmap(KvCache<'static, Bitmap<'static>>),
+    /// A cache of layer groups (`ekv_grouped_cache_create`). The object is larger than
+    /// `ekv_cache_t` (one cache per group), so it lives at the start of the caller's metadata
+    /// arena (`ekv_grouped_plan_t.meta_bytes` counts it) and the storage keeps this reference:
+    /// `sizeof(ekv_cache_t)` and every existing call stay as they were.
+    Grouped(&'static mut GroupedCache<'static, FreeList<'static>>),
 }
 
-/// Runs `$body` with `$c` bound to the cache, whatever its allocator.
+/// Runs `$body` with `$c` bound to the cache, whatever its kind: the body's calls must exist
+/// on [`KvCache`] and [`GroupedCache`] alike (per-layer and per-sequence calls do).
 macro_rules! dispatch {
     ($any:expr, $c:ident => $body:expr) => {
         match $any {
             $crate::handle::AnyCache::List($c) => $body,
             $crate::handle::AnyCache::Bitmap($c) => $body,
+            $crate::handle::AnyCache::Grouped($c) => $body,
         }
     };
 }
 pub(crate) use dispatch;
+
+/// Runs `$body` with `$c` bound to a cache of one layer group, whatever its allocator; a grouped
+/// cache returns `EKV_ERR_MULTIPLE_GROUPS` from the enclosing closure (calls whose shape assumes
+/// one page table per sequence: slide, page table, snapshots, namespace, plan).
+macro_rules! dispatch_flat {
+    ($any:expr, $c:ident => $body:expr) => {
+        match $any {
+            $crate::handle::AnyCache::List($c) => $body,
+            $crate::handle::AnyCache::Bitmap($c) => $body,
+            $crate::handle::AnyCache::Grouped(_) => {
+                return Err($crate::status::Fail(
+                    $crate::status::EKV_ERR_MULTIPLE_GROUPS,
+                ));
+            }
+        }
+    };
+}
+pub(crate) use dispatch_flat;
+
+/// Runs `$body` with `$c` bound to the cache holding layer `$layer` (a variable), read-only,
+/// and `$layer` rebound to the layer's index there: the cache itself, or the layer's group of a
+/// grouped cache (a layer past the shape's stays as it is in group 0, which refuses it as a
+/// one-group cache does).
+macro_rules! dispatch_layer {
+    ($any:expr, $c:ident, $layer:ident => $body:expr) => {
+        match $any {
+            $crate::handle::AnyCache::List($c) => $body,
+            $crate::handle::AnyCache::Bitmap($c) => $body,
+            $crate::handle::AnyCache::Grouped(g) => {
+                let (group, $layer) = g.layer_group($layer).unwrap_or((0, $layer));
+                let Some($c) = g.group(group) else {
+                    return Err($crate::status::Fail(
+                        $crate::status::EKV_ERR_LAYER_OUT_OF_RANGE,
+                    ));
+                };
+                $body
+            }
+        }
+    };
+}
+pub(crate) use dispatch_layer;
 
 /// What lives in an [`EkvCache`].
 #[repr(C)]

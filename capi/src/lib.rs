@@ -13,6 +13,9 @@
 //! * **No allocation.** The caller owns all memory: the cache object (`ekv_cache_t`, a fixed-size
 //!   opaque struct, e.g. a `static`), the data arena (pages; may be DMA- or NPU-visible RAM) and
 //!   the metadata arena. `ekv_plan*` size the arenas; `ekv_cache_create` builds a cache in them.
+//! * **Layer groups.** `ekv_grouped_plan*` and `ekv_grouped_cache_create` build a cache of layer
+//!   groups (e.g. sliding-window layers in their own pages beside global ones) in the same
+//!   `ekv_cache_t`; every per-layer call goes to the layer's group (see `grouped.rs`).
 //! * **Status codes.** Every fallible call returns `EKV_OK` (0) or a negative `EKV_ERR_*` code,
 //!   one per case of `edgekv::ConfigError`, `edgekv::Error`, `edgekv::snapshot::SnapshotError`
 //!   and `edgekv_hal::HalError` plus the ABI's own (`EKV_ERR_NULL`,
@@ -55,6 +58,8 @@
 mod cache;
 #[cfg(feature = "ethosu")]
 mod ethosu_abi;
+mod group_types;
+mod grouped;
 mod handle;
 mod maint;
 mod map;
@@ -71,6 +76,8 @@ mod views;
 #[cfg(test)]
 mod contract_tests;
 #[cfg(test)]
+mod grouped_tests;
+#[cfg(test)]
 mod tests;
 
 pub use cache::{
@@ -80,6 +87,14 @@ pub use cache::{
 };
 #[cfg(feature = "ethosu")]
 pub use ethosu_abi::{EkvEthosuHooks, ekv_ethosu_last_error, ekv_ethosu_register};
+pub use group_types::{
+    EKV_LAYERS_EVERY, EKV_LAYERS_RUN, EKV_MAX_GROUPS, EKV_MAX_LISTED_GROUPS, EkvGroupedConfig,
+    EkvGroupedPlan, EkvLayerGroup, EkvWindow,
+};
+pub use grouped::{
+    ekv_grouped_cache_create, ekv_grouped_cache_plan, ekv_grouped_config_init, ekv_grouped_plan,
+    ekv_grouped_plan_for, ekv_layer_group,
+};
 pub use handle::{EKV_CACHE_STORAGE_WORDS, EkvCache};
 pub use maint::{EkvMaintFn, EkvMaintenance};
 pub use map::{
@@ -89,8 +104,8 @@ pub use map::{
 pub use prefix::{ekv_commit_prompt, ekv_prefix_attach, ekv_prefix_lookup, ekv_reuse_prefix};
 pub use rows::{
     ekv_attention, ekv_attention_block_scratch_len, ekv_attention_params_init,
-    ekv_attention_scratch_len, ekv_cache_attention_scratch_len, ekv_read_f16, ekv_read_f32,
-    ekv_write_f16, ekv_write_f32, ekv_write_kv_f16, ekv_write_kv_f32,
+    ekv_attention_scratch_len, ekv_cache_attention_scratch_len, ekv_cache_scratch_len,
+    ekv_read_f16, ekv_read_f32, ekv_write_f16, ekv_write_f32, ekv_write_kv_f16, ekv_write_kv_f32,
 };
 pub use seq::{
     ekv_seq_create, ekv_seq_fork, ekv_seq_free, ekv_seq_info, ekv_seq_page_table, ekv_seq_reserve,

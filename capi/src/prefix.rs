@@ -3,7 +3,7 @@
 
 use edgekv::SeqId;
 
-use super::handle::{EkvCache, Handle, dispatch};
+use super::handle::{AnyCache, EkvCache, Handle, dispatch};
 use super::ptr::{Buf, Out, disjoint, input, opt_span};
 use super::status::{EKV_ERR_INVALID_ARGUMENT, EKV_ERR_STALE_HIT, EkvStatus, Fail, status};
 use super::types::{EkvPrefixHit, EkvSeq};
@@ -82,14 +82,12 @@ pub unsafe extern "C" fn ekv_prefix_lookup(
             disjoint(&[hit.span(), tokens.span(), s, d, m])?;
             // SAFETY: readable (caller), outside the cache's memory.
             let tokens = unsafe { tokens.get() };
-            Ok(dispatch!(c, c => c.lookup(tokens))?)
+            Ok(match c {
+                AnyCache::Grouped(g) => summary(g.group_count(), &g.lookup(tokens)?),
+                AnyCache::List(c) => flat(&c.lookup(tokens)?),
+                AnyCache::Bitmap(c) => flat(&c.lookup(tokens)?),
+            })
         })?;
-        let h = EkvPrefixHit {
-            tokens: h.tokens,
-            matched: h.matched,
-            pages: h.pages,
-            reserved: 0,
-        };
         // SAFETY: checked, writable by the caller's obligation.
         unsafe { hit.set(h) };
         Ok(())
@@ -135,17 +133,33 @@ pub unsafe extern "C" fn ekv_prefix_attach(
             disjoint(&[opt_span(&attached), tokens.span(), s, d, m])?;
             // SAFETY: readable (caller), outside the cache's memory.
             let tokens = unsafe { tokens.get() };
-            dispatch!(c, c => {
-                // The C hit carries no registration id: look up again and insist on the
-                // same hit, which `attach` then re-verifies page by page.
-                let fresh = c.lookup(tokens)?;
-                if (fresh.tokens, fresh.matched, fresh.pages)
-                    != (want.tokens, want.matched, want.pages)
-                {
-                    return Err(Fail(EKV_ERR_STALE_HIT));
+            let seq = SeqId::from_raw(seq);
+            // The C hit carries no registration id: look up again and insist on the same hit,
+            // which `attach` then re-verifies page by page (in every group of a grouped cache).
+            let same = |h: EkvPrefixHit| {
+                if (h.tokens, h.matched, h.pages) == (want.tokens, want.matched, want.pages) {
+                    Ok(())
+                } else {
+                    Err(Fail(EKV_ERR_STALE_HIT))
                 }
-                Ok(c.attach(SeqId::from_raw(seq), &fresh, tokens)?)
-            })
+            };
+            match c {
+                AnyCache::Grouped(g) => {
+                    let fresh = g.lookup(tokens)?;
+                    same(summary(g.group_count(), &fresh))?;
+                    Ok(g.attach(seq, &fresh, tokens)?)
+                }
+                AnyCache::List(c) => {
+                    let fresh = c.lookup(tokens)?;
+                    same(flat(&fresh))?;
+                    Ok(c.attach(seq, &fresh, tokens)?)
+                }
+                AnyCache::Bitmap(c) => {
+                    let fresh = c.lookup(tokens)?;
+                    same(flat(&fresh))?;
+                    Ok(c.attach(seq, &fresh, tokens)?)
+                }
+            }
         })?;
         if let Some(out) = attached {
             // SAFETY: checked, writable by the caller's obligation.
@@ -201,4 +215,33 @@ pub unsafe extern "C" fn ekv_reuse_prefix(
         Ok(())
     })();
     status(r)
+}
+
+/// The C view of a hit.
+fn flat(h: &edgekv::prefix::PrefixHit) -> EkvPrefixHit {
+    EkvPrefixHit {
+        tokens: h.tokens,
+        matched: h.matched,
+        pages: h.pages,
+        reserved: 0,
+    }
+}
+
+/// The C view of a hit of a cache of `groups` groups: the tokens every group reuses, the fewest
+/// tokens any group matched, the most pages any group attaches.
+fn summary(groups: usize, h: &edgekv::GroupedPrefixHit) -> EkvPrefixHit {
+    let mut out = EkvPrefixHit {
+        tokens: h.tokens,
+        matched: u32::MAX,
+        pages: 0,
+        reserved: 0,
+    };
+    for g in (0..groups).filter_map(|g| h.group(g)) {
+        out.matched = out.matched.min(g.matched);
+        out.pages = out.pages.max(g.pages);
+    }
+    if out.matched == u32::MAX {
+        out.matched = 0;
+    }
+    out
 }

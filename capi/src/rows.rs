@@ -1,7 +1,7 @@
 //! Writing and reading K/V rows, and attention over a sequence's pages. Buffer lengths are in
 //! elements (`float` or `uint16_t` f16 bits), `[n][kv_heads][head_dim]` token-major.
 
-use edgekv::attention::{AttentionParams, block_scratch_len, scratch_len, scratch_len_for};
+use edgekv::attention::AttentionParams;
 use edgekv::{Element, SeqId};
 use half::f16;
 
@@ -310,18 +310,29 @@ pub unsafe extern "C" fn ekv_attention_params_init(
     }))
 }
 
+/// A configuration of one group with this page and head size (no rotation).
+fn shape_config(page_tokens: u16, head_dim: u16) -> edgekv::CacheConfig {
+    let shape = edgekv::Shape {
+        layers: 1,
+        kv_heads: 1,
+        head_dim,
+    };
+    edgekv::CacheConfig::new(shape).with_page_tokens(page_tokens)
+}
+
 /// The `float`s of scratch `ekv_attention` needs without rotated keys:
 /// `q_heads x (page_tokens + 4 + 2 x head_dim)` (running maxima and sums, a page of scores, a
 /// later key segment's state for rows over 2,048 keys, the query quantized for int8 keys: 16-bit
-/// codes and per-group scales). `ekv_cache_attention_scratch_len` answers for a cache, rotated
-/// keys included (`q_heads x head_dim` more). The scratch's contents on return are unspecified.
+/// codes and per-group scales). `ekv_cache_scratch_len` answers for a live cache in one query
+/// (rotated keys, every layer group, blocks of rows). The scratch's contents on return are
+/// unspecified.
 #[unsafe(no_mangle)]
 pub extern "C" fn ekv_attention_scratch_len(
     q_heads: u16,
     page_tokens: u16,
     head_dim: u16,
 ) -> usize {
-    scratch_len(q_heads, page_tokens, head_dim)
+    shape_config(page_tokens, head_dim).scratch_len(q_heads, 1)
 }
 
 /// The `float`s of scratch beyond `ekv_attention_scratch_len` (or
@@ -329,7 +340,8 @@ pub extern "C" fn ekv_attention_scratch_len(
 /// (at most 8) in one pass over the pages they share: `rows x q_heads x (3 x head_dim +
 /// page_tokens + 4)` for two rows or more, else 0. Prefill gets faster (each K and V row read
 /// once for all of the block's rows), the results stay those of one row at a time; attention
-/// takes the largest block its scratch holds.
+/// takes the largest block its scratch holds. `ekv_cache_scratch_len` gives the sum for a live
+/// cache in one query.
 #[unsafe(no_mangle)]
 pub extern "C" fn ekv_attention_block_scratch_len(
     q_heads: u16,
@@ -337,12 +349,14 @@ pub extern "C" fn ekv_attention_block_scratch_len(
     head_dim: u16,
     rows: usize,
 ) -> usize {
-    block_scratch_len(q_heads, page_tokens, head_dim, rows)
+    let c = shape_config(page_tokens, head_dim);
+    c.scratch_len(q_heads, rows) - c.scratch_len(q_heads, 1)
 }
 
 /// The `float`s of scratch `ekv_attention` needs on this cache with `q_heads` query heads
 /// (`q_heads x (page_tokens + 4 + 2 x head_dim)` with the cache's `page_tokens` and `head_dim`, and
-/// `q_heads x head_dim` more when its keys are rotated), written to `out`.
+/// `q_heads x head_dim` more when its keys are rotated; on a grouped cache the most any group
+/// needs), written to `out`: `ekv_cache_scratch_len` with `rows` 1.
 ///
 /// Errors: `EKV_ERR_NULL`, `EKV_ERR_BAD_HANDLE`, `EKV_ERR_HEAD_MISMATCH` (`q_heads` not a
 /// nonzero multiple of the cache's `kv_heads`).
@@ -357,6 +371,28 @@ pub unsafe extern "C" fn ekv_cache_attention_scratch_len(
     q_heads: u16,
     out: *mut usize,
 ) -> EkvStatus {
+    // SAFETY: forwarded obligations.
+    unsafe { ekv_cache_scratch_len(cache, q_heads, 1, out) }
+}
+
+/// The one scratch query: the `float`s of scratch with which `ekv_attention` on any layer of
+/// this cache (any layer group of a grouped cache, rotated keys included) computes up to `rows`
+/// query rows together (`rows` 0 or 1: one at a time, the least it takes; more rows, capped at
+/// 8, make prefill faster with the same results), written to `out`.
+///
+/// Errors: `EKV_ERR_NULL`, `EKV_ERR_BAD_HANDLE`, `EKV_ERR_HEAD_MISMATCH` (`q_heads` not a
+/// nonzero multiple of the cache's `kv_heads`).
+///
+/// # Safety
+///
+/// As `ekv_cache_attention_scratch_len`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ekv_cache_scratch_len(
+    cache: *mut EkvCache,
+    q_heads: u16,
+    rows: usize,
+    out: *mut usize,
+) -> EkvStatus {
     // SAFETY: the caller's obligation (see `# Safety`).
     let h = unsafe { Handle::new(cache) };
     // SAFETY: `out` is NULL or writable (see `# Safety`).
@@ -367,7 +403,7 @@ pub unsafe extern "C" fn ekv_cache_attention_scratch_len(
             if q_heads == 0 || q_heads % kv_heads != 0 {
                 return Err(Fail(EKV_ERR_HEAD_MISMATCH));
             }
-            Ok(scratch_len_for(&cfg, q_heads))
+            Ok(cfg.scratch_len(q_heads, rows))
         })
     })
 }
@@ -392,9 +428,9 @@ fn rust_params(p: &EkvAttentionParams, head_dim: u16) -> Res<AttentionParams> {
 /// subset, see `ekv_attention_params_t`), query head `h` to KV head
 /// `h / (q_heads / kv_heads)`. `q` and `out` are `[n][q_heads][head_dim]` floats (`q_elems`
 /// each: `out_elems` must equal `q_elems`); `scratch` holds at least
-/// `ekv_attention_scratch_len(q_heads, page_tokens, head_dim)` floats
-/// (`ekv_cache_attention_scratch_len` with rotated keys; more, by
-/// `ekv_attention_block_scratch_len`, computes up to 8 rows together).
+/// `ekv_cache_scratch_len(cache, q_heads, 1)` floats (more, `ekv_cache_scratch_len(cache,
+/// q_heads, rows)`, computes up to 8 rows together). On a grouped cache the layer's group's
+/// window applies when the parameters set none.
 ///
 /// Numerics, for a C reference to model:
 /// * Keys and values are the stored ones, as `ekv_read_f32` returns them (f16, bf16, FP8 and

@@ -4,7 +4,7 @@ use edgekv::SeqId;
 use edgekv::attention::Window;
 
 use super::cache::query;
-use super::handle::{EkvCache, Handle, dispatch};
+use super::handle::{AnyCache, EkvCache, Handle, dispatch, dispatch_flat};
 use super::ptr::{Buf, Out, disjoint, opt_span};
 use super::status::{EKV_ERR_BUFFER_TOO_SMALL, EkvStatus, Fail, status};
 use super::types::{EKV_SEQ_CONTIGUOUS, EKV_SEQ_PAGED, EkvSeq, EkvSeqInfo, parse_mode};
@@ -84,7 +84,9 @@ pub unsafe extern "C" fn ekv_seq_fork(
 /// prompt is cut to `len`. A page kept shared is copied by the next write into it.
 ///
 /// Errors: `EKV_ERR_UNKNOWN_SEQUENCE`, `EKV_ERR_TRUNCATE_BEYOND_LENGTH` (`len` above the
-/// length), `EKV_ERR_POSITION_OUT_OF_RANGE` (the new last page was released by `ekv_seq_slide`).
+/// length), `EKV_ERR_POSITION_OUT_OF_RANGE` (the new last page was released by `ekv_seq_slide`),
+/// `EKV_ERR_TRUNCATE_BEYOND_WINDOW` (a windowed layer group of a grouped cache released
+/// positions a query at `len` would see; no group changed).
 ///
 /// # Safety
 ///
@@ -175,7 +177,7 @@ pub unsafe extern "C" fn ekv_seq_slide(
         let n = h.with(|c, a| {
             let [s, d, m] = a.spans();
             disjoint(&[opt_span(&released), s, d, m])?;
-            Ok(dispatch!(c, c => c.slide(SeqId::from_raw(seq), &w, from))?)
+            Ok(dispatch_flat!(c, c => c.slide(SeqId::from_raw(seq), &w, from))?)
         })?;
         if let Some(out) = released {
             // SAFETY: checked, writable by the caller's obligation.
@@ -202,7 +204,12 @@ pub unsafe extern "C" fn ekv_seq_info(
     // SAFETY: `out` is NULL or writable (see `# Safety`).
     status(unsafe {
         query(h, out, |c| {
-            let i = dispatch!(c, c => c.sequence(SeqId::from_raw(seq)))?;
+            let seq = SeqId::from_raw(seq);
+            let i = match c {
+                AnyCache::List(c) => c.sequence(seq)?,
+                AnyCache::Bitmap(c) => c.sequence(seq)?,
+                AnyCache::Grouped(g) => grouped_info(g, seq)?,
+            };
             Ok(EkvSeqInfo {
                 len: i.len,
                 capacity: i.capacity,
@@ -242,7 +249,7 @@ pub unsafe extern "C" fn ekv_seq_page_table(
         let r = h.with(|c, a| {
             let [s, d, m] = a.spans();
             disjoint(&[out.span(), count.span(), s, d, m])?;
-            let table = dispatch!(c, c => c.page_table(SeqId::from_raw(seq)))?;
+            let table = dispatch_flat!(c, c => c.page_table(SeqId::from_raw(seq)))?;
             // SAFETY: writable by the caller's obligation, disjoint from the cache's memory
             // and from `count`.
             let out = unsafe { out.get_mut() };
@@ -262,4 +269,26 @@ pub unsafe extern "C" fn ekv_seq_page_table(
         result
     })();
     status(r)
+}
+
+/// A sequence of a grouped cache as one: length, prompt and mode (the same in every group), the
+/// smallest capacity and the largest page count of the groups (enough entries for the
+/// `ekv_bind_region` outputs of any layer).
+fn grouped_info(
+    g: &edgekv::GroupedCache<'static, edgekv::FreeList<'static>>,
+    seq: SeqId,
+) -> Result<edgekv::SeqInfo, edgekv::Error> {
+    let mut info: Option<edgekv::SeqInfo> = None;
+    for k in (0..g.group_count()).filter_map(|i| g.group(i)) {
+        let i = k.sequence(seq)?;
+        info = Some(match info {
+            None => i,
+            Some(mut a) => {
+                a.capacity = a.capacity.min(i.capacity);
+                a.pages = a.pages.max(i.pages);
+                a
+            }
+        });
+    }
+    info.ok_or(edgekv::Error::UnknownSequence)
 }

@@ -8,7 +8,7 @@ use edgekv::SeqId;
 use edgekv::snapshot::{Header, RamFlash, SliceFlash};
 
 use super::cache::query;
-use super::handle::{EkvCache, Handle, dispatch};
+use super::handle::{EkvCache, Handle, dispatch_flat};
 use super::ptr::{Buf, Out, disjoint, opt_span};
 use super::status::{EKV_ERR_BUFFER_TOO_SMALL, EkvStatus, Fail, status};
 use super::types::EkvSeq;
@@ -35,7 +35,7 @@ pub unsafe extern "C" fn ekv_snapshot_size(
     // SAFETY: `out` is NULL or writable (see `# Safety`).
     status(unsafe {
         query(h, out, |c| {
-            dispatch!(c, c => {
+            dispatch_flat!(c, c => {
                 let len = c.seq_len(SeqId::from_raw(seq))?;
                 Ok(Header::new(c.config(), len, 0)?.image as usize)
             })
@@ -88,7 +88,7 @@ pub unsafe extern "C" fn ekv_snapshot_to_buffer(
             // cache's memory (checked above).
             let (tokens, bytes) = unsafe { (tokens.get(), buf.get_mut()) };
             let seq = SeqId::from_raw(seq);
-            dispatch!(c, c => {
+            dispatch_flat!(c, c => {
                 let len = c.seq_len(seq)?;
                 let need = Header::new(c.config(), len, fingerprint)?.image as usize;
                 let Some(bytes) = bytes.get_mut(..need) else {
@@ -164,7 +164,7 @@ pub unsafe extern "C" fn ekv_restore_from_buffer(
             // cache's memory (checked above).
             let (bytes, toks) = unsafe { (buf.get(), tokens.get_mut()) };
             let (seq, header) =
-                dispatch!(c, c => c.restore(&mut SliceFlash(bytes), 0, fingerprint, toks))?;
+                dispatch_flat!(c, c => c.restore(&mut SliceFlash(bytes), 0, fingerprint, toks))?;
             Ok((seq.to_raw(), header.tokens as usize))
         })?;
         // SAFETY: checked, writable by the caller's obligation.

@@ -3,7 +3,7 @@
 
 use edgekv::{Element, SeqId};
 
-use super::handle::{EkvCache, Handle, dispatch};
+use super::handle::{AnyCache, EkvCache, Handle, dispatch_layer};
 use super::maint::EkvMaintenance;
 use super::ptr::{Buf, Out};
 use super::status::{EkvStatus, status};
@@ -48,7 +48,9 @@ where
             check_disjoint(a, &[staging.span(), row.span(), rs])?;
             // SAFETY: writable (caller), pairwise disjoint and outside the cache.
             let (st, rw) = unsafe { (T::view_mut(staging.get_mut()), T::view_mut(row.get_mut())) };
-            let r = dispatch!(c, c => edgekv_hal::gather(c, maint, seq, layer, kv, start, st, rw));
+            let r = dispatch_layer!(c, c, layer => {
+                edgekv_hal::gather(c, maint, seq, layer, kv, start, st, rw)
+            });
             r.map_err(|e| maint.error(e.into()))
         })?;
         if let Some(out) = rows {
@@ -91,7 +93,11 @@ unsafe fn ingest<T: super::rows::CElem>(
             check_disjoint(a, &[staging.span(), super::ptr::opt_span(&rows)])?;
             // SAFETY: writable (caller), outside the cache.
             let st = T::view_mut(unsafe { staging.get_mut() });
-            let r = dispatch!(c, c => edgekv_hal::ingest(c, maint, seq, layer, kv, start, st));
+            let r = match c {
+                AnyCache::List(c) => edgekv_hal::ingest(c, maint, seq, layer, kv, start, st),
+                AnyCache::Bitmap(c) => edgekv_hal::ingest(c, maint, seq, layer, kv, start, st),
+                AnyCache::Grouped(g) => ingest_grouped(g, maint, seq, layer, kv, start, st),
+            };
             r.map_err(|e| maint.error(e.into()))
         })?;
         if let Some(out) = rows {
@@ -265,4 +271,30 @@ pub unsafe extern "C" fn ekv_ingest_f16(
             rows,
         )
     }
+}
+
+/// `edgekv_hal::ingest` on a grouped cache: the same checks in the same order (rows, cache
+/// lines, the write's every check in the layer's group), then the invalidate, then the write,
+/// which cannot fail after its checks.
+fn ingest_grouped<T: Element>(
+    g: &mut edgekv::GroupedCache<'static, edgekv::FreeList<'static>>,
+    maint: &mut impl edgekv_hal::CacheMaintenance,
+    seq: SeqId,
+    layer: u16,
+    kv: edgekv::Kv,
+    start: u32,
+    staging: &mut [T],
+) -> Result<u32, edgekv_hal::HalError> {
+    let shape = g.config().shape;
+    let row = shape.kv_heads as usize * shape.head_dim as usize;
+    if row == 0 || staging.is_empty() || staging.len() % row != 0 {
+        return Err(edgekv_hal::HalError::LengthMismatch);
+    }
+    let bytes: &[u8] = bytemuck::cast_slice(staging);
+    edgekv_hal::line_aligned(bytes.as_ptr().addr(), bytes.len(), maint.line_size())?;
+    g.check_write(seq, layer, start, staging.len())?;
+    maint.invalidate_slice(bytemuck::cast_slice_mut(staging))?;
+    g.write(seq, layer, kv, start, staging)?;
+    // Checked above: `start + n` fits the sequence's u32 length.
+    Ok((staging.len() / row) as u32)
 }

@@ -2,7 +2,7 @@
 //! Enumerations cross the boundary as plain integers (`uint32_t`) and are range-checked here, so
 //! an out-of-range value is [`EKV_ERR_INVALID_ARGUMENT`], never an invalid Rust enum.
 
-use edgekv::{CacheConfig, ElementFormat, Kv, Pool, Rotation, SeqMode, Shape};
+use edgekv::{CacheConfig, ElementFormat, Kv, PoolKind, Rotation, SeqMode, Shape};
 
 use super::status::{EKV_ERR_INVALID_ARGUMENT, Fail, Res};
 
@@ -437,12 +437,12 @@ pub(crate) fn parse_mode(mode: u32) -> Res<SeqMode> {
 }
 
 /// The Rust pool of a `pool` argument.
-pub(crate) fn parse_pool(pool: u32) -> Res<Pool> {
+pub(crate) fn parse_pool(pool: u32) -> Res<PoolKind> {
     match pool {
-        EKV_POOL_K_VALUES => Ok(Pool::KValues),
-        EKV_POOL_K_SCALES => Ok(Pool::KScales),
-        EKV_POOL_V_VALUES => Ok(Pool::VValues),
-        EKV_POOL_V_SCALES => Ok(Pool::VScales),
+        EKV_POOL_K_VALUES => Ok(PoolKind::KValues),
+        EKV_POOL_K_SCALES => Ok(PoolKind::KScales),
+        EKV_POOL_V_VALUES => Ok(PoolKind::VValues),
+        EKV_POOL_V_SCALES => Ok(PoolKind::VScales),
         _ => Err(Fail(EKV_ERR_INVALID_ARGUMENT)),
     }
 }

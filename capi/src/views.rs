@@ -2,9 +2,9 @@
 
 use core::mem::{align_of, size_of};
 
-use edgekv::{KvCache, PageAllocator, Pool, SeqId};
+use edgekv::{KvCache, PageAllocator, PoolKind, SeqId};
 
-use super::handle::{AnyCache, Arenas, EkvCache, Handle, dispatch};
+use super::handle::{AnyCache, Arenas, EkvCache, Handle, dispatch_layer};
 use super::maint::{EkvMaintenance, Maint};
 use super::map::{EkvAddressMap, Map};
 use super::ptr::{Buf, Out, Span, disjoint, optional};
@@ -108,7 +108,7 @@ fn needed<'a, A: PageAllocator<'a>>(
     map: &Map,
     seq: SeqId,
     layer: u16,
-    pool: Pool,
+    pool: PoolKind,
 ) -> Res<usize> {
     match edgekv_hal::segments(c, map, seq, layer, pool, &mut []) {
         Ok(n) => Ok(n),
@@ -195,7 +195,7 @@ pub unsafe extern "C" fn ekv_segments(
         let dev = unsafe { device_args(map, core::ptr::null()) }?;
         let (n, r) = with_device(h, dev, |c, a, map, _| {
             check_disjoint(a, &[out.span(), count.span()])?;
-            dispatch!(c, c => {
+            dispatch_layer!(c, c, layer => {
                 let n = needed(c, map, seq, layer, pool)?;
                 if n > out.len() {
                     return Ok((n, Err(Fail(EKV_ERR_BUFFER_TOO_SMALL))));
@@ -261,9 +261,9 @@ pub unsafe extern "C" fn ekv_read_view(
                 n_scales.span(),
             ];
             check_disjoint(a, &spans)?;
-            dispatch!(c, c => {
-                let nv = needed(c, map, seq, layer, Pool::values(kv))?;
-                let ns = needed(c, map, seq, layer, Pool::scales(kv))?;
+            dispatch_layer!(c, c, layer => {
+                let nv = needed(c, map, seq, layer, PoolKind::values(kv))?;
+                let ns = needed(c, map, seq, layer, PoolKind::scales(kv))?;
                 if nv > values.len() || ns > scales.len() {
                     return Ok((nv, ns, Err(Fail(EKV_ERR_BUFFER_TOO_SMALL))));
                 }
@@ -274,11 +274,11 @@ pub unsafe extern "C" fn ekv_read_view(
                 // the counts).
                 let r = unsafe {
                     in_c_buffer(&values, nv, |v| {
-                        edgekv_hal::segments(c, map, seq, layer, Pool::values(kv), v)
+                        edgekv_hal::segments(c, map, seq, layer, PoolKind::values(kv), v)
                     })
                     .and_then(|_| {
                         in_c_buffer(&scales, ns, |s| {
-                            edgekv_hal::segments(c, map, seq, layer, Pool::scales(kv), s)
+                            edgekv_hal::segments(c, map, seq, layer, PoolKind::scales(kv), s)
                         })
                     })
                 };
@@ -308,6 +308,10 @@ pub unsafe extern "C" fn ekv_read_view(
 /// (`EKV_ERR_UNMAPPED`...), `EKV_ERR_ADDRESS_OVERFLOW` (an offset past `UINT32_MAX`),
 /// `EKV_ERR_MISALIGNED` (a page not whole lines of `maint->line_size`, checked before any
 /// maintenance), `EKV_ERR_MAINTENANCE`.
+///
+/// For a grouped cache (`ekv_grouped_cache_create`) the region is the layer's group's part of
+/// the data arena (from `data + data_offset[group]`, `out->cpu`), laid out by the layer's index
+/// in its group (`ekv_layer_group`).
 ///
 /// The region is the data arena: for `ekv_cache_create` the `data` pointer given, for
 /// `ekv_cache_create_split` the data part of the buffer, which starts after the metadata at
@@ -345,7 +349,9 @@ pub unsafe extern "C" fn ekv_bind_region(
             check_disjoint(a, &[values.span(), scales.span(), out.span()])?;
             // SAFETY: writable (caller), pairwise disjoint and outside the cache.
             let (v, s) = unsafe { (values.get_mut(), scales.get_mut()) };
-            let r = dispatch!(c, c => edgekv_hal::bind_region(c, map, maint, seq, layer, kv, v, s));
+            let r = dispatch_layer!(c, c, layer => {
+                edgekv_hal::bind_region(c, map, maint, seq, layer, kv, v, s)
+            });
             Ok(match r {
                 Ok(b) => (
                     EkvRegion {

@@ -128,7 +128,7 @@ mod heap {
     /// let cfg = CacheConfig::new(Shape { layers: 2, kv_heads: 1, head_dim: 8 });
     /// let mut arenas = HeapArenas::for_pages::<FreeList<'_>>(&cfg, 12)?;
     /// let cache: KvCache<'_> = arenas.cache(cfg)?;
-    /// assert_eq!(cache.layout().num_pages, 12);
+    /// assert_eq!(cache.arena_plan().num_pages, 12);
     /// # Ok::<(), edgekv::Error>(())
     /// ```
     pub struct HeapArenas {

@@ -7,8 +7,8 @@
 
 //! # Crate map
 //!
-//! - [`CacheConfig`]: what a cache is configured with; [`planner`]: `const fn` layout planning
-//!   ([`Plan`]).
+//! - [`CacheConfig`]: what a cache is configured with; `const fn` layout planning: [`Plan`] (one
+//!   group; the arena layout contract), [`GroupedPlan`] (layer groups), [`PageGeometry`].
 //! - [`ArenaBuf`] / `HeapArena`: caller-supplied memory.
 //! - [`PagePool`] with a pluggable [`PageAllocator`] ([`FreeList`], [`Bitmap`]).
 //! - [`KvCache`]: sequences, page tables, row I/O, fork, truncate, contiguous mode.
@@ -33,7 +33,7 @@ mod error;
 mod format;
 mod grouped;
 mod numeric;
-pub mod planner;
+mod plan;
 mod pool;
 pub mod prefix;
 pub mod quant;
@@ -56,11 +56,34 @@ pub use config::{CacheConfig, GroupWindow, LayerGroup, LayerGroups, Layers, MAX_
 pub use error::{ConfigError, Error, Result};
 pub use format::{Element, ElementFormat, MAX_ROTATED_DIM, Rotation};
 pub use grouped::{GroupedCache, GroupedPrefixHit};
-pub use planner::{
-    ArenaSizes, MAX_PAGES, META_ALIGN, MIN_ALIGN, MetaLayout, PageGeometry, Plan, Pool, PoolKind,
+#[allow(deprecated)]
+pub use plan::Pool;
+pub use plan::{
+    ArenaSizes, GroupedPlan, MAX_PAGES, META_ALIGN, MIN_ALIGN, MetaLayout, PageGeometry, Plan,
+    PoolKind,
 };
 pub use pool::{PagePool, PageState};
 pub use sequence::{SeqId, SeqInfo, SeqMode};
 pub use shape::{Kv, Shape};
 #[cfg(feature = "std")]
 pub use workers::Workers;
+
+/// The planner's types under their former path: the same items as at the crate root, their
+/// canonical path (`edgekv::Plan`, `edgekv::GroupedPlan`, `edgekv::PageGeometry`...). A use of
+/// this path is a deprecation warning:
+///
+/// ```compile_fail
+/// #![deny(deprecated)]
+/// let _ = edgekv::planner::MAX_PAGES;
+/// ```
+#[deprecated(
+    note = "the planner's types are at the crate root: `edgekv::Plan`, `edgekv::PoolKind`..."
+)]
+pub mod planner {
+    #[allow(deprecated)]
+    pub use crate::plan::Pool;
+    pub use crate::plan::{
+        ArenaSizes, CacheConfig, GroupedPlan, MAX_PAGES, META_ALIGN, MIN_ALIGN, MetaLayout,
+        PageGeometry, Plan, PoolKind,
+    };
+}

@@ -25,7 +25,7 @@ type Job = dyn Fn(usize) + Sync;
 /// A panic payload carried from a worker back to the caller.
 type Panic = Box<dyn core::any::Any + Send>;
 
-/// A team of threads for [`KvCache::attention_on`](crate::KvCache::attention_on): `threads − 1`
+/// A team of threads for [`KvCache::attention_workers`](crate::KvCache::attention_workers): `threads − 1`
 /// workers started once, plus the calling thread. Between calls a worker spins for
 /// [`spin`](Self::with_spin) (100 µs by default) watching for the next call, then sleeps until one
 /// comes. A call within the spin finds the workers spinning (a handoff of well under a

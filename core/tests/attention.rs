@@ -2,9 +2,7 @@
 //! every format; chunked equals unchunked bit for bit; windows with sinks; bad input.
 
 use crate::common::{Arenas, invariants};
-use edgekv::attention::{
-    AttentionParams, BLOCK_ROWS, scratch_len, scratch_len_for, scratch_len_rows,
-};
+use edgekv::attention::{AttentionParams, BLOCK_ROWS};
 use edgekv::{
     CacheConfig, ConfigError, ElementFormat, Error, FreeList, Kv, KvCache, SeqId, SeqMode, Shape,
 };
@@ -149,7 +147,7 @@ fn attend(
     p: &AttentionParams,
 ) -> Vec<f32> {
     let mut out = vec![0f32; q.len()];
-    let mut scratch = vec![0f32; scratch_len_for(c.config(), Q_HEADS)];
+    let mut scratch = vec![0f32; c.config().scratch_len(Q_HEADS, 1)];
     c.attention(s, layer, start, q, &mut out, p, &mut scratch)
         .unwrap();
     out
@@ -306,7 +304,7 @@ fn threads_give_the_one_call_bits() {
                         "{cfg:?} {p:?} start {start} threads {t}"
                     );
                     let mut out = vec![f32::NAN; q.len()];
-                    c.attention_on(&mut teams[t.min(4)], s, 1, start, &q, &mut out, &p)
+                    c.attention_workers(s, 1, start, &q, &mut out, &p, &mut teams[t.min(4)])
                         .unwrap();
                     assert_eq!(
                         bits(&out),
@@ -328,7 +326,7 @@ fn threads_give_the_one_call_bits() {
             Err(edgekv::Error::LayerOutOfRange)
         );
         assert_eq!(
-            c.attention_on(&mut teams[2], s, 9, 0, &[0.5; Q_ROW], &mut out, &p),
+            c.attention_workers(s, 9, 0, &[0.5; Q_ROW], &mut out, &p, &mut teams[2]),
             Err(edgekv::Error::LayerOutOfRange)
         );
         assert!(out.iter().all(|&x| x == 7.0));
@@ -378,7 +376,7 @@ fn long_rows_run_in_segments_with_the_same_bits_on_threads() {
                 parts.extend(attend(&c, s, 1, 4093 + i as u32, qr, &p));
             }
             let mut out = vec![f32::NAN; q8.len()];
-            let mut scratch = vec![0f32; scratch_len_rows(c.config(), Q_HEADS, 8)];
+            let mut scratch = vec![0f32; c.config().scratch_len(Q_HEADS, 8)];
             c.attention(s, 1, 4093, &q8, &mut out, &p, &mut scratch)
                 .unwrap();
             assert_eq!(bits(&out), bits(&parts), "{p:?} a block of eight rows");
@@ -398,14 +396,14 @@ fn long_rows_run_in_segments_with_the_same_bits_on_threads() {
                 );
                 let mut team = edgekv::Workers::new(t).unwrap();
                 let mut one = vec![f32::NAN; Q_ROW];
-                c.attention_on(&mut team, s, 1, n - 1, last, &mut one, &p)
+                c.attention_workers(s, 1, n - 1, last, &mut one, &p, &mut team)
                     .unwrap();
                 assert_eq!(
                     bits(&one),
                     bits(&got[2 * Q_ROW..]),
                     "{p:?} team {t}, decode"
                 );
-                c.attention_on(&mut team, s, 1, start, &q, &mut out, &p)
+                c.attention_workers(s, 1, start, &q, &mut out, &p, &mut team)
                     .unwrap();
                 assert_eq!(bits(&out), bits(&got), "{p:?} team {t}, three rows");
             }
@@ -423,13 +421,13 @@ fn attend_blocks(
     rows: usize,
 ) -> Vec<f32> {
     let mut out = vec![f32::NAN; q.len()];
-    let mut scratch = vec![f32::NAN; scratch_len_rows(c.config(), p.q_heads, rows)];
+    let mut scratch = vec![f32::NAN; c.config().scratch_len(p.q_heads, rows)];
     c.attention(s, 1, start, q, &mut out, p, &mut scratch)
         .unwrap();
     out
 }
 
-/// Blocks of query rows computed together (the scratch of `scratch_len_rows`) give the bits of
+/// Blocks of query rows computed together (the scratch of `CacheConfig::scratch_len`) give the bits of
 /// one row at a time: every format, rotated pages, windows, groups of 1–3 query heads per KV
 /// head, blocks of 2–8 rows starting anywhere in a page, last blocks of one row.
 #[test]
@@ -467,7 +465,7 @@ fn blocks_of_rows_give_the_row_by_row_bits() {
                 for &start in starts {
                     let q = values(31 + start as u64, (n - start) as usize * row);
                     let mut one = vec![0f32; q.len()];
-                    let mut scratch = vec![0f32; scratch_len_for(c.config(), q_heads)];
+                    let mut scratch = vec![0f32; c.config().scratch_len(q_heads, 1)];
                     for (i, (qr, or)) in q.chunks(row).zip(one.chunks_mut(row)).enumerate() {
                         c.attention(s, 1, start + i as u32, qr, or, &p, &mut scratch)
                             .unwrap();
@@ -545,7 +543,7 @@ fn bad_input_is_an_error() {
     let p = AttentionParams::new(SHAPE, Q_HEADS);
     let q = vec![0.5f32; Q_ROW];
     let mut out = vec![0f32; Q_ROW];
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8, SHAPE.head_dim)];
+    let mut scratch = vec![0f32; c.config().scratch_len(Q_HEADS, 1)];
     let run =
         |seq, layer, start, q: &[f32], out: &mut [f32], p: &AttentionParams, scr: &mut [f32]| {
             c.attention(seq, layer, start, q, out, p, scr)
@@ -667,7 +665,7 @@ fn sliding_window_releases_pages_and_keeps_results() {
     // Page 1 (positions 8..16) lies between the sinks and every window: released.
     const RELEASED: u32 = 12;
     let mut row = vec![0f32; KV_ROW];
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8, SHAPE.head_dim)];
+    let mut scratch = vec![0f32; c.config().scratch_len(Q_HEADS, 1)];
     let full = AttentionParams::new(SHAPE, Q_HEADS);
     assert_eq!(
         c.read(s, 0, Kv::K, RELEASED, &mut row),

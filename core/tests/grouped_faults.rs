@@ -102,7 +102,7 @@ fn state(c: &GroupedCache<'_>, seqs: &[SeqId]) -> State {
         pages: groups
             .iter()
             .map(|k| {
-                (0..=k.layout().num_pages)
+                (0..=k.arena_plan().num_pages)
                     .map(|p| k.page_state(p))
                     .collect()
             })

@@ -264,7 +264,7 @@ impl Model {
                 .map(|(g, gs)| MGroup {
                     window: gs.window,
                     num_pages: gs.pages,
-                    table_len: cache.group(g).unwrap().layout().table_len,
+                    table_len: cache.group(g).unwrap().arena_plan().table_len,
                 })
                 .collect(),
             group_of: (0..LAYERS).map(|l| cfg.layer_group(l).unwrap().0).collect(),

@@ -701,8 +701,8 @@ fn run<'a, A: PageAllocator<'a>>(
     setup: &Setup,
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
-    prop_assert_eq!(cache.layout().num_pages as usize, setup.pages);
-    let mut m = Model::new(setup, cache.layout().table_len, A::CONTIGUOUS);
+    prop_assert_eq!(cache.arena_plan().num_pages as usize, setup.pages);
+    let mut m = Model::new(setup, cache.arena_plan().table_len, A::CONTIGUOUS);
     let at = |step: usize, op: Op| {
         move |e: TestCaseError| TestCaseError::fail(format!("step {step}, {op:?}: {}", reason(e)))
     };

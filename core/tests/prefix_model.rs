@@ -370,8 +370,8 @@ fn run_on<'a, A: PageAllocator<'a>>(
         &mut meta.as_uninit_mut()[..plan.meta.total],
     )
     .unwrap();
-    prop_assert_eq!(cache.layout().num_pages as usize, setup.pages);
-    let mut m = Model::new(setup, cache.layout().table_len);
+    prop_assert_eq!(cache.arena_plan().num_pages as usize, setup.pages);
+    let mut m = Model::new(setup, cache.arena_plan().table_len);
     check(&cache, &m).map_err(|e| fail(format!("fresh cache: {}", reason(e))))?;
     let mut steps = 0;
     for &op in ops {

@@ -40,7 +40,7 @@ fn snapshot(c: &KvCache<'_>, seqs: &[SeqId]) -> String {
     for &q in seqs {
         s += &format!("{:?}{:?}", c.sequence(q), c.page_table(q));
     }
-    for p in 0..c.layout().num_pages {
+    for p in 0..c.arena_plan().num_pages {
         s += &format!("{:?}", c.page_state(p));
     }
     s

@@ -1,7 +1,7 @@
 //! Snapshots: round trips across caches, every failure class refused with the cache unchanged,
 //! and every single-bit flip of an image detected.
 
-use edgekv::attention::{AttentionParams, scratch_len};
+use edgekv::attention::AttentionParams;
 use edgekv::snapshot::{HEADER_BYTES, Header, RamFlash, SliceFlash, SnapshotError};
 use edgekv::{
     CacheConfig, ConfigError, ElementFormat, Error, HeapArenas, Kv, KvCache, Rotation, SeqId,
@@ -66,7 +66,7 @@ fn fingerprint_of(cache: &KvCache<'_>, seq: SeqId) -> Vec<u32> {
     let n = cache.seq_len(seq).unwrap();
     let mut bits = Vec::new();
     let params = AttentionParams::new(SHAPE, 4);
-    let mut scratch = vec![0f32; scratch_len(4, 8, SHAPE.head_dim)];
+    let mut scratch = vec![0f32; cache.config().scratch_len(4, 1)];
     for layer in 0..SHAPE.layers {
         for kv in [Kv::K, Kv::V] {
             let mut rows = vec![0f32; n as usize * ROW];

@@ -61,6 +61,6 @@ fn one_static_buffer_split_in_two() {
     static BUF: StaticCell<ArenaBuf<{ DATA + 1024 }>> = StaticCell::new();
     let buf = ArenaBuf::from_uninit(BUF.uninit());
     let mut cache: KvCache<'static> = KvCache::new_split(CFG, buf).unwrap();
-    assert_eq!(cache.layout().num_pages, PLAN.num_pages);
+    assert_eq!(cache.arena_plan().num_pages, PLAN.num_pages);
     exercise(&mut cache);
 }

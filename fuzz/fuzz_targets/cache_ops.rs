@@ -3,7 +3,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use edgekv::attention::{AttentionParams, Window, scratch_len};
+use edgekv::attention::{AttentionParams, Window};
 use edgekv::snapshot::{RamFlash, SliceFlash};
 use edgekv::{
     Bitmap, CacheConfig, ElementFormat, FreeList, HeapArena, Kv, KvCache, META_ALIGN,
@@ -166,7 +166,7 @@ fn run<'a, A: PageAllocator<'a>>(mut c: KvCache<'a, A>, ops: &[Op]) {
                 let n = rows as usize % 4;
                 let q = vec![0.25f32; n * 2 * 32];
                 let mut out = vec![0f32; q.len()];
-                let mut scratch = vec![0f32; scratch_len(2, 4, SHAPE.head_dim)];
+                let mut scratch = vec![0f32; c.config().scratch_len(2, 1)];
                 let params = AttentionParams::new(SHAPE, 2);
                 c.attention(
                     s,

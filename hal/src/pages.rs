@@ -107,14 +107,15 @@ mod tests {
         let mut cache: KvCache =
             KvCache::new(cfg, data.as_uninit_mut(), meta.as_uninit_mut()).unwrap();
         let base = cache.data_ptr() as usize;
-        let map = OffsetMap::new(base, cache.layout().data_bytes, DevAddr(0x6000_0000)).unwrap();
+        let map =
+            OffsetMap::new(base, cache.arena_plan().data_bytes, DevAddr(0x6000_0000)).unwrap();
         let seq = cache.create_sequence(SeqMode::Paged).unwrap();
         cache.reserve(seq, 9).unwrap();
         let mut regions = std::vec::Vec::new();
         for_each_page_region(&cache, &map, seq, 1, Kv::K, |r| regions.push(r)).unwrap();
         assert_eq!(regions.len(), 3);
         for (r, &page) in regions.iter().zip(cache.page_table(seq).unwrap()) {
-            let off = cache.layout().page_offset(1, Kv::K, page).unwrap();
+            let off = cache.arena_plan().page_offset(1, Kv::K, page).unwrap();
             assert_eq!(r.dev, DevAddr(0x6000_0000 + off as u64));
             assert_eq!(r.cpu, base + off);
             assert_eq!(r.len, 4 * 16 * 4);

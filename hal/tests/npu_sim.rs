@@ -1,7 +1,7 @@
 //! Decode steps through the software NPU behind the simulated write-back cache are bit-identical
 //! to the CPU path — and removing any one maintenance site makes them differ.
 
-use edgekv::attention::{AttentionParams, Window, scratch_len};
+use edgekv::attention::{AttentionParams, Window};
 use edgekv::{
     CacheConfig, ElementFormat, HeapArena, Kv, KvCache, META_ALIGN, PageAllocator, SeqMode, Shape,
 };
@@ -200,7 +200,7 @@ fn run(k: ElementFormat, v: ElementFormat, bind: Bind, skip: Option<Site>, decod
         window: 8,
     };
     let mut params = AttentionParams::new(SHAPE, Q_HEADS);
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, 8, SHAPE.head_dim)];
+    let mut scratch = vec![0f32; cfg.scratch_len(Q_HEADS, 1)];
     let mut mismatches = 0;
 
     let steps = [CHUNK as u32, 5]

@@ -4,7 +4,7 @@
 use edgekv::attention::Window;
 use edgekv::{
     CacheConfig, ElementFormat, Error, HeapArena, Kv, KvCache, META_ALIGN, NO_PAGE, PageAllocator,
-    Pool, SeqMode, Shape,
+    PoolKind, SeqMode, Shape,
 };
 use edgekv_hal::{
     CacheMaintenance, DevAddr, HalError, IdentityMap, MapEntry, NO_OFFSET, NoCache, OffsetMap,
@@ -109,23 +109,23 @@ fn segments_merge_neighbouring_pages_and_split_at_gaps() {
         cache.reserve(s1, 8).unwrap();
         cache.reserve(s2, 8).unwrap();
     }
-    let stride = cache.layout().geometry.k_stride;
+    let stride = cache.arena_plan().geometry.k_stride;
     let mut out = [Segment::default(); 8];
-    let n = segments(&cache, &IdentityMap, s1, 1, Pool::KValues, &mut out).unwrap();
+    let n = segments(&cache, &IdentityMap, s1, 1, PoolKind::KValues, &mut out).unwrap();
     let got: Vec<(u32, u32)> = out[..n].iter().map(|s| (s.first_page, s.pages)).collect();
     assert_eq!(got, [(0, 4), (4, 1)], "pages 0-3, then 5 (4 went to s2)");
     assert_eq!(out[0].len, 4 * stride);
-    let kbytes = cache.pool_bytes(1, Pool::KValues).unwrap();
+    let kbytes = cache.pool_bytes(1, PoolKind::KValues).unwrap();
     assert_eq!(out[0].cpu, kbytes.as_ptr() as usize);
     assert_eq!(out[1].cpu, kbytes.as_ptr() as usize + 5 * stride);
     assert_eq!(out[0].dev, DevAddr(out[0].cpu as u64));
 
     // Scales form their own list; a full-precision pool has none.
-    let n = segments(&cache, &IdentityMap, s1, 1, Pool::KScales, &mut out).unwrap();
+    let n = segments(&cache, &IdentityMap, s1, 1, PoolKind::KScales, &mut out).unwrap();
     assert_eq!(n, 2);
-    assert_eq!(out[0].len, 4 * cache.layout().geometry.k_scale_stride);
+    assert_eq!(out[0].len, 4 * cache.arena_plan().geometry.k_scale_stride);
     assert_eq!(
-        segments(&cache, &IdentityMap, s1, 1, Pool::VScales, &mut out),
+        segments(&cache, &IdentityMap, s1, 1, PoolKind::VScales, &mut out),
         Ok(0)
     );
 
@@ -136,7 +136,7 @@ fn segments_merge_neighbouring_pages_and_split_at_gaps() {
         MapEntry::new(cut, usize::MAX / 2, DevAddr(0x9000_0000)),
     ];
     let map = TableMap::new(&table).unwrap();
-    let n = segments(&cache, &map, s1, 1, Pool::KValues, &mut out).unwrap();
+    let n = segments(&cache, &map, s1, 1, PoolKind::KValues, &mut out).unwrap();
     let got: Vec<(u32, u32)> = out[..n].iter().map(|s| (s.first_page, s.pages)).collect();
     assert_eq!(got, [(0, 2), (2, 2), (4, 1)]);
     assert_eq!(out[1].dev, DevAddr(0x9000_0000));
@@ -150,30 +150,30 @@ fn segments_merge_neighbouring_pages_and_split_at_gaps() {
     cache.slide(s1, &w, len - 1).unwrap();
     let table = cache.page_table(s1).unwrap();
     assert_eq!(&table[1..4], &[NO_PAGE; 3]);
-    let n = segments(&cache, &IdentityMap, s1, 0, Pool::KValues, &mut out).unwrap();
+    let n = segments(&cache, &IdentityMap, s1, 0, PoolKind::KValues, &mut out).unwrap();
     let got: Vec<(u32, u32)> = out[..n].iter().map(|s| (s.first_page, s.pages)).collect();
     assert_eq!(got, [(0, 1), (4, 1)]);
 
     // Too small: the count needed, the output untouched.
     let mut short = [Segment::default(); 1];
     assert_eq!(
-        segments(&cache, &IdentityMap, s1, 0, Pool::KValues, &mut short),
+        segments(&cache, &IdentityMap, s1, 0, PoolKind::KValues, &mut short),
         Err(HalError::BufferTooSmall { needed: 2 })
     );
     assert_eq!(short[0], Segment::default());
     assert_eq!(
-        segments(&cache, &IdentityMap, s1, 2, Pool::KValues, &mut out),
+        segments(&cache, &IdentityMap, s1, 2, PoolKind::KValues, &mut out),
         Err(HalError::Cache(Error::LayerOutOfRange))
     );
     cache.free_sequence(s2).unwrap();
     assert_eq!(
-        segments(&cache, &IdentityMap, s2, 0, Pool::KValues, &mut out),
+        segments(&cache, &IdentityMap, s2, 0, PoolKind::KValues, &mut out),
         Err(HalError::Cache(Error::UnknownSequence))
     );
     // An unmapped arena.
     let far = OffsetMap::new(0, 64, DevAddr(0)).unwrap();
     assert_eq!(
-        segments(&cache, &far, s1, 0, Pool::KValues, &mut out),
+        segments(&cache, &far, s1, 0, PoolKind::KValues, &mut out),
         Err(HalError::Unmapped)
     );
 }
@@ -248,18 +248,18 @@ fn region_offsets_are_slot_offsets_from_the_arena_base() {
     let r = bind_region(&cache, &map, &mut m, s, 1, Kv::K, &mut k, &mut ks).unwrap();
     assert_eq!((r.base, r.pages), (DevAddr(0x8000_0000), 5));
     assert_eq!(r.len, cache.arena_bytes().len());
-    let plan = cache.layout();
+    let plan = cache.arena_plan();
     for (i, &page) in cache.page_table(s).unwrap().iter().enumerate() {
         if page == NO_PAGE {
             assert_eq!((k[i], ks[i]), (NO_OFFSET, NO_OFFSET));
         } else {
             assert_eq!(
                 k[i] as usize,
-                plan.slot_offset(1, Pool::KValues, page).unwrap()
+                plan.slot_offset(1, PoolKind::KValues, page).unwrap()
             );
             assert_eq!(
                 ks[i] as usize,
-                plan.slot_offset(1, Pool::KScales, page).unwrap()
+                plan.slot_offset(1, PoolKind::KScales, page).unwrap()
             );
         }
     }

@@ -26,7 +26,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
-use edgekv::attention::{AttentionParams, scratch_len, scratch_len_rows};
+use edgekv::attention::AttentionParams;
 use edgekv::{
     CacheConfig, ElementFormat, FreeList, HeapArenas, KvCache, PoolKind, SeqId, SeqMode, Shape,
 };
@@ -222,9 +222,15 @@ fn with_layers(
     f(&cache, s);
 }
 
+/// The scratch of one query row at a time in pages of `PAGE_TOKENS` (no rotation).
+fn one_row_scratch(shape: Shape, q_heads: u16) -> Vec<f32> {
+    let cfg = CacheConfig::new(shape).with_page_tokens(PAGE_TOKENS);
+    vec![0f32; cfg.scratch_len(q_heads, 1)]
+}
+
 fn bench_attention(c: &mut Criterion) {
     let params = AttentionParams::new(SHAPE, Q_HEADS);
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS, SHAPE.head_dim)];
+    let mut scratch = one_row_scratch(SHAPE, Q_HEADS);
     let mut g = c.benchmark_group("attention_decode");
     for ctx in CONTEXTS {
         let k = rows(1, ctx);
@@ -321,7 +327,7 @@ fn bench_attention(c: &mut Criterion) {
 fn alternating() {
     const ROUNDS: usize = 31;
     let params = AttentionParams::new(SHAPE, Q_HEADS);
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS, SHAPE.head_dim)];
+    let mut scratch = one_row_scratch(SHAPE, Q_HEADS);
     for ctx in CONTEXTS {
         let (k, v) = (rows(1, ctx), rows(2, ctx));
         let q: Vec<f32> = rows(3, GROUP).into_iter().map(|x| x * 0.5).collect();
@@ -505,7 +511,7 @@ fn peer(ctx: usize) {
     let (shape, q_heads) = peer_shape();
     let (kvh, hd) = (shape.kv_heads as usize, shape.head_dim as usize);
     let params = AttentionParams::new(shape, q_heads);
-    let mut scratch = vec![0f32; scratch_len(q_heads, PAGE_TOKENS, shape.head_dim)];
+    let mut scratch = one_row_scratch(shape, q_heads);
     let (k, v) = (rows_of(1, ctx, kvh, hd), rows_of(2, ctx, kvh, hd));
     let q: Vec<f32> = rows_of(3, 1, q_heads as usize, hd)
         .into_iter()
@@ -599,14 +605,14 @@ fn peer(ctx: usize) {
 /// `EDGEKV_THREADS=<n> cargo bench --bench attention`: Q8_0 attention in one call against the
 /// same split over `n` threads three ways (the same bits): scoped threads started in each call
 /// (`KvCache::attention_threads`), a `Workers` team kept between calls whose idle workers spin
-/// (`attention_on`, default 1 ms spin: back-to-back calls find them spinning), and a team whose
-/// workers sleep between calls (spin 0: every call wakes them). Alternating rounds at each
+/// (`attention_workers`, default 1 ms spin: back-to-back calls find them spinning), and a team
+/// whose workers sleep between calls (spin 0: every call wakes them). Alternating rounds at each
 /// context, decode (one row) and a 64-row prefill; medians and speed-ups.
 fn threads_mode(n: usize) {
     const ROUNDS: usize = 31;
     const WAYS: [&str; 4] = ["one call", "scoped", "team", "team, sleeping"];
     let params = AttentionParams::new(SHAPE, Q_HEADS);
-    let mut scratch = vec![0f32; scratch_len(Q_HEADS, PAGE_TOKENS, SHAPE.head_dim)];
+    let mut scratch = one_row_scratch(SHAPE, Q_HEADS);
     let mut spinning = edgekv::Workers::new(n).expect("workers");
     let mut sleeping = edgekv::Workers::with_spin(n, std::time::Duration::ZERO).expect("workers");
     for ctx in CONTEXTS {
@@ -637,8 +643,12 @@ fn threads_mode(n: usize) {
                             match i {
                                 0 => c.attention(s, 0, first, q, out, &params, &mut scratch),
                                 1 => c.attention_threads(s, 0, first, q, out, &params, n),
-                                2 => c.attention_on(&mut spinning, s, 0, first, q, out, &params),
-                                _ => c.attention_on(&mut sleeping, s, 0, first, q, out, &params),
+                                2 => {
+                                    c.attention_workers(s, 0, first, q, out, &params, &mut spinning)
+                                }
+                                _ => {
+                                    c.attention_workers(s, 0, first, q, out, &params, &mut sleeping)
+                                }
                             }
                             .expect("attention");
                         }
@@ -661,8 +671,9 @@ fn threads_mode(n: usize) {
 }
 
 /// `EDGEKV_BLOCKS=1 cargo bench --bench attention`: prefill attention (all query rows of one
-/// call over the keys before them) one row at a time (the scratch of `scratch_len`) against
-/// blocks of 2, 4 and 8 rows (`scratch_len_rows`; the same bits), for Q8_0, f16 and Q4_0 pages,
+/// call over the keys before them) one row at a time (the scratch of
+/// `CacheConfig::scratch_len(q_heads, 1)`) against blocks of 2, 4 and 8 rows
+/// (`CacheConfig::scratch_len(q_heads, rows)`; the same bits), for Q8_0, f16 and Q4_0 pages,
 /// in alternating rounds; medians and speed-ups. Cases: 64 rows at the end of 512 and 2,048
 /// keys, and the model bench's warm prefill (rows 656–768, after 656 reused tokens).
 fn blocks_mode() {
@@ -682,8 +693,7 @@ fn blocks_mode() {
                 let first = (ctx - n_q) as u32;
                 let mut outs: [Vec<f32>; 4] = Default::default();
                 outs.iter_mut().for_each(|o| *o = vec![0f32; q.len()]);
-                let mut scratches =
-                    BLOCKS.map(|b| vec![0f32; scratch_len_rows(c.config(), Q_HEADS, b)]);
+                let mut scratches = BLOCKS.map(|b| vec![0f32; c.config().scratch_len(Q_HEADS, b)]);
                 let mut times: [Vec<f64>; 4] = Default::default();
                 for _ in 0..ROUNDS {
                     for (i, t) in times.iter_mut().enumerate() {

@@ -99,7 +99,7 @@ fn report<'a, A: PageAllocator<'a>>(
 }
 
 fn check<'a, A: PageAllocator<'a>>(c: &KvCache<'a, A>) -> Result<(), Box<dyn Error>> {
-    let mut scratch = vec![0u16; c.layout().num_pages as usize];
+    let mut scratch = vec![0u16; c.arena_plan().num_pages as usize];
     c.check_invariants(&mut scratch)
         .map_err(|e| format!("invariant broken: {e}"))?;
     Ok(())

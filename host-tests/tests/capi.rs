@@ -1,8 +1,9 @@
 //! The C ABI from C: the committed header matches what cbindgen generates from the `edgekv-capi`
-//! crate, and two C programs compiled with the system C compiler against its static library —
-//! `c/capi_test.c` (the whole flow and every error path) and `c/decode_loop.c` (a vendor-SDK
+//! crate, and three C programs compiled with the system C compiler against its static library —
+//! `c/capi_test.c` (the whole flow and every error path), `c/decode_loop.c` (a vendor-SDK
 //! style decode loop on heap arenas: prefix reuse, forks, snapshot and restore, bit-exact against
-//! cold runs) — pass, plain and under AddressSanitizer (leaks included) and
+//! cold runs) and `c/grouped_test.c` (a cache of layer groups: plan, create, write, attention
+//! bit-exact against plain caches, release past the window, bad group configurations) — pass, plain and under AddressSanitizer (leaks included) and
 //! UndefinedBehaviorSanitizer.
 //!
 //! Regenerate the header: `EDGEKV_BLESS=1 cargo test -p edgekv-host-tests --test capi`.
@@ -140,8 +141,8 @@ fn c_programs_run_against_the_staticlib() {
         "cargo build -p edgekv-capi",
     );
     let lib = dir.join("debug/libedgekv_capi.a");
-    // The contract test, and a decode loop as a vendor SDK integration would run it.
-    let programs = ["capi_test", "decode_loop"];
+    // The contract test, a decode loop as a vendor SDK integration would run it, layer groups.
+    let programs = ["capi_test", "decode_loop", "grouped_test"];
     // Strict C99 (the header's stated minimum), pedantic, every warning an error.
     const STRICT: [&str; 6] = [
         "-std=c99",

@@ -94,9 +94,9 @@ impl ScratchPlan {
     /// `q_dim`), Q, K and V, gate and up (`ffn` each), the quantized activation row (`widest /
     /// 4` f32s of codes plus two f32s per 32 values: Q8_0 / Q8_1 scales and sums, or Q8_K's
     /// scale per 256 values and i16 sums per 16 values in the same room); plus one attention
-    /// scratch (`heads × (page_tokens + 4 + 3 · head_dim)`: `edgekv::attention::scratch_len`
+    /// scratch (`heads × (page_tokens + 4 + 3 · head_dim)`: `edgekv::CacheConfig::scratch_len`
     /// and a rotated query row) with room for a block of `min(rows, BLOCK_ROWS)` query rows
-    /// computed together (`edgekv::attention::block_scratch_len`: faster prefill, the same
+    /// computed together (`CacheConfig::scratch_len` with rows: faster prefill, the same
     /// bits; see [`with_attention_rows`](Self::with_attention_rows) for less memory). Zero rows,
     /// a model wider than `u16` heads or sizes past `usize` are errors.
     ///
@@ -140,15 +140,8 @@ impl ScratchPlan {
         } else {
             rows
         };
-        let attn = tri!(add(
-            attention_scratch(config.heads, config.head_dim, page_tokens),
-            edgekv::attention::block_scratch_len(
-                config.heads as u16,
-                page_tokens,
-                config.head_dim as u16,
-                block
-            )
-        ));
+        let attn =
+            scratch_config(config.head_dim, page_tokens).scratch_len(config.heads as u16, block);
         let scratch = tri!(add(tri!(mul(per_row, rows)), attn));
         let scratch_bytes = tri!(mul(scratch, 4));
         Ok(ScratchPlan {
@@ -258,8 +251,16 @@ impl<'s> Parts<'s> {
     }
 }
 
-/// Attention scratch for `heads` query heads: `edgekv::attention::scratch_len`, plus one rotated
-/// query row so that caches with rotated keys work too (`scratch_len_for`'s most).
-const fn attention_scratch(heads: usize, head_dim: usize, page_tokens: u16) -> usize {
-    edgekv::attention::scratch_len(heads as u16, page_tokens, head_dim as u16) + heads * head_dim
+/// A configuration whose attention scratch is the most any cache of this head and page size
+/// needs (keys rotated: one rotated query row more), so that caches with or without rotation
+/// work.
+const fn scratch_config(head_dim: usize, page_tokens: u16) -> edgekv::CacheConfig {
+    let shape = edgekv::Shape {
+        layers: 1,
+        kv_heads: 1,
+        head_dim: head_dim as u16,
+    };
+    edgekv::CacheConfig::new(shape)
+        .with_page_tokens(page_tokens)
+        .with_rotations(edgekv::Rotation::Hadamard, edgekv::Rotation::None)
 }

@@ -266,7 +266,7 @@ impl<'a, 'm> Session<'a, 'm> {
 
     /// Bytes of K and V one token occupies over all layers (scales included).
     pub fn bytes_per_token(&self) -> usize {
-        let g = &self.cache.layout().geometry;
+        let g = &self.cache.arena_plan().geometry;
         g.layers as usize
             * (g.k_row_bytes + g.k_scale_row_bytes + g.v_row_bytes + g.v_scale_row_bytes)
     }

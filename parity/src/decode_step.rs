@@ -65,7 +65,7 @@ impl StepShape {
     /// f32s of work buffer [`decode_step_of`] needs for this shape: one query and one output
     /// row, one K and one V row, attention scratch.
     pub const fn work_f32(&self) -> usize {
-        2 * self.q_row() + 2 * self.kv_row() + scratch_len_for(&self.config(), self.q_heads)
+        2 * self.q_row() + 2 * self.kv_row() + self.config().scratch_len(self.q_heads, 1)
     }
 }
 

@@ -47,7 +47,7 @@ use core::ops::Range;
 pub mod snapshot;
 
 use crc::{CRC_32_ISO_HDLC, Crc};
-use edgekv::attention::{AttentionParams, scratch_len_for};
+use edgekv::attention::AttentionParams;
 use edgekv::prefix::plan_prefill;
 use edgekv::{
     CacheConfig, ElementFormat, FreeList, KvCache, META_ALIGN, PageAllocator, Rotation, SeqId,

@@ -44,7 +44,7 @@ pub const DATA_BYTES: usize = DATA_USED + DATA_ALIGN;
 /// Bytes the caller's metadata arena needs (the largest plan of any case, plus room to align).
 pub const META_BYTES: usize = max_meta() + META_ALIGN;
 /// Scratch f32s of one attention call (the most: a case with rotated keys).
-pub const SCRATCH_F32: usize = scratch_len_for(&Case::PagedQ4_0Rot.config(), Q_HEADS);
+pub const SCRATCH_F32: usize = Case::PagedQ4_0Rot.config().scratch_len(Q_HEADS, 1);
 /// f32s of the caller's work buffer: queries and outputs of [`MAX_ROWS`] rows, one K and one V
 /// row, attention scratch.
 pub const WORK_F32: usize = 2 * MAX_ROWS * Q_ROW + 2 * KV_ROW + SCRATCH_F32;

@@ -206,7 +206,7 @@ pub fn c_programs() -> Result<(), String> {
     )?;
     let out = root.join("target").join(TARGET).join("c-programs");
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-    for name in ["capi_test", "decode_loop"] {
+    for name in ["capi_test", "decode_loop", "grouped_test"] {
         let src = root.join(format!("host-tests/tests/c/{name}.c"));
         let static_exe = out.join(format!("{name}_static"));
         let mut cc = compile(&root, &src, &static_exe);

@@ -24,7 +24,7 @@ use core::mem::MaybeUninit;
 
 use cortex_m as _; // the critical-section implementation (single core)
 use cortex_m_rt::{ExceptionFrame, entry, exception};
-use edgekv::attention::{AttentionParams, Window, scratch_len};
+use edgekv::attention::{AttentionParams, Window};
 use edgekv::prefix::plan_prefill;
 use edgekv::{
     ArenaBuf, CacheConfig, ElementFormat, FreeList, Kv, KvCache, PageAllocator, Plan, SeqId,
@@ -242,7 +242,7 @@ fn session(data: &mut [MaybeUninit<u8>], meta: &mut [MaybeUninit<u8>]) -> Result
     Ok(crc.finish())
 }
 
-const SCRATCH: usize = scratch_len(Q_HEADS, PAGE_TOKENS, SHAPE.head_dim);
+const SCRATCH: usize = CFG.scratch_len(Q_HEADS, 1);
 
 /// Prefills `prompt[from..]` of `seq` in chunks aligned to C: reserve, write K/V, attend the
 /// chunk's queries, check them against the dense reference, optionally keep the outputs.

@@ -6,7 +6,7 @@
 
 use core::mem::MaybeUninit;
 
-use edgekv::attention::{AttentionParams, scratch_len};
+use edgekv::attention::AttentionParams;
 use edgekv::prefix::{namespace, plan_prefill};
 use edgekv::{CacheConfig, ElementFormat, FreeList, KvCache, PageAllocator, SeqId, SeqMode, Shape};
 use static_cell::ConstStaticCell;
@@ -181,7 +181,7 @@ pub fn run(data: &mut [MaybeUninit<u8>]) -> Result<(), edgekv::Error> {
     let mut q = [0f32; Q_ROW];
     let mut out = [0f32; Q_ROW];
     let mut want = [0f32; Q_ROW];
-    let mut scratch = [0f32; scratch_len(Q_HEADS, PAGE, SHAPE.head_dim)];
+    let mut scratch = [0f32; CONFIG.scratch_len(Q_HEADS, 1)];
     let stats = cache.stats();
     defmt::println!(
         "demo: {=u16} layers, {=u16} kv heads x {=u16}, int8 (Q8_0) K and V, {=u16} pages of {=u16} tokens, chunk {=u16}, window {=u32} + {=u32} sinks",

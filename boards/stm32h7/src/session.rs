@@ -13,7 +13,7 @@
 //!
 //! Every attention output goes into a CRC-32 (ISO-HDLC, little-endian f32 bytes).
 
-use edgekv::attention::{AttentionParams, Window, scratch_len};
+use edgekv::attention::{AttentionParams, Window};
 use edgekv::prefix::plan_prefill;
 use edgekv::{
     CacheConfig, ElementFormat, FreeList, Kv, KvCache, PageAllocator, Plan, SeqId, SeqMode, Shape,
@@ -58,7 +58,7 @@ const Q_ROW: usize = Q_HEADS as usize * SHAPE.head_dim as usize;
 const KV_ROW: usize = SHAPE.kv_heads as usize * SHAPE.head_dim as usize;
 /// Query rows per attention call (results do not depend on it).
 const ROWS: usize = 4;
-const SCRATCH: usize = scratch_len(Q_HEADS, PAGE_TOKENS, SHAPE.head_dim);
+const SCRATCH: usize = CFG.scratch_len(Q_HEADS, 1);
 /// f32s of the work buffer: queries and outputs of [`ROWS`] rows, a K and a V row, scratch.
 pub const WORK_F32: usize = 2 * ROWS * Q_ROW + 2 * KV_ROW + SCRATCH;
 

@@ -15,7 +15,7 @@ use super::page::{
     Heads, Keys, Layout, PageSlices, Scratch, finish_row, k_rotated, kept_by, merge, prepare_query,
     segment_pages, segments,
 };
-use super::{Window, block_scratch_len};
+use super::{Window, block_len};
 use crate::arch::query::{self, QueryCodes};
 use crate::error::Result;
 
@@ -30,7 +30,7 @@ pub(crate) fn rows_for(l: &Layout, room: usize) -> usize {
     let q_heads = (l.kv_heads * l.group) as u16;
     (2..=MAX_ROWS)
         .rev()
-        .find(|&b| block_scratch_len(q_heads, l.page_tokens as u16, l.head_dim as u16, b) <= room)
+        .find(|&b| block_len(q_heads, l.page_tokens as u16, l.head_dim as u16, b) <= room)
         .unwrap_or(1)
 }
 

@@ -28,10 +28,10 @@ mod params;
 #[cfg(feature = "small-code")]
 mod small;
 
-pub use params::{
-    AttentionParams, BLOCK_ROWS, Window, block_scratch_len, scratch_len, scratch_len_for,
-    scratch_len_rows,
-};
+pub use params::{AttentionParams, BLOCK_ROWS, Window};
+pub(crate) use params::{block_len, group_scratch_len};
+#[allow(deprecated)]
+pub use params::{block_scratch_len, scratch_len, scratch_len_for, scratch_len_rows};
 
 /// Rows of a block (`attention::block`); one in `small-code` builds.
 const fn block_rows() -> usize {

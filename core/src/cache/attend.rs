@@ -6,11 +6,11 @@ use crate::alloc::{NO_PAGE, PageAllocator};
 use crate::attention::page::{Layout, PageSlices, attend};
 #[cfg(feature = "std")]
 use crate::attention::page::{Scratch, SegmentState, finish_row, merge, segment, segments};
-use crate::attention::{AttentionParams, scratch_len_for};
+use crate::attention::{AttentionParams, group_scratch_len};
 #[cfg(feature = "std")]
-use crate::attention::{BLOCK_ROWS, block_scratch_len};
+use crate::attention::{BLOCK_ROWS, block_len};
 use crate::error::{ConfigError, Error, Result};
-use crate::planner::PoolKind;
+use crate::plan::PoolKind;
 use crate::sequence::SeqId;
 use crate::shape::Kv;
 #[cfg(feature = "std")]
@@ -20,8 +20,8 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Causal attention of queries at absolute positions `[start, start + n)` of `seq` over its
     /// keys and values in `layer`: query position `t` attends to keys `[0, t]` (or the window's
     /// subset). `q` and `out` are `[n][q_heads][head_dim]` f32; `scratch` holds at least
-    /// [`scratch_len_for`] f32s ([`scratch_len`](crate::attention::scratch_len) without rotated
-    /// keys); with [`scratch_len_rows`](crate::attention::scratch_len_rows) f32s, up to
+    /// [`CacheConfig::scratch_len`](crate::CacheConfig::scratch_len)`(q_heads, 1)` f32s; with
+    /// `scratch_len(q_heads, rows)` f32s, up to
     /// [`BLOCK_ROWS`](crate::attention::BLOCK_ROWS) consecutive rows are computed in one pass
     /// over the pages they share (each K and V row read once for all of them), with the bits of
     /// one row at a time. Softmax runs online, one rescale per
@@ -57,7 +57,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     ) -> Result<()> {
         let params = &self.layer_params(layer, params);
         let (layout, table) = self.attention_layout(seq, layer, start, q, out, params, || {
-            scratch.len() >= scratch_len_for(&self.config, params.q_heads)
+            scratch.len() >= group_scratch_len(&self.config, params.q_heads)
         })?;
         attend(&layout, params.window, start, q, out, scratch, &|i| {
             // Present and in range: `attention_layout` made sure before `out` was touched.
@@ -110,22 +110,23 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     }
 
     /// [`attention_threads`](Self::attention_threads) on a [`Workers`](crate::Workers) team kept
-    /// between calls: the same split, the same bits, without starting threads.
+    /// between calls: the same split, the same bits, without starting threads. The team comes
+    /// last, where [`attention_threads`](Self::attention_threads) takes its thread count.
     ///
     /// # Errors
     ///
     /// As [`attention_threads`](Self::attention_threads).
     #[cfg(feature = "std")]
     #[allow(clippy::too_many_arguments)]
-    pub fn attention_on(
+    pub fn attention_workers(
         &self,
-        workers: &mut Workers,
         seq: SeqId,
         layer: u16,
         start: u32,
         q: &[f32],
         out: &mut [f32],
         params: &AttentionParams,
+        workers: &mut Workers,
     ) -> Result<()>
     where
         Self: Sync,
@@ -139,6 +140,34 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             params,
             &mut Team::Workers(workers),
         )
+    }
+
+    /// [`attention_workers`](Self::attention_workers) with the team first (the former argument
+    /// order).
+    ///
+    /// # Errors
+    ///
+    /// As [`attention_workers`](Self::attention_workers).
+    #[cfg(feature = "std")]
+    #[allow(clippy::too_many_arguments)]
+    #[deprecated(
+        note = "the team now comes last, as `attention_threads`' thread count: \
+                `attention_workers(seq, layer, start, q, out, params, workers)`"
+    )]
+    pub fn attention_on(
+        &self,
+        workers: &mut Workers,
+        seq: SeqId,
+        layer: u16,
+        start: u32,
+        q: &[f32],
+        out: &mut [f32],
+        params: &AttentionParams,
+    ) -> Result<()>
+    where
+        Self: Sync,
+    {
+        self.attention_workers(seq, layer, start, q, out, params, workers)
     }
 
     /// The split of [`attention_threads`](Self::attention_threads) on `team`.
@@ -160,7 +189,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let params = &self.layer_params(layer, params);
         let (layout, table) = self.attention_layout(seq, layer, start, q, out, params, || true)?;
         let heads = layout.kv_heads * layout.group;
-        let need = scratch_len_for(&self.config, params.q_heads);
+        let need = group_scratch_len(&self.config, params.q_heads);
         let page = |i: usize| {
             let page = table.get(i).copied().unwrap_or(NO_PAGE);
             self.page_slices(layer, page)
@@ -183,7 +212,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         let blocks = n.div_ceil(b);
         let t = t.min(blocks);
         let need = need
-            + block_scratch_len(
+            + block_len(
                 params.q_heads,
                 layout.page_tokens as u16,
                 layout.head_dim as u16,
@@ -239,7 +268,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     ) -> Result<()> {
         let segs = segments(layout, t);
         let n = team.threads().clamp(1, segs);
-        let need = scratch_len_for(&self.config, params.q_heads);
+        let need = group_scratch_len(&self.config, params.q_heads);
         let q_heads = layout.kv_heads * layout.group;
         // Thread `k` computes segments `k·segs/n..(k+1)·segs/n`, each kept whole.
         let run = |k: usize| -> Result<std::vec::Vec<SegmentState>> {

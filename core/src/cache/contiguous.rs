@@ -27,9 +27,7 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             if held > 0 {
                 let start = *self.seqs.entry_mut(slot, 0);
                 let end = start as usize + held;
-                if end < crate::planner::MAX_PAGES
-                    && self.pool.extend_run(end as PageId, cap - held)
-                {
+                if end < crate::plan::MAX_PAGES && self.pool.extend_run(end as PageId, cap - held) {
                     for i in held..cap {
                         *self.seqs.entry_mut(slot, i) = start + i as PageId;
                     }

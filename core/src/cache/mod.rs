@@ -25,7 +25,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use crate::alloc::{FreeList, PageAllocator, PageId};
 use crate::arena::zeroed;
 use crate::error::{ConfigError, Error, Result};
-use crate::planner::{CacheConfig, META_ALIGN, Plan, PoolKind, SEQ_RECORD_BYTES};
+use crate::plan::{CacheConfig, META_ALIGN, Plan, PoolKind, SEQ_RECORD_BYTES};
 use crate::pool::{PagePool, PageState};
 use crate::prefix::index::PrefixIndex;
 use crate::prefix::{PageHasher, page_hash};
@@ -248,7 +248,14 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         &self.config
     }
 
-    /// The plan (page count, geometry, offsets).
+    /// The plan the cache was built with: its page count, page geometry and both arenas' layouts
+    /// (every pool's offset in the data arena, see [`Plan`]).
+    pub fn arena_plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The plan the cache was built with.
+    #[deprecated(note = "renamed: `arena_plan` (it returns the arenas' `Plan`)")]
     pub fn layout(&self) -> &Plan {
         &self.plan
     }

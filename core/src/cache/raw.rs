@@ -4,7 +4,7 @@
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator, PageId};
 use crate::error::{ConfigError, Error, Result};
-use crate::planner::PoolKind;
+use crate::plan::PoolKind;
 use crate::sequence::SeqId;
 
 impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
@@ -162,7 +162,7 @@ mod tests {
             KvCache::new(config(), data.as_uninit_mut(), meta.as_uninit_mut()).unwrap();
         let a = cache.create_sequence(SeqMode::Paged).unwrap();
         cache.reserve(a, 4).unwrap();
-        let stride = cache.layout().geometry.v_stride;
+        let stride = cache.arena_plan().geometry.v_stride;
         let ok = vec![1u8; stride];
         assert_eq!(
             cache.pool_bytes(2, PoolKind::KValues),

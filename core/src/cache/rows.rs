@@ -7,7 +7,7 @@ use core::ops::Range;
 use crate::alloc::{NO_PAGE, PageId};
 use crate::error::{ConfigError, Error, Result};
 use crate::format::{Element, ElementFormat, Rotation};
-use crate::planner::Plan;
+use crate::plan::Plan;
 use crate::pool::PageState;
 use crate::quant::{decode_rotated, encode_rotated};
 use crate::sequence::SeqId;

@@ -7,7 +7,7 @@ use embedded_storage::nor_flash::{NorFlash, ReadNorFlash};
 use super::KvCache;
 use crate::alloc::{NO_PAGE, PageAllocator};
 use crate::error::Error;
-use crate::planner::PoolKind;
+use crate::plan::PoolKind;
 use crate::sequence::{SeqId, SeqMode};
 use crate::snapshot::{HEADER_BYTES, Header, Reader, SnapshotError, Writer, image_writer};
 

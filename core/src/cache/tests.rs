@@ -50,7 +50,7 @@ pub(crate) fn cache<'a, A: PageAllocator<'a>>(
     let data = aligned(&mut a.data, cfg.align, plan.data_bytes);
     let meta = aligned(&mut a.meta, META_ALIGN, plan.meta.total);
     let c = KvCache::<A>::new(cfg, data, meta).unwrap();
-    assert_eq!(c.layout().num_pages as usize, pages);
+    assert_eq!(c.arena_plan().num_pages as usize, pages);
     c
 }
 
@@ -97,7 +97,7 @@ fn write_all<'a, A: PageAllocator<'a>>(
 }
 
 fn invariants<'a, A: PageAllocator<'a>>(c: &KvCache<'a, A>) {
-    let mut scratch = std::vec![0u16; c.layout().num_pages as usize];
+    let mut scratch = std::vec![0u16; c.arena_plan().num_pages as usize];
     c.check_invariants(&mut scratch).unwrap();
 }
 
@@ -110,7 +110,9 @@ struct Observed {
 }
 
 fn observe<'a, A: PageAllocator<'a>>(c: &KvCache<'a, A>, seqs: &[SeqId]) -> Observed {
-    let states = (0..c.layout().num_pages).map(|p| c.page_state(p)).collect();
+    let states = (0..c.arena_plan().num_pages)
+        .map(|p| c.page_state(p))
+        .collect();
     let seqs = seqs
         .iter()
         .filter_map(|&s| {
@@ -174,7 +176,7 @@ fn page_bytes_are_token_major_little_endian() {
     let off = ROW * 4; // position 5 is row 1 of the second page
     let want: Vec<u8> = row(3, 5).iter().flat_map(|x| x.to_le_bytes()).collect();
     assert_eq!(&bytes[off..off + ROW * 4], &want[..]);
-    let plan = *c.layout();
+    let plan = *c.arena_plan();
     let base = c.data_ptr() as usize;
     assert_eq!(
         bytes.as_ptr() as usize - base,
@@ -596,7 +598,7 @@ fn one_buffer_split_in_two() {
     let cfg = cfg();
     let mut buf = crate::ArenaBuf::<{ 64 * 1024 }>::new();
     let mut c: KvCache<'_, Bitmap<'_>> = KvCache::new_split(cfg, buf.as_uninit_mut()).unwrap();
-    let plan = *c.layout();
+    let plan = *c.arena_plan();
     assert!(plan.split_bytes().unwrap() <= 64 * 1024);
     let s = c.create_sequence(SeqMode::Contiguous).unwrap();
     c.reserve(s, plan.token_capacity() as u32).unwrap();

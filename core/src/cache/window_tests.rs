@@ -5,7 +5,7 @@
 use super::tests::{arenas, cache};
 use super::*;
 use crate::alloc::NO_PAGE;
-use crate::attention::{AttentionParams, scratch_len_for};
+use crate::attention::AttentionParams;
 use crate::config::GroupWindow;
 use crate::sequence::SeqMode;
 use crate::shape::Shape;
@@ -62,7 +62,7 @@ fn state(c: &KvCache<'_>, seqs: &[SeqId]) -> Vec<u64> {
 }
 
 fn invariants(c: &KvCache<'_>) {
-    let mut scratch = std::vec![0u16; c.layout().num_pages as usize];
+    let mut scratch = std::vec![0u16; c.arena_plan().num_pages as usize];
     c.check_invariants(&mut scratch).unwrap();
 }
 
@@ -89,7 +89,7 @@ fn a_window_holds_its_bound_and_attends_as_an_explicit_window() {
         );
         let params = AttentionParams::new(SHAPE, 2);
         let explicit = params.with_window(sinks, window);
-        let mut scratch = std::vec![0f32; scratch_len_for(&c1, 2)];
+        let mut scratch = std::vec![0f32; c1.scratch_len(2, 1)];
         for _ in 0..STEPS {
             let pos = push(&mut c, s).unwrap();
             push(&mut r, t).unwrap();
@@ -146,7 +146,7 @@ fn truncate_within_the_rollback_and_refused_past_it() {
                 }
                 // The truncated copy continues: attention at its new length sees its window.
                 push(&mut c, f).unwrap();
-                let mut scratch = std::vec![0f32; scratch_len_for(&c1, 1)];
+                let mut scratch = std::vec![0f32; c1.scratch_len(1, 1)];
                 let mut out = [0f32; 4];
                 let p = AttentionParams::new(SHAPE, 1);
                 c.attention(f, 0, len, &[1.0; 4], &mut out, &p, &mut scratch)

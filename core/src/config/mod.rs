@@ -1,6 +1,6 @@
 //! [`CacheConfig`]: everything a cache is configured with, and its builder methods; its layer
 //! groups are in `groups.rs`. What a configuration plans to (geometry, arena sizes) is the
-//! planner's (`crate::planner`).
+//! planner's (`crate::plan`).
 
 mod groups;
 

@@ -24,11 +24,10 @@ pub use prefix::GroupedPrefixHit;
 use core::mem::MaybeUninit;
 
 use crate::alloc::{FreeList, PageAllocator};
-use crate::attention::scratch_len_for;
 use crate::cache::{InvariantViolation, KvCache, Stats, next_epoch};
 use crate::config::{CacheConfig, MAX_GROUPS};
 use crate::error::{ConfigError, Error, Result};
-use crate::planner::{GroupedPlan, META_ALIGN};
+use crate::plan::{GroupedPlan, META_ALIGN};
 use crate::sequence::SeqId;
 
 /// A KV cache over the layer groups of a [`CacheConfig`] (see the module docs of
@@ -265,10 +264,10 @@ impl<'a, A: PageAllocator<'a>> GroupedCache<'a, A> {
     }
 
     /// The f32s of scratch [`attention`](Self::attention) needs for `q_heads` query heads on
-    /// any layer: the most any group needs ([`scratch_len_for`] of its configuration).
+    /// any layer: the most any group needs ([`CacheConfig::scratch_len`]`(q_heads, 1)`).
     pub fn scratch_len(&self, q_heads: u16) -> usize {
         self.groups()
-            .map(|c| scratch_len_for(c.config(), q_heads))
+            .map(|c| c.config().scratch_len(q_heads, 1))
             .max()
             .unwrap_or(0)
     }

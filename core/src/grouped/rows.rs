@@ -139,29 +139,29 @@ impl<'a, A: PageAllocator<'a>> GroupedCache<'a, A> {
         c.attention_threads(seq, l, start, q, out, params, threads)
     }
 
-    /// [`attention`](Self::attention) on a [`Workers`] team (see
-    /// [`KvCache::attention_on`](crate::KvCache::attention_on)).
+    /// [`attention`](Self::attention) on a [`Workers`] team, given last (see
+    /// [`KvCache::attention_workers`](crate::KvCache::attention_workers)).
     ///
     /// # Errors
     ///
-    /// As [`KvCache::attention_on`](crate::KvCache::attention_on).
+    /// As [`KvCache::attention_workers`](crate::KvCache::attention_workers).
     #[cfg(feature = "std")]
     #[allow(clippy::too_many_arguments)]
-    pub fn attention_on(
+    pub fn attention_workers(
         &self,
-        workers: &mut Workers,
         seq: SeqId,
         layer: u16,
         start: u32,
         q: &[f32],
         out: &mut [f32],
         params: &AttentionParams,
+        workers: &mut Workers,
     ) -> Result<()>
     where
         crate::KvCache<'a, A>: Sync,
     {
         let (c, l) = self.route(layer)?;
-        c.attention_on(workers, seq, l, start, q, out, params)
+        c.attention_workers(seq, l, start, q, out, params, workers)
     }
 
     /// The bytes of one value page `(layer, kv, page)` of the layer's group (page ids are the

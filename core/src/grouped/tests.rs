@@ -126,7 +126,7 @@ fn one_group_is_a_kv_cache_call_for_call() {
     let mut g: GroupedCache = GroupedCache::new(cfg, d, m).unwrap();
     let (d, m) = m2.arenas(one.data_bytes, one.meta.total);
     let mut k: KvCache = KvCache::new(cfg, d, m).unwrap();
-    assert_eq!(g.group(0).unwrap().layout(), k.layout());
+    assert_eq!(g.group(0).unwrap().arena_plan(), k.arena_plan());
 
     let (a, b) = (
         g.create_sequence(SeqMode::Paged).unwrap(),
@@ -212,8 +212,8 @@ fn layers_reach_their_groups_and_windows_release_pages() {
     let mut mem = Mem::new(plan.data_bytes, plan.meta_bytes);
     let (d, m) = mem.arenas(plan.data_bytes, plan.meta_bytes);
     let mut c: GroupedCache = GroupedCache::new(cfg, d, m).unwrap();
-    assert_eq!(c.group(0).unwrap().layout().num_pages, 16);
-    assert_eq!(c.group(1).unwrap().layout().num_pages, 40);
+    assert_eq!(c.group(0).unwrap().arena_plan().num_pages, 16);
+    assert_eq!(c.group(1).unwrap().arena_plan().num_pages, 40);
     assert_eq!(c.group(0).unwrap().config().shape.layers, 2);
     assert_eq!(c.group(1).unwrap().config().k_format, ElementFormat::Q8_0);
     assert_eq!(

@@ -110,4 +110,4 @@ impl SeqRecord {
     }
 }
 
-const _: () = assert!(core::mem::size_of::<SeqRecord>() == crate::planner::SEQ_RECORD_BYTES);
+const _: () = assert!(core::mem::size_of::<SeqRecord>() == crate::plan::SEQ_RECORD_BYTES);

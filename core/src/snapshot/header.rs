@@ -5,7 +5,7 @@ use core::ops::Range;
 use super::SnapshotError;
 use crate::error::ConfigError;
 use crate::format::{ElementFormat, Q4Kind, Rotation};
-use crate::planner::{CacheConfig, PoolKind};
+use crate::plan::{CacheConfig, PoolKind};
 use crate::shape::Shape;
 
 /// First bytes of every image.

@@ -99,6 +99,6 @@ pub fn assert_rows<'a, A: PageAllocator<'a>>(
 
 /// Runs `check_invariants` with a scratch buffer.
 pub fn invariants<'a, A: PageAllocator<'a>>(cache: &KvCache<'a, A>) {
-    let mut scratch = vec![0u16; cache.layout().num_pages as usize];
+    let mut scratch = vec![0u16; cache.arena_plan().num_pages as usize];
     cache.check_invariants(&mut scratch).unwrap();
 }

@@ -3,8 +3,8 @@
 
 use std::vec::Vec;
 
-use edgekv::attention::{AttentionParams, scratch_len_for};
-use edgekv::{CacheConfig, HeapArena, KvCache, META_ALIGN, PageAllocator, Pool, SeqMode};
+use edgekv::attention::AttentionParams;
+use edgekv::{CacheConfig, HeapArena, KvCache, META_ALIGN, PageAllocator, PoolKind, SeqMode};
 
 use super::{AttentionJob, JobId, JobStatus, KvBinding, NpuQueue};
 use crate::{DevAddr, HalError, NO_OFFSET, Segment, SimMemory};
@@ -79,7 +79,7 @@ impl<'m> SoftwareNpu<'m> {
         let mut cache: KvCache = KvCache::new(config, data.as_uninit_mut(), meta.as_uninit_mut())?;
         let seq = cache.create_sequence(SeqMode::Paged)?;
         cache.reserve(seq, job.keys)?;
-        for (pool, pages_of) in Pool::ALL.into_iter().zip(&job.pools) {
+        for (pool, pages_of) in PoolKind::ALL.into_iter().zip(&job.pools) {
             let stride = plan.geometry.pool_stride(pool);
             if stride == 0 {
                 continue;
@@ -125,7 +125,7 @@ impl<'m> SoftwareNpu<'m> {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         let mut out = std::vec![0f32; n];
-        let mut scratch = std::vec![0f32; scratch_len_for(&job.config, job.params.q_heads)];
+        let mut scratch = std::vec![0f32; job.config.scratch_len(job.params.q_heads, 1)];
         cache.attention(seq, 0, job.start, &q, &mut out, &job.params, &mut scratch)?;
         let bytes: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.mem.device_write(job.out, &bytes)

@@ -20,7 +20,7 @@ pub use region::{NO_OFFSET, RegionBinding, bind_region};
 pub use segments::{Segment, segments};
 pub use staging::{gather, ingest};
 
-use edgekv::{Kv, KvCache, PageAllocator, Pool, SeqId};
+use edgekv::{Kv, KvCache, PageAllocator, PoolKind, SeqId};
 
 use crate::{AddressMap, CacheMaintenance, HalError, line_aligned};
 
@@ -66,8 +66,8 @@ pub fn read_view<'a, A: PageAllocator<'a>>(
         (values.len(), scales.len()),
     )?;
     // Cannot fail: the same lists were just computed.
-    segments(cache, map, seq, layer, Pool::values(kv), values)?;
-    segments(cache, map, seq, layer, Pool::scales(kv), scales)?;
+    segments(cache, map, seq, layer, PoolKind::values(kv), values)?;
+    segments(cache, map, seq, layer, PoolKind::scales(kv), scales)?;
     Ok(view)
 }
 
@@ -88,7 +88,7 @@ pub fn clean_view<'a, A: PageAllocator<'a>>(
     kv: Kv,
     capacity: (usize, usize),
 ) -> Result<ReadView, HalError> {
-    let (vp, sp) = (Pool::values(kv), Pool::scales(kv));
+    let (vp, sp) = (PoolKind::values(kv), PoolKind::scales(kv));
     let need = |pool| {
         let mut n = 0usize;
         segments::for_each_segment(cache, map, seq, layer, pool, |_| n += 1).map(|()| n)

@@ -1,7 +1,7 @@
 //! Region binding: the data arena as one device base region plus per-page offsets — the model of
 //! NPUs that take a few base pointers and fixed offsets (Ethos-U: at most 8 regions).
 
-use edgekv::{Kv, KvCache, NO_PAGE, PageAllocator, Pool, SeqId};
+use edgekv::{Kv, KvCache, NO_PAGE, PageAllocator, PoolKind, SeqId};
 
 use crate::{AddressMap, CacheMaintenance, DevAddr, HalError, line_aligned};
 
@@ -47,7 +47,7 @@ pub fn bind_region<'a, A: PageAllocator<'a>>(
     scales: &mut [u32],
 ) -> Result<RegionBinding, HalError> {
     let table = cache.page_table(seq)?;
-    let plan = cache.layout();
+    let plan = cache.arena_plan();
     let cpu = cache.data_ptr() as usize;
     let region = RegionBinding {
         base: map.to_device(cpu, plan.data_bytes)?,
@@ -55,7 +55,10 @@ pub fn bind_region<'a, A: PageAllocator<'a>>(
         len: plan.data_bytes,
         pages: table.len(),
     };
-    let pools = [(Pool::values(kv), &*values), (Pool::scales(kv), &*scales)];
+    let pools = [
+        (PoolKind::values(kv), &*values),
+        (PoolKind::scales(kv), &*scales),
+    ];
     let line = maint.line_size();
     for (pool, out) in pools {
         if plan.geometry.pool_stride(pool) == 0 {
@@ -74,7 +77,7 @@ pub fn bind_region<'a, A: PageAllocator<'a>>(
     }
     // Clean every bound page, then write the offsets: a failing clean leaves the outputs as
     // they were.
-    for pool in [Pool::values(kv), Pool::scales(kv)] {
+    for pool in [PoolKind::values(kv), PoolKind::scales(kv)] {
         if plan.geometry.pool_stride(pool) == 0 {
             continue;
         }
@@ -82,7 +85,10 @@ pub fn bind_region<'a, A: PageAllocator<'a>>(
             maint.clean_slice(cache.slot_bytes(layer, pool, page)?)?;
         }
     }
-    for (pool, out) in [(Pool::values(kv), values), (Pool::scales(kv), scales)] {
+    for (pool, out) in [
+        (PoolKind::values(kv), values),
+        (PoolKind::scales(kv), scales),
+    ] {
         if plan.geometry.pool_stride(pool) == 0 {
             continue;
         }

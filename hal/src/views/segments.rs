@@ -1,7 +1,7 @@
 //! Coalesced segment lists: a sequence's pages as (CPU address, device address, length) runs,
 //! the descriptors a DMA engine with linked lists takes.
 
-use edgekv::{KvCache, NO_PAGE, PageAllocator, Pool, SeqId};
+use edgekv::{KvCache, NO_PAGE, PageAllocator, PoolKind, SeqId};
 
 use crate::{AddressMap, DevAddr, HalError};
 
@@ -32,12 +32,12 @@ pub(crate) fn for_each_segment<'a, A: PageAllocator<'a>>(
     map: &impl AddressMap,
     seq: SeqId,
     layer: u16,
-    pool: Pool,
+    pool: PoolKind,
     mut f: impl FnMut(Segment),
 ) -> Result<(), HalError> {
     let table = cache.page_table(seq)?;
     let bytes = cache.pool_bytes(layer, pool)?;
-    let stride = cache.layout().geometry.pool_stride(pool);
+    let stride = cache.arena_plan().geometry.pool_stride(pool);
     if stride == 0 {
         return Ok(());
     }
@@ -111,7 +111,7 @@ pub fn segments<'a, A: PageAllocator<'a>>(
     map: &impl AddressMap,
     seq: SeqId,
     layer: u16,
-    pool: Pool,
+    pool: PoolKind,
     out: &mut [Segment],
 ) -> Result<usize, HalError> {
     let mut needed = 0usize;

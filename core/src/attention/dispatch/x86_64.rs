@@ -84,10 +84,11 @@ pub(crate) mod tests {
 
     use crate::alloc::FreeList;
     use crate::arch::available;
-    use crate::attention::{AttentionParams, scratch_len};
+    use crate::attention::AttentionParams;
+    use crate::attention::params::row_scratch_len;
     use crate::cache::tests::{arenas, cache};
     use crate::format::ElementFormat;
-    use crate::planner::CacheConfig;
+    use crate::plan::CacheConfig;
     use crate::sequence::SeqMode;
     use crate::shape::Shape;
 
@@ -188,7 +189,7 @@ pub(crate) mod tests {
                     ] {
                         let n = params.q_heads as usize * hd as usize;
                         let q = &q[..8 * n];
-                        let mut scratch = std::vec![0f32; scratch_len(params.q_heads, 16, hd)];
+                        let mut scratch = std::vec![0f32; row_scratch_len(params.q_heads, 16, hd)];
                         let run = |portable: bool, scratch: &mut [f32]| {
                             PORTABLE_ONLY.store(portable, Ordering::Relaxed);
                             let mut out = std::vec![0f32; q.len()];

@@ -242,3 +242,28 @@ fn all_windowed_groups_take_what_fits() {
     assert_eq!(plan.context_tokens, 8192);
     assert_eq!(cfg.plan_groups(100, 16), Err(ConfigError::ArenaTooSmall));
 }
+
+#[test]
+fn bytes_for_a_grouped_context() {
+    let cfg = gemma(ElementFormat::Q4_0);
+    // The context a 4 MiB arena gives needs no more than 4 MiB, and one more page of the
+    // global group more.
+    let plan = cfg.plan_groups(MIB4, 16).unwrap();
+    let need = cfg.plan_groups_for(plan.context_tokens, 1, 16).unwrap();
+    assert!(need.data_bytes <= plan.data_bytes);
+    assert_eq!(need.context_tokens, plan.context_tokens);
+    assert_eq!(need.group(0).unwrap().num_pages, 34);
+    assert_eq!(need.group(1).unwrap().num_pages, 2128 / 16);
+    // A context inside the window: every group holds all of it.
+    let short = cfg.plan_groups_for(100, 1, 16).unwrap();
+    assert_eq!(short.group(0).unwrap().num_pages, 7);
+    assert_eq!(short.group(1).unwrap().num_pages, 7);
+    assert_eq!(
+        cfg.plan_groups_for(0, 1, 16).map(|p| p.data_bytes),
+        Err(ConfigError::ZeroSize)
+    );
+    assert_eq!(
+        cfg.plan_groups_for(16, 2, 16).map(|p| p.data_bytes),
+        Err(ConfigError::Overflow)
+    );
+}

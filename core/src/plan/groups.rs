@@ -155,6 +155,50 @@ impl CacheConfig {
         self.assemble(&geos, &per_seq, &counts, alloc_bits_per_page)
     }
 
+    /// Plans every layer group for `seqs` sequences of `tokens_per_seq` positions each, without
+    /// sharing: a group that keeps every position gets `⌈tokens_per_seq / page_tokens⌉` pages per
+    /// sequence, a windowed group at most its per-sequence bound
+    /// ([`GroupWindow::pages_per_sequence`](crate::GroupWindow::pages_per_sequence)). The
+    /// arenas' sizes follow ([`data_bytes`](GroupedPlan::data_bytes),
+    /// [`meta_bytes`](GroupedPlan::meta_bytes)): the bytes a grouped context needs.
+    ///
+    /// # Errors
+    ///
+    /// [`ZeroSize`](ConfigError::ZeroSize) for zero tokens or sequences;
+    /// [`Overflow`](ConfigError::Overflow) past `max_seqs` sequences or `max_seq_tokens`
+    /// positions (the cache could not hold them) or past `usize`; as
+    /// [`plan_group_pages`](Self::plan_group_pages) otherwise.
+    pub const fn plan_groups_for(
+        &self,
+        tokens_per_seq: u32,
+        seqs: u16,
+        alloc_bits_per_page: usize,
+    ) -> Result<GroupedPlan, ConfigError> {
+        if tokens_per_seq == 0 || seqs == 0 || self.page_tokens == 0 {
+            return Err(ConfigError::ZeroSize);
+        }
+        if seqs > self.max_seqs || tokens_per_seq > self.max_seq_tokens {
+            return Err(ConfigError::Overflow);
+        }
+        let n = self.group_count();
+        let mut geos = [tri!(self.group_geometry(0)); MAX_GROUPS];
+        let mut per_seq = [usize::MAX; MAX_GROUPS];
+        let mut pages = [0usize; MAX_GROUPS];
+        let full = (tokens_per_seq as usize).div_ceil(self.page_tokens as usize);
+        let mut g = 0;
+        while g < n {
+            geos[g] = tri!(self.group_geometry(g));
+            per_seq[g] = tri!(self.per_sequence(g));
+            let one = if per_seq[g] < full { per_seq[g] } else { full };
+            pages[g] = match one.checked_mul(seqs as usize) {
+                Some(p) => p,
+                None => return Err(ConfigError::Overflow),
+            };
+            g += 1;
+        }
+        self.assemble(&geos, &per_seq, &pages, alloc_bits_per_page)
+    }
+
     /// Pages one sequence holds at most in windowed group `g` (`usize::MAX` for a group that
     /// keeps every position).
     const fn per_sequence(&self, g: usize) -> Result<usize, ConfigError> {

@@ -1,31 +1,7 @@
 //! The layout planner: how many pages fit in an arena, where each page lives, and how big each
 //! arena must be. Every function is a `const fn`, so capacities can be checked at compile time.
 //!
-//! # Data arena layout (byte for byte; part of the contract)
-//!
-//! For each layer `l` in order, four pools follow each other, each holding `num_pages` slots of
-//! its own stride: K values, K scales, V values, V scales. A pool's stride is its page size rounded
-//! up to the arena alignment, so no two pages share a cache line. Full-precision formats have no
-//! scales (stride 0). Inside a value page, elements are token-major: `[page_tokens][kv_heads]
-//! [head_dim]`, little-endian. So the byte offset of `(layer, K|V, page)` is
-//!
-//! ```text
-//! layer * num_pages * layer_stride + pool_start(K|V) * num_pages + page * value_stride(K|V)
-//! ```
-//!
-//! where `layer_stride = k_stride + k_scale_stride + v_stride + v_scale_stride` and
-//! `pool_start(K) = 0`, `pool_start(V) = k_stride + k_scale_stride`.
-//!
-//! When a page's natural size is already a multiple of the alignment ([`PageGeometry::natural`]),
-//! a contiguous run of pages is one linear `[tokens][kv_heads][head_dim]` tensor.
-//!
-//! # Metadata arena layout
-//!
-//! Sections, each starting at a multiple of [`META_ALIGN`]: refcounts (`u16` per page), cached-LRU
-//! links (two `u16` per page), page flags (`u8` per page), the allocator's words
-//! (`META_BITS_PER_PAGE` bits per page, rounded up to `u32` words), sequence records (16 bytes
-//! each), page tables (`u16` per page slot, `max_seqs` × `table_len`), and the prefix index when
-//! configured (see [`MetaLayout::index`]).
+//! The layout contract is on [`Plan`] (public at the crate root).
 
 mod groups;
 
@@ -389,6 +365,7 @@ pub enum PoolKind {
 }
 
 /// The former name of [`PoolKind`] (kept so that existing code compiles).
+#[deprecated(note = "renamed: `PoolKind`")]
 pub type Pool = PoolKind;
 
 impl PoolKind {
@@ -463,7 +440,34 @@ impl PageGeometry {
     }
 }
 
-/// A checked plan: the page count and both arenas' layouts.
+/// A checked plan: the page count and both arenas' layouts. [`KvCache::arena_plan`](crate::KvCache::arena_plan)
+/// returns the one a cache was built with.
+///
+/// # Data arena layout (byte for byte; part of the contract)
+///
+/// For each layer `l` in order, four pools follow each other, each holding `num_pages` slots of
+/// its own stride: K values, K scales, V values, V scales. A pool's stride is its page size rounded
+/// up to the arena alignment, so no two pages share a cache line. Full-precision formats have no
+/// scales (stride 0). Inside a value page, elements are token-major: `[page_tokens][kv_heads]
+/// [head_dim]`, little-endian. So the byte offset of `(layer, K|V, page)` is
+///
+/// ```text
+/// layer * num_pages * layer_stride + pool_start(K|V) * num_pages + page * value_stride(K|V)
+/// ```
+///
+/// where `layer_stride = k_stride + k_scale_stride + v_stride + v_scale_stride` and
+/// `pool_start(K) = 0`, `pool_start(V) = k_stride + k_scale_stride`.
+///
+/// When a page's natural size is already a multiple of the alignment ([`PageGeometry::natural`]),
+/// a contiguous run of pages is one linear `[tokens][kv_heads][head_dim]` tensor.
+///
+/// # Metadata arena layout
+///
+/// Sections, each starting at a multiple of [`META_ALIGN`]: refcounts (`u16` per page), cached-LRU
+/// links (two `u16` per page), page flags (`u8` per page), the allocator's words
+/// (`META_BITS_PER_PAGE` bits per page, rounded up to `u32` words), sequence records (16 bytes
+/// each), page tables (`u16` per page slot, `max_seqs` × `table_len`), and the prefix index when
+/// configured (see [`MetaLayout::index`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Plan {
