@@ -12,7 +12,7 @@ use super::header::{
 use super::{HEADER_BYTES, Header, MAGIC, SnapshotError, VERSION, VERSION_1, VERSION_2};
 use crate::config::{CacheConfig, GroupWindow, LayerGroup, Layers, MAX_GROUPS};
 use crate::error::ConfigError;
-use crate::planner::PoolKind;
+use crate::plan::PoolKind;
 use crate::shape::Shape;
 
 /// Bytes of one layer group's entry in a grouped header.

@@ -10,13 +10,11 @@ use cortex_m as _; // critical-section implementation for defmt
 use cortex_m_rt::entry;
 use defmt_semihosting as _;
 
-#[cfg(not(feature = "small-code"))]
 static WORK: static_cell::ConstStaticCell<[u64; edgekv::kernel_check::WORK_WORDS]> =
     static_cell::ConstStaticCell::new([0; edgekv::kernel_check::WORK_WORDS]);
 
 #[entry]
 fn main() -> ! {
-    #[cfg(not(feature = "small-code"))]
     {
         let Some(work) = WORK.try_take() else {
             semihosting::process::exit(2)
@@ -41,11 +39,5 @@ fn main() -> ! {
             sum.mismatches
         );
         semihosting::process::exit(i32::from(sum.mismatches != 0))
-    }
-    // `small-code` builds have one rolled page loop and no ISA kernels to check.
-    #[cfg(feature = "small-code")]
-    {
-        defmt::println!("kernel_check: no ISA kernels in small-code builds");
-        semihosting::process::exit(0)
     }
 }
