@@ -14,10 +14,8 @@ const ROW: usize = HEAD_DIM as usize;
 fn config() -> EkvGroupedConfig {
     let mut c = EkvGroupedConfig::default();
     // SAFETY: a valid, writable struct.
-    assert_eq!(
-        unsafe { ekv_grouped_config_init(&mut c, 3, 1, HEAD_DIM) },
-        EKV_OK
-    );
+    let status = unsafe { ekv_grouped_config_init(&mut c, 3, 1, HEAD_DIM) };
+    assert_eq!(status, EKV_OK);
     c.base.page_tokens = 4;
     c.base.max_seqs = 2;
     c.base.max_seq_tokens = 32;
