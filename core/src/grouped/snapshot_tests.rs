@@ -158,7 +158,9 @@ fn state(c: &GroupedCache<'_>, seqs: &[SeqId]) -> std::string::String {
     let mut s = std::string::String::new();
     for g in 0..c.group_count() {
         let k = c.group(g).unwrap();
-        let pages: Vec<_> = (0..k.arena_plan().num_pages).map(|p| k.page_state(p)).collect();
+        let pages: Vec<_> = (0..k.arena_plan().num_pages)
+            .map(|p| k.page_state(p))
+            .collect();
         let tables: Vec<_> = seqs
             .iter()
             .map(|&q| k.page_table(q).map(<[_]>::to_vec))
