@@ -10,8 +10,8 @@
 use edgekv::attention::AttentionParams;
 use edgekv::snapshot::{RamFlash, SliceFlash};
 use edgekv::{
-    CacheConfig, ElementFormat, FreeList, GroupWindow, GroupedCache, HeapArena,
-    KvCache, LayerGroup, Layers, META_ALIGN, PageAllocator, Shape,
+    CacheConfig, ElementFormat, FreeList, GroupWindow, GroupedCache, HeapArena, KvCache,
+    LayerGroup, Layers, META_ALIGN, PageAllocator, Shape,
 };
 use edgekv_parity::Case;
 use edgekv_parity::snapshot::FINGERPRINT;
