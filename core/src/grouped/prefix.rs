@@ -24,7 +24,8 @@ pub struct GroupedPrefixHit {
 }
 
 impl GroupedPrefixHit {
-    /// Group `g`'s hit (for the same tokens), or `None` past the last group.
+    /// Group `g`'s hit (for the same tokens); `None` past [`MAX_GROUPS`], and a hit of no tokens
+    /// for the groups past the cache's [`group_count`](GroupedCache::group_count).
     pub fn group(&self, g: usize) -> Option<&PrefixHit> {
         self.hits.get(g)
     }
