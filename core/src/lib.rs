@@ -69,12 +69,12 @@ pub use shape::{Kv, Shape};
 pub use workers::Workers;
 
 /// The planner's types under their former path: the same items as at the crate root, their
-/// canonical path (`edgekv::Plan`, `edgekv::GroupedPlan`, `edgekv::PageGeometry`...). A use of
-/// this path is a deprecation warning:
+/// canonical path (`edgekv::Plan`, `edgekv::GroupedPlan`, `edgekv::PageGeometry`...). The module
+/// is marked deprecated (rustdoc shows it), but rustc does not warn on paths through a
+/// deprecated module, so code using this path still builds without a warning:
 ///
-/// ```compile_fail
-/// #![deny(deprecated)]
-/// let _ = edgekv::planner::MAX_PAGES;
+/// ```
+/// assert_eq!(edgekv::planner::MAX_PAGES, edgekv::MAX_PAGES);
 /// ```
 #[deprecated(
     note = "the planner's types are at the crate root: `edgekv::Plan`, `edgekv::PoolKind`..."
