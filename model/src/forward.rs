@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use edgekv::{KvCache, PageAllocator, SeqId};
-use edgekv_llm::{Gguf, ScratchPlan};
+use edgekv::SeqId;
+use edgekv_llm::{Gguf, KvStore, ScratchPlan};
 
 use crate::{Error, LlamaConfig, Result};
 
@@ -13,12 +13,13 @@ pub use edgekv_llm::{Activations, Logits};
 /// Token rows per call of the inner forward pass: longer calls are run in pieces of this many
 /// rows (every row is computed alone, so the split does not change the bits), which bounds the
 /// scratch to about 1.6 MB for SmolLM2-135M.
-const ROWS_PER_PIECE: usize = 64;
+pub(crate) const ROWS_PER_PIECE: usize = 64;
 
 /// A llama model loaded from GGUF: `edgekv-llm`'s forward pass over the file's bytes in place
 /// (weights stay quantized where they are; matmuls as ggml's CPU reference computes them).
 pub struct Llama {
     inner: edgekv_llm::Llama<'static>,
+    file: &'static [u8],
 }
 
 impl std::fmt::Debug for Llama {
@@ -62,7 +63,13 @@ impl Llama {
         let gguf = Gguf::parse(bytes).map_err(edgekv_llm::Error::from)?;
         Ok(Llama {
             inner: edgekv_llm::Llama::new(&gguf)?,
+            file: bytes,
         })
+    }
+
+    /// The GGUF file's bytes (its metadata: tokenizer, chat template).
+    pub fn file(&self) -> &'static [u8] {
+        self.file
     }
 
     /// This model with its matmuls' activations `a`: [`Activations::F32`] is the low-noise
@@ -70,6 +77,7 @@ impl Llama {
     pub fn with_activations(self, a: Activations) -> Self {
         Llama {
             inner: self.inner.with_activations(a),
+            file: self.file,
         }
     }
 
@@ -90,14 +98,15 @@ impl Llama {
     }
 
     /// Runs `tokens` at positions `[len, len + n)` of `seq`, where `len` is the sequence's
-    /// length: writes each layer's K (after RoPE) and V rows into the cache, attends over the
-    /// cache's pages, and returns the requested logits (`vocab` f32 per row). Each token row is
-    /// computed alone, so splitting a prompt across calls gives the same bits.
+    /// length: writes each layer's K (after RoPE) and V rows into the cache (an
+    /// [`edgekv::KvCache`], or an [`edgekv::GroupedCache`] for models with windowed layers),
+    /// attends over the cache's pages, and returns the requested logits (`vocab` f32 per row).
+    /// Each token row is computed alone, so splitting a prompt across calls gives the same bits.
     ///
     /// All or nothing: on an error the sequence is truncated back to `len`.
-    pub fn forward<'a, A: PageAllocator<'a>>(
+    pub fn forward<C: KvStore + ?Sized>(
         &self,
-        cache: &mut KvCache<'a, A>,
+        cache: &mut C,
         seq: SeqId,
         tokens: &[u32],
         logits: Logits,
@@ -107,7 +116,7 @@ impl Llama {
         }
         let start = cache.seq_len(seq)?;
         let rows = tokens.len().min(ROWS_PER_PIECE);
-        let plan = ScratchPlan::new(self.config(), rows, cache.config().page_tokens)?;
+        let plan = ScratchPlan::new(self.config(), rows, cache.page_tokens())?;
         let mut scratch = vec![0f32; plan.scratch];
         let vocab = plan.logits_per_row;
         let mut out = vec![0f32; logits.rows(tokens.len()) * vocab];

@@ -12,7 +12,9 @@
 //! - [`ChatTemplate`]: a conversation as the prompt text the model was tuned on (ChatML,
 //!   Gemma), as llama.cpp's built-in templates write it.
 //! - [`Session`]: a page cache for the model with prefill in chunks aligned to absolute positions,
-//!   prefix reuse through edgekv's verified prefix index, greedy generation and chat turns.
+//!   prefix reuse through edgekv's verified prefix index, greedy generation and chat turns; a
+//!   layer-grouped cache ([`edgekv::GroupedCache`]), so Gemma 3's sliding-window layers hold
+//!   only their window's pages.
 //! - [`threads_arg`], [`set_threads`]: matmul threads on the host (`--threads N`, default the
 //!   available parallelism; each matmul's output rows shared between them, the same bits at any
 //!   count).

@@ -1,11 +1,20 @@
 //! A model's KV cache: prefill in chunks aligned to absolute positions, prefix reuse, greedy
 //! generation and chat turns.
+//!
+//! The cache is a [`GroupedCache`]: one layer group for a model whose layers all attend to the
+//! whole context (SmolLM2; the same pages and bits as a plain [`KvCache`](edgekv::KvCache)), and
+//! for Gemma 3 its sliding-window layers in a group of their own, which holds only the pages
+//! their window still sees (about 36 per sequence for a 512-token window) and releases the rest.
 
 use std::time::{Duration, Instant};
 
 use edgekv::prefix::plan_prefill;
-use edgekv::{CacheConfig, ElementFormat, FreeList, HeapArena, KvCache, Rotation, SeqId, SeqMode};
+use edgekv::{
+    CacheConfig, ElementFormat, FreeList, GroupedCache, HeapArena, LayerGroups, Rotation, SeqId,
+    SeqMode,
+};
 
+use crate::forward::ROWS_PER_PIECE;
 use crate::{Error, Llama, Logits, Result};
 
 /// Where a reused prefix may end.
@@ -42,13 +51,20 @@ pub struct SessionOptions {
     pub sequences: u16,
     /// Longest sequence in tokens.
     pub max_tokens: u32,
-    /// Pages in the pool (each holds `page_tokens` positions of every layer).
+    /// Pages in the pool (each holds `page_tokens` positions of every layer). A windowed layer
+    /// group (Gemma 3's sliding-window layers) gets no more than its window needs: per sequence
+    /// [`GroupWindow::pages_per_sequence`](edgekv::GroupWindow::pages_per_sequence), for
+    /// `sequences + 1` sequences (the one more keeps published prefixes for reuse).
     pub pages: u16,
+    /// Positions a windowed layer group keeps beyond its window, so that a sequence can be
+    /// truncated back by that many (a chat turn whose re-tokenized reply differs from the
+    /// generated ids near its end). Models without windowed layers ignore it.
+    pub rollback: u32,
 }
 
 impl Default for SessionOptions {
     /// int8 (Q8_0) K and V, 16-token pages, C = 64, page-aligned reuse, 4 sequences of up to
-    /// 4096 tokens, 1024 pages (16,384 positions).
+    /// 4096 tokens, 1024 pages (16,384 positions), a rollback of 64 positions.
     fn default() -> Self {
         SessionOptions {
             k_format: ElementFormat::Q8_0,
@@ -61,6 +77,7 @@ impl Default for SessionOptions {
             sequences: 4,
             max_tokens: 4096,
             pages: 1024,
+            rollback: 64,
         }
     }
 }
@@ -80,7 +97,9 @@ impl SessionOptions {
         self
     }
 
-    /// The edgekv configuration for `model`.
+    /// The edgekv configuration for `model`: its layer groups
+    /// ([`LlamaConfig::cache_config`](edgekv_llm::LlamaConfig::cache_config)) with these
+    /// formats, rotations and, in windowed groups, rollback.
     pub fn cache_config(&self, model: &Llama) -> Result<CacheConfig> {
         let reuse_chunk = match self.reuse {
             ReuseAlign::Chunk => self.prefill_chunk,
@@ -92,13 +111,57 @@ impl SessionOptions {
                 self.prefill_chunk, self.page_tokens
             )));
         }
-        Ok(CacheConfig::new(model.config().shape()?)
-            .with_formats(self.k_format, self.v_format)
+        let mut config = model
+            .config()
+            .cache_config(self.k_format, self.v_format)?
             .with_rotations(self.k_rotation, self.v_rotation)
             .with_page_tokens(self.page_tokens)
             .with_chunk_tokens(reuse_chunk)
             .with_sequences(self.sequences, self.max_tokens)
-            .with_namespace(model.fingerprint()))
+            .with_namespace(model.fingerprint());
+        if let Some(w) = config.window.as_mut() {
+            w.rollback = self.rollback;
+        }
+        let mut groups = LayerGroups::new();
+        for g in config.groups.as_slice() {
+            let mut g = g.with_rotations(self.k_rotation, self.v_rotation);
+            if let Some(w) = g.window.as_mut() {
+                w.rollback = self.rollback;
+            }
+            groups = groups.with(g);
+        }
+        config.groups = groups;
+        config.check_groups()?;
+        Ok(config)
+    }
+
+    /// Pages of each layer group of `config` (made by [`cache_config`](Self::cache_config)):
+    /// [`pages`](Self::pages) for a group without a window, what `sequences + 1` sequences
+    /// need at most for a windowed group (reservations of up to a prefill chunk or a forward
+    /// call's piece), if that is fewer.
+    pub fn group_pages(&self, config: &CacheConfig) -> Result<Vec<usize>> {
+        let chunk = u32::from(self.prefill_chunk).max(ROWS_PER_PIECE as u32);
+        let sequences = usize::from(self.sequences) + 1;
+        (0..config.group_count())
+            .map(|g| {
+                let group = config
+                    .group(g)
+                    .ok_or_else(|| Error::Input(format!("no layer group {g}")))?;
+                let window = group.window.and_then(|w| {
+                    w.pages_per_sequence(u32::from(self.page_tokens), chunk)?
+                        .checked_mul(sequences)
+                });
+                Ok(match (group.window, window) {
+                    (None, _) => usize::from(self.pages),
+                    (Some(_), Some(w)) => w.min(usize::from(self.pages)),
+                    (Some(_), None) => {
+                        return Err(Error::Input(format!(
+                            "layer group {g}: its window's pages overflow"
+                        )));
+                    }
+                })
+            })
+            .collect()
     }
 }
 
@@ -144,7 +207,8 @@ impl From<ElementFormat> for KvStorage {
 /// Heap memory for a session's cache (the data and metadata arenas edgekv plans).
 pub struct SessionArenas {
     config: CacheConfig,
-    pages: u16,
+    pages: Vec<usize>,
+    data_bytes: usize,
     data: HeapArena,
     meta: HeapArena,
 }
@@ -158,19 +222,29 @@ impl std::fmt::Debug for SessionArenas {
 }
 
 impl SessionArenas {
-    /// Allocates arenas for `options.pages` pages of `model`'s cache.
+    /// Allocates arenas for `model`'s cache with the pages of
+    /// [`SessionOptions::group_pages`].
     pub fn new(model: &Llama, options: &SessionOptions) -> Result<Self> {
         let config = options.cache_config(model)?;
-        let plan = config.plan_pages(
-            options.pages as usize,
-            <FreeList as edgekv::PageAllocator>::META_BITS_PER_PAGE,
-        )?;
+        let pages = options.group_pages(&config)?;
+        let plan = GroupedCache::<FreeList>::plan_pages(&config, &pages)?;
         Ok(SessionArenas {
             config,
-            pages: options.pages,
+            pages,
+            data_bytes: plan.data_bytes,
             data: HeapArena::new(plan.data_bytes, config.align)?,
-            meta: HeapArena::new(plan.meta.total, edgekv::META_ALIGN)?,
+            meta: HeapArena::new(plan.meta_bytes, edgekv::META_ALIGN)?,
         })
+    }
+
+    /// Bytes of the KV data arena (every group's pages).
+    pub fn data_bytes(&self) -> usize {
+        self.data_bytes
+    }
+
+    /// Pages of each layer group.
+    pub fn group_pages(&self) -> &[usize] {
+        &self.pages
     }
 }
 
@@ -196,7 +270,7 @@ pub struct TurnReport {
 /// A model with its paged KV cache.
 pub struct Session<'a, 'm> {
     model: &'m Llama,
-    cache: KvCache<'a, FreeList<'a>>,
+    cache: GroupedCache<'a, FreeList<'a>>,
     options: SessionOptions,
 }
 
@@ -227,13 +301,14 @@ impl<'a, 'm> Session<'a, 'm> {
         options: SessionOptions,
     ) -> Result<Self> {
         let config = options.cache_config(model)?;
-        if config != arenas.config || options.pages != arenas.pages {
+        if config != arenas.config || options.group_pages(&config)? != arenas.pages {
             return Err(Error::Input(
                 "arenas were made for other options or another model".into(),
             ));
         }
-        let cache = KvCache::new(
+        let cache = GroupedCache::with_pages(
             config,
+            &arenas.pages,
             arenas.data.as_uninit_mut(),
             arenas.meta.as_uninit_mut(),
         )?;
@@ -254,21 +329,27 @@ impl<'a, 'm> Session<'a, 'm> {
         &self.options
     }
 
-    /// The KV cache.
-    pub fn cache(&self) -> &KvCache<'a, FreeList<'a>> {
+    /// The KV cache (each layer group's own: [`GroupedCache::group`]).
+    pub fn cache(&self) -> &GroupedCache<'a, FreeList<'a>> {
         &self.cache
     }
 
     /// The KV cache, mutable (fork, truncate, free, …).
-    pub fn cache_mut(&mut self) -> &mut KvCache<'a, FreeList<'a>> {
+    pub fn cache_mut(&mut self) -> &mut GroupedCache<'a, FreeList<'a>> {
         &mut self.cache
     }
 
-    /// Bytes of K and V one token occupies over all layers (scales included).
+    /// Bytes of K and V one token occupies over all layers (scales included), windowed layers
+    /// too (they hold a token's rows only while their window sees it).
     pub fn bytes_per_token(&self) -> usize {
-        let g = &self.cache.arena_plan().geometry;
-        g.layers as usize
-            * (g.k_row_bytes + g.k_scale_row_bytes + g.v_row_bytes + g.v_scale_row_bytes)
+        (0..self.cache.group_count())
+            .filter_map(|g| self.cache.group(g))
+            .map(|c| {
+                let g = &c.arena_plan().geometry;
+                g.layers as usize
+                    * (g.k_row_bytes + g.k_scale_row_bytes + g.v_row_bytes + g.v_scale_row_bytes)
+            })
+            .sum()
     }
 
     /// Appends `tokens` to `seq` in chunks that start at absolute multiples of the prefill chunk
@@ -394,15 +475,37 @@ impl<'a, 'm> Session<'a, 'm> {
         conversation: &[u32],
         max_new: usize,
     ) -> Result<TurnReport> {
+        let eos = self.model.config().eos;
+        self.chat_turn_until(chat, conversation, max_new, &[eos])
+    }
+
+    /// [`chat_turn`](Self::chat_turn), stopping at any id of `stop` (e.g. the model's end token
+    /// and its chat template's end of turn).
+    ///
+    /// When the conversation departs from what `chat` holds further back than a windowed
+    /// layer group can go ([`SessionOptions::rollback`]), the turn starts a new sequence through
+    /// the prefix index instead (and reports what that reused).
+    pub fn chat_turn_until(
+        &mut self,
+        chat: &mut Chat,
+        conversation: &[u32],
+        max_new: usize,
+        stop: &[u32],
+    ) -> Result<TurnReport> {
         let t0 = Instant::now();
         let (seq, reused, logits) = match chat.seq {
             Some(seq) => match self.continue_prompt(seq, &chat.held, conversation) {
                 Ok((kept, logits)) => (seq, kept, logits),
                 Err(e) => {
-                    // Its positions no longer match `held`: start over next time.
+                    // Its positions no longer match `held`: start over.
                     let _ = self.cache.free_sequence(seq);
                     *chat = Chat::new();
-                    return Err(e);
+                    match e {
+                        Error::Cache(edgekv::Error::TruncateBeyondWindow) => {
+                            self.start(conversation)?
+                        }
+                        e => return Err(e),
+                    }
                 }
             },
             None => self.start(conversation)?,
@@ -412,8 +515,7 @@ impl<'a, 'm> Session<'a, 'm> {
         chat.held.extend_from_slice(conversation);
         let time_to_first_token = t0.elapsed();
         let t1 = Instant::now();
-        let eos = self.model.config().eos;
-        let mut generated = match self.generate(seq, &logits, max_new, &[eos]) {
+        let mut generated = match self.generate(seq, &logits, max_new, stop) {
             Ok(g) => g,
             Err(e) => {
                 let _ = self.cache.free_sequence(seq);
@@ -425,7 +527,7 @@ impl<'a, 'm> Session<'a, 'm> {
         // All generated tokens but the last were fed back into the sequence.
         chat.held
             .extend_from_slice(&generated[..generated.len().saturating_sub(1)]);
-        if generated.last() == Some(&eos) {
+        if generated.last().is_some_and(|t| stop.contains(t)) {
             generated.pop();
         }
         let stats = self.cache.stats();

@@ -3,7 +3,7 @@
 //! 5.5e-3 against f16 KV over a floor of 4.0e-3 (f32 KV against f16 KV); these bounds leave
 //! roughly 3x for a shorter, noisier stretch.
 
-mod common;
+use crate::common;
 use common::{gpl_tokens, model};
 
 use edgekv::ElementFormat;

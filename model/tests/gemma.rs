@@ -20,7 +20,7 @@
 //! 1.36e-1 (max 2.92), 16.777 (llama.cpp's own q4_0 cache: 77.28 %, 1.69e-1, 16.856). The sliding
 //! group held at most 33 pages in each run.
 
-mod gemma_common;
+use crate::gemma_common;
 
 use edgekv::{ElementFormat, GroupedCache, Rotation, SeqMode};
 use edgekv_llm::{Engine, Logits, Sampling};
@@ -148,8 +148,8 @@ fn full_dir() -> std::path::PathBuf {
 /// llama.cpp's full distributions, top-1 agreement and perplexity, pages of a grouped cache in
 /// `$EDGEKV_GEMMA_KV` (`f16`, the default, `q8_0`, `q4_0`, or `q8_0-hadamard` /
 /// `q4_0-hadamard`: rows rotated before quantization). Ignored by default (a few minutes in
-/// release; needs the full reference): `cargo test --release --test gemma -- --ignored
-/// --nocapture` in `model/`.
+/// release; needs the full reference): `cargo test --release --test integration
+/// gemma::full_gpl3_fidelity -- --ignored --nocapture` in `model/`.
 #[test]
 #[ignore]
 fn full_gpl3_fidelity() {

@@ -15,7 +15,7 @@
 //! same next token wherever the reference is not at a near-tie (top-2 gap < 0.75 logits; the
 //! largest gap measured at a disagreement was 0.51).
 
-mod common;
+use crate::common;
 use common::{chat_prompt, gpl_tokens, model, options, tokenizer};
 
 use candle_core::{Device, Tensor};

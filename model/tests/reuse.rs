@@ -1,6 +1,6 @@
 //! Bit-exact prefix reuse through edgekv's prefix index, chunking invariance, bad input.
 
-mod common;
+use crate::common;
 use common::{chat_prompt, cold_logits, gpl_tokens, model, options, same_bits};
 
 use edgekv::{ElementFormat, SeqMode};

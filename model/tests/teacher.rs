@@ -2,7 +2,7 @@
 //! reductions agree with the full rows it keeps, a shorter run is a prefix of a longer one bit
 //! for bit, and bad input is refused.
 
-mod common;
+use crate::common;
 use common::{gpl_tokens, model};
 
 use edgekv::ElementFormat;

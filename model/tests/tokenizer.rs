@@ -1,6 +1,6 @@
 //! The tokenizer built from the GGUF's vocabulary and merges.
 
-mod common;
+use crate::common;
 use common::tokenizer;
 
 #[test]
