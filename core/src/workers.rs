@@ -121,8 +121,9 @@ impl Workers {
 
     /// `f(0)` … `f(n − 1)` with `n = threads.clamp(1, self.threads())`: `f(0)` on the calling
     /// thread, the others on workers 1 … n − 1; returns when all have finished. A panic in any
-    /// of them is resumed here, after all have finished.
-    pub(crate) fn run(&mut self, threads: usize, f: &(dyn Fn(usize) + Sync)) {
+    /// of them is resumed here, after all have finished. The attention calls use it; so can a
+    /// caller's own work between them (`edgekv-llm` shares its matmuls' rows this way).
+    pub fn run(&mut self, threads: usize, f: &(dyn Fn(usize) + Sync)) {
         let n = threads.clamp(1, self.threads());
         if n == 1 {
             f(0);

@@ -179,7 +179,9 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-const CASES: u32 = if cfg!(miri) { 8 } else { 30_000 };
+// Under Miri, 3 cases (about 16 s; 8 took 42 s): the grouped cache is safe code over the
+// `KvCache`s the other Miri tests drive.
+const CASES: u32 = if cfg!(miri) { 3 } else { 30_000 };
 const OPS: std::ops::RangeInclusive<usize> = if cfg!(miri) { 12..=12 } else { 30..=50 };
 
 proptest! {

@@ -13,11 +13,14 @@
 //!
 //! `cargo bench -p edgekv-llm --features std --bench forward -- [rounds] [prompt_tokens]
 //! [decode_tokens]` (defaults 3, 128, 32; the model as the tests find it,
-//! `model/fetch-model.sh`).
+//! `model/fetch-model.sh`; `EDGEKV_BENCH_MODEL=gemma3`: Gemma 3 270M instead,
+//! `model/fetch-gemma.sh`, its layers all global since prompt and decode stay within its
+//! 512-token window).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -76,12 +79,18 @@ struct Config {
 
 /// llama.cpp at `threads` through the peer script: (prefill tokens/s, decode tokens/s), or why
 /// not.
-fn peer(python: &str, threads: usize, prompt: &[u32], decode: usize) -> Result<(f64, f64), String> {
+fn peer(
+    python: &str,
+    gguf: &Path,
+    threads: usize,
+    prompt: &[u32],
+    decode: usize,
+) -> Result<(f64, f64), String> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/llama_cpp_peer.py");
     let ids: Vec<String> = prompt.iter().map(u32::to_string).collect();
     let out = Command::new(python)
         .args([script, "--gguf"])
-        .arg(common::model_path())
+        .arg(gguf)
         .args(["--threads", &threads.to_string()])
         .args(["--decode", &decode.to_string()])
         .args(["--ids", &ids.join(",")])
@@ -105,8 +114,14 @@ fn peer(python: &str, threads: usize, prompt: &[u32], decode: usize) -> Result<(
 }
 
 fn main() {
-    let Some(model) = common::model() else {
-        eprintln!("forward bench: no model (model/fetch-model.sh)");
+    let gemma = std::env::var("EDGEKV_BENCH_MODEL").is_ok_and(|m| m == "gemma3");
+    let (model, gguf, name) = if gemma {
+        (common::gemma(), common::gemma_path(), "Gemma 3 270M Q4_K_M")
+    } else {
+        (common::model(), common::model_path(), "SmolLM2-135M Q4_1")
+    };
+    let Some(model) = model else {
+        eprintln!("forward bench: no model (model/fetch-model.sh, model/fetch-gemma.sh)");
         return;
     };
     // `cargo bench` passes `--bench`; numbers only.
@@ -174,7 +189,7 @@ fn main() {
             if let (Some(python), Some(peer_run)) = (&python, peers.get_mut(i / 3))
                 && i % 3 == 1
             {
-                match peer(python, peer_run.0, &prompt, decode) {
+                match peer(python, &gguf, peer_run.0, &prompt, decode) {
                     Ok((p, d)) => {
                         eprintln!(
                             "round {r} llama.cpp, {} thread(s): prefill {p:.1} tokens/s, decode {d:.1} tokens/s",
@@ -192,7 +207,7 @@ fn main() {
     set_tiles(true);
     set_threads(1);
     println!(
-        "forward, SmolLM2-135M Q4_1, {prompt_len}-token prompt (calls of 64 tokens), {decode} decoded, medians of {rounds} alternating rounds:"
+        "forward, {name}, {prompt_len}-token prompt (calls of 64 tokens), {decode} decoded, medians of {rounds} alternating rounds:"
     );
     println!("| configuration | prefill tokens/s | decode tokens/s |");
     println!("|---|---:|---:|");

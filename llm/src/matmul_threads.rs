@@ -1,9 +1,14 @@
 //! Threads on the host (feature `std`): [`matmul_quant`](super::matmul_quant) and
-//! [`matmul_f32`](super::matmul_f32) share a matrix's output rows between [`threads`] threads
-//! (`std::thread::scope`: the calling thread takes the first share, one new thread each of the
-//! others), each writing its rows for every token into a buffer of its own, copied into place
-//! after the join. Every output is computed by the same code from the same weight row and
+//! [`matmul_f32`](super::matmul_f32) share a matrix's output rows between [`threads`] threads,
+//! each writing its rows for every token into a buffer of its own, copied into place after all
+//! have finished. Every output is computed by the same code from the same weight row and
 //! activation row as on one thread, so the bits are the same at any thread count.
+//!
+//! The threads are a team kept between matmuls ([`edgekv::Workers`], the core's attention
+//! team: idle workers spin for 100 µs, then sleep), so a split costs a handoff of about a
+//! microsecond rather than starting threads (tens of microseconds, more on a busy machine):
+//! decode's small matmuls gain from it too. While one thread of the process uses the team,
+//! another's matmuls start scoped threads instead.
 //!
 //! One process-wide count, as [`set_kernels`](super::set_kernels): the forward pass, the engine
 //! and the chat sessions need no new argument, and the `no_std` build is unchanged. Matmuls too
@@ -12,22 +17,27 @@
 extern crate std;
 
 use core::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError, TryLockError};
 use std::thread;
 use std::vec;
 use std::vec::Vec;
 
+use edgekv::Workers;
+
 use super::Matrix;
+
+/// The team of [`threads`] threads (created at the first split after [`set_threads`]).
+static TEAM: Mutex<Option<Workers>> = Mutex::new(None);
 
 /// Threads per matmul ([`set_threads`]).
 static THREADS: AtomicUsize = AtomicUsize::new(1);
 
 /// Multiply-accumulates (weight rows × columns × activation rows) a thread must get before a
-/// matmul is split: starting a thread costs tens of microseconds (more on a busy machine, where
-/// it waits for a core), about 100 k multiply-accumulates of the AVX2 kernels or more. SmolLM2's
-/// decode splits only its LM head (28 M); its layers' matmuls (0.1–0.9 M a token) stay on one
-/// thread, since splitting them at 256 k made decode slower on the shared test machine; prefill
-/// chunks split every matmul.
-pub const MIN_WORK: usize = 1 << 20;
+/// matmul is split: a handoff to the team costs about a microsecond (a few when its workers
+/// sleep), some 10 k multiply-accumulates of the AVX2 kernels, and each share's buffer is
+/// copied into place. SmolLM2's decode splits every matmul of its layers (0.1–0.9 M a token)
+/// and its LM head (28 M).
+pub const MIN_WORK: usize = 1 << 16;
 
 /// Sets the threads each matmul's output rows are shared between, for every thread of the
 /// process (1, the default: the calling thread alone; 0 counts as 1). The bits do not depend
@@ -74,14 +84,15 @@ pub(super) fn split(
     let mut bufs: Vec<Vec<f32>> = (0..shares)
         .map(|k| vec![0.0; n * (bounds[k + 1] - bounds[k])])
         .collect();
-    thread::scope(|scope| {
-        let (first, rest) = bufs.split_at_mut(1);
-        for (k, buf) in rest.iter_mut().enumerate() {
-            let sub = sub(k + 1);
-            scope.spawn(move || part(&sub, buf));
-        }
-        part(&sub(0), &mut first[0]);
-    });
+    {
+        // Each share's buffer, taken by the one thread that runs the share.
+        let slots: Vec<Mutex<&mut Vec<f32>>> = bufs.iter_mut().map(Mutex::new).collect();
+        let share = |k: usize| {
+            let mut buf = slots[k].lock().unwrap_or_else(PoisonError::into_inner);
+            part(&sub(k), &mut buf[..]);
+        };
+        run_shares(shares, &share);
+    }
     for (k, buf) in bufs.iter().enumerate() {
         let (o0, len) = (bounds[k], bounds[k + 1] - bounds[k]);
         if len == 0 {
@@ -92,4 +103,32 @@ pub(super) fn split(
         }
     }
     true
+}
+
+/// `share(0)` … `share(shares − 1)`, the first on this thread: on the team when no other thread
+/// holds it, else on scoped threads started for this call.
+fn run_shares(shares: usize, share: &(dyn Fn(usize) + Sync)) {
+    let team = match TEAM.try_lock() {
+        Ok(team) => Some(team),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    };
+    if let Some(mut team) = team {
+        let want = threads();
+        if team.as_ref().map(Workers::threads) != Some(want) {
+            // The old team stops first; without a new one, scoped threads below.
+            *team = None;
+            *team = Workers::new(want).ok();
+        }
+        if let Some(workers) = team.as_mut() {
+            workers.run(shares, share);
+            return;
+        }
+    }
+    thread::scope(|scope| {
+        for k in 1..shares {
+            scope.spawn(move || share(k));
+        }
+        share(0);
+    });
 }

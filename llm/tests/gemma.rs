@@ -4,44 +4,11 @@
 //! pass against llama.cpp's outputs is `model/tests/gemma.rs` (release builds: the forward pass
 //! is too slow at this crate's test opt-level).
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
+mod common;
+use common::gemma;
 
 use edgekv::{ElementFormat, FreeList, GroupedCache, HeapArena, SeqMode};
-use edgekv_llm::{Arch, Error, Gguf, Llama, Logits, ScratchPlan};
-
-/// Where `model/fetch-gemma.sh` puts Gemma 3 270M (`$EDGEKV_GEMMA` overrides).
-fn gemma_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("EDGEKV_GEMMA") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var_os("EDGEKV_MODEL_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/edgekv")
-        });
-    cache.join("gemma3_270m/gemma-3-270m-q4_k_m.gguf")
-}
-
-/// The model, or `None` with a loud notice (test skipped) when the file is missing.
-fn gemma() -> Option<Llama<'static>> {
-    static BYTES: OnceLock<Option<Vec<u8>>> = OnceLock::new();
-    let bytes = BYTES.get_or_init(|| {
-        let p = gemma_path();
-        match std::fs::read(&p) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                eprintln!(
-                    "SKIPPED: Gemma 3 270M not readable at {} ({e}); run `bash model/fetch-gemma.sh`",
-                    p.display()
-                );
-                None
-            }
-        }
-    });
-    let g = Gguf::parse(bytes.as_deref()?).expect("Gemma 3 270M parses");
-    Some(Llama::new(&g).expect("Gemma 3 270M loads"))
-}
+use edgekv_llm::{Arch, Error, Logits, ScratchPlan};
 
 #[test]
 fn config_is_read_from_the_gguf() {

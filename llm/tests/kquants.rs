@@ -6,6 +6,8 @@
 // The references index as the C code they transcribe does.
 #![allow(clippy::needless_range_loop)]
 
+mod common;
+
 use std::path::PathBuf;
 
 use edgekv_llm::gguf::{Gguf, QK_K, TensorType};
@@ -457,19 +459,6 @@ fn matmul_lays_out_each_activation_type() {
     }
 }
 
-/// Where `model/fetch-gemma.sh` puts Gemma 3 270M (`$EDGEKV_GEMMA` overrides).
-fn gemma_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("EDGEKV_GEMMA") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var_os("EDGEKV_MODEL_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/edgekv")
-        });
-    cache.join("gemma3_270m/gemma-3-270m-q4_k_m.gguf")
-}
-
 fn type_name(ty: TensorType) -> &'static str {
     match ty {
         TensorType::F32 => "F32",
@@ -502,15 +491,11 @@ fn real_gemma_tensors_match_gguf_py() {
         dequantize_row(ty, &blocks, &mut got).unwrap();
         assert_bits(ty, stem, &got, &want);
     }
-    let path = gemma_path();
-    let Ok(bytes) = std::fs::read(&path) else {
-        eprintln!(
-            "SKIPPED (the file part): {} not readable; run `bash model/fetch-gemma.sh`",
-            path.display()
-        );
+    // The file part (skipped, with a notice, without the file).
+    let Some(bytes) = common::gemma_bytes() else {
         return;
     };
-    let g = Gguf::parse(&bytes).expect("Gemma 3 270M parses");
+    let g = Gguf::parse(bytes).expect("Gemma 3 270M parses");
     let listed = String::from_utf8(data("real-tensors.txt")).unwrap();
     let listed: Vec<&str> = listed.lines().collect();
     assert_eq!(g.tensor_count() as usize, listed.len());
