@@ -75,11 +75,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tokenizer = Tokenizer::from_gguf(&gguf)?;
     let mut stop = vec![model.config().eos];
     stop.extend(tokenizer.token_id(template.end_of_turn()));
+    // One conversation and a spare sequence (a turn that starts over).
     let options = SessionOptions {
         pages: 256,
+        sequences: 2,
         ..SessionOptions::default()
     };
     let mut arenas = SessionArenas::new(&model, &options)?;
+    let group_pages = arenas.group_pages().to_vec();
     let all_global = all_global_bytes(&model, &options)?;
     let mut session = Session::new(&model, &mut arenas, options)?;
     let c = model.config();
@@ -95,8 +98,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let groups = session.cache().group_count();
     if groups > 1 {
         println!(
-            "{groups} layer groups of {:?} pages: KV arena {:.1} MB for {} tokens of context (every layer global: {:.1} MB)",
-            session_pages(&session),
+            "{groups} layer groups of {group_pages:?} pages: KV arena {:.1} MB for {} tokens of context (every layer global: {:.1} MB)",
             arenas_mb(session.cache().grouped_plan().data_bytes),
             usize::from(options.pages) * usize::from(options.page_tokens),
             arenas_mb(all_global),
@@ -131,7 +133,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .map(|(role, text)| Message { role: *role, text })
             .collect();
-        let ids = tokenizer.encode(&template.render(&rendered, true))?;
+        // The BOS the GGUF asks for (Gemma's), then the conversation with its control tokens.
+        let mut ids: Vec<u32> = tokenizer.bos().into_iter().collect();
+        ids.extend(tokenizer.encode(&template.render(&rendered, true))?);
         let report = session.chat_turn_until(&mut chat, &ids, MAX_NEW, &stop)?;
         let reply = tokenizer.decode(&report.generated)?;
         println!("model> {}", reply.trim());
