@@ -9,7 +9,8 @@
 //! (`kernels::dot_lanes`, `kernels::add_scaled`): an `FMUL` then an `FADD`, never fused.
 
 use core::arch::aarch64::{
-    vaddq_f32, vdupq_n_f32, vld1q_f32, vld1q_u8, vreinterpretq_u16_u8, vmulq_f32, vmulq_n_f32, vst1q_f32,
+    vaddq_f32, vdupq_n_f32, vld1q_f32, vld1q_u8, vmulq_f32, vmulq_n_f32, vreinterpretq_u16_u8,
+    vst1q_f32,
 };
 
 use super::isa::widen8;

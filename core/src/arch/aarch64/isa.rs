@@ -10,8 +10,8 @@
 //! product is an `FMUL`, every sum an `FADD`, in the portable order.
 
 use core::arch::aarch64::{
-    float32x4_t, uint16x4_t, uint16x8_t, vdupq_n_u16, vgetq_lane_f32, vld1q_f32, vld1q_u8, vreinterpretq_u16_u8,
-    vpaddq_f32, vsetq_lane_u16, vst1q_f32,
+    float32x4_t, uint16x4_t, uint16x8_t, vdupq_n_u16, vgetq_lane_f32, vld1q_f32, vld1q_u8,
+    vpaddq_f32, vreinterpretq_u16_u8, vsetq_lane_u16, vst1q_f32,
 };
 use core::arch::asm;
 
