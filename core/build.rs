@@ -15,6 +15,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(edgekv_arm_mve)");
     println!("cargo::rustc-check-cfg=cfg(edgekv_x86_kernels)");
     println!("cargo::rustc-check-cfg=cfg(edgekv_arm_kernels)");
+    println!("cargo::rustc-check-cfg=cfg(edgekv_aarch64_kernels)");
     println!("cargo::rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
     if env::var_os("CARGO_FEATURE_PORTABLE").is_some() {
         return;
@@ -23,6 +24,9 @@ fn main() {
     let miri = env::var_os("CARGO_CFG_MIRI").is_some();
     if env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("x86_64") && !miri {
         println!("cargo::rustc-cfg=edgekv_x86_kernels");
+    }
+    if env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("aarch64") && !miri {
+        println!("cargo::rustc-cfg=edgekv_aarch64_kernels");
     }
     let target = env::var("TARGET").unwrap_or_default();
     let flags = env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();

@@ -1,7 +1,8 @@
 //! Tells the matmul kernels (`src/arch/`) which instructions the target has, as the core crate's
 //! build script does (Cargo's `cfg(target_feature)` does not report Arm's Helium or DSP
 //! extension on stable Rust): `edgekv_llm_mve` for Helium (a Cortex-M55 or M85 target CPU, or
-//! `+mve`, on ARMv8.1-M), `edgekv_llm_x86` for x86-64 (AVX2 detected at run time). Neither under
+//! `+mve`, on ARMv8.1-M), `edgekv_llm_x86` for x86-64 (AVX2 detected at run time), `edgekv_llm_aarch64` for AArch64
+//! (NEON; the dot-product extension detected at run time). None of them under
 //! Miri (it runs the portable matmuls) or with the feature `portable`.
 
 use std::env;
@@ -9,6 +10,7 @@ use std::env;
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(edgekv_llm_mve)");
     println!("cargo::rustc-check-cfg=cfg(edgekv_llm_x86)");
+    println!("cargo::rustc-check-cfg=cfg(edgekv_llm_aarch64)");
     println!("cargo::rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
     if env::var_os("CARGO_FEATURE_PORTABLE").is_some() {
         return;
@@ -17,6 +19,9 @@ fn main() {
     let miri = env::var_os("CARGO_CFG_MIRI").is_some();
     if env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("x86_64") && !miri {
         println!("cargo::rustc-cfg=edgekv_llm_x86");
+    }
+    if env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("aarch64") && !miri {
+        println!("cargo::rustc-cfg=edgekv_llm_aarch64");
     }
     let target = env::var("TARGET").unwrap_or_default();
     let flags = env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();

@@ -44,6 +44,11 @@ pub mod snapshot;
 mod workers;
 
 pub use crate::alloc::{Bitmap, FreeList, NO_PAGE, PageAllocator, PageId};
+/// Whether this AArch64 CPU has the dot-product extension (`SDOT`), probed once (the one
+/// AArch64 detection of the workspace: the core's attention kernels and `edgekv-llm`'s matmul
+/// kernels ask it).
+#[cfg(target_arch = "aarch64")]
+pub use arch::aarch64_dotprod;
 /// Every kernel of this build against the portable one, bit for bit (feature `kernel-check`;
 /// see `arch::check`).
 #[cfg(all(feature = "kernel-check", not(feature = "small-code")))]

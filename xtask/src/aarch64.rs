@@ -122,6 +122,7 @@ pub fn stage() -> Result<(), String> {
         "model/fetch-model.sh (SmolLM2-135M, once)",
     )?;
     cargo_streamed(&args("test", true, &["--lib"]))?;
+    without_dotprod()?;
     cargo_streamed(&args(
         "test",
         true,
@@ -129,6 +130,26 @@ pub fn stage() -> Result<(), String> {
     ))?;
     same_digests()?;
     c_programs()
+}
+
+/// The kernels' unit tests again on an emulated core without the dot-product extension (a
+/// Cortex-A53: `SDOT` absent, so detection must say so and the kernels without it run; the
+/// test binaries are the ones just built, only the runner differs).
+pub fn without_dotprod() -> Result<(), String> {
+    let mut cmd = cargo(&args("test", true, &["--lib", "--", "arch::"]));
+    cmd.env(
+        "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER",
+        format!("qemu-aarch64 -cpu cortex-a53 -L {SYSROOT}"),
+    );
+    eprintln!("==> the kernels' tests on a Cortex-A53 (no SDOT)");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot start cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the kernels' tests without SDOT failed ({status})"))
+    }
 }
 
 /// `edgekv-parity`'s `digests` example natively and under `qemu-aarch64`: the same lines.

@@ -52,21 +52,45 @@ const MAX_HD: usize = 256;
 const MAX_RUN: usize = 4;
 const PAGE: usize = 16;
 
-/// The ISA [`run`] checks: the Cortex-M kernels (DSP, Helium, FPU); elsewhere the portable
-/// kernels against themselves (x86-64's AVX2 kernels run only behind run-time detection and have
-/// their own host tests).
+/// The ISA [`run`] checks: the Cortex-M kernels (DSP, Helium, FPU); on AArch64 both NEON
+/// builds (see `run`); elsewhere the portable kernels against themselves (x86-64's AVX2
+/// kernels run only behind run-time detection and have their own host tests).
 #[cfg(all(edgekv_arm_kernels, not(feature = "small-code")))]
 type Native = super::Arm;
-#[cfg(not(all(edgekv_arm_kernels, not(feature = "small-code"))))]
+#[cfg(not(all(
+    any(edgekv_arm_kernels, edgekv_aarch64_kernels),
+    not(feature = "small-code")
+)))]
 #[cfg_attr(not(feature = "kernel-check"), allow(dead_code))]
 type Native = Portable;
 
 /// Runs every kernel of this build's ISA against the portable one (see the module docs),
 /// calling `report` for each mismatch. `work` holds at least [`WORK_WORDS`] words (its
 /// contents are overwritten); `None` if shorter.
+#[cfg(not(edgekv_aarch64_kernels))]
 #[cfg_attr(not(feature = "kernel-check"), allow(dead_code))]
 pub fn run(work: &mut [u64], report: &mut dyn FnMut(Mismatch)) -> Option<Summary> {
     run_isa::<Native>(work, super::arrange_query, report)
+}
+
+/// Runs every kernel of this build's ISA against the portable one (see the module docs),
+/// calling `report` for each mismatch: on AArch64 the NEON kernels without `SDOT`, then, where
+/// the CPU has it, with (query codes split for it), the two summaries added. `work` holds at
+/// least [`WORK_WORDS`] words (its contents are overwritten); `None` if shorter.
+#[cfg(edgekv_aarch64_kernels)]
+pub fn run(work: &mut [u64], report: &mut dyn FnMut(Mismatch)) -> Option<Summary> {
+    fn as_is(_: &mut [i16], _: usize) {}
+    fn split(codes: &mut [i16], g: usize) {
+        super::native::arrange_for_dot(codes, g)
+    }
+    let mut sum = run_isa::<super::Neon<false>>(work, as_is, report)?;
+    if super::aarch64_dotprod() {
+        let dot = run_isa::<super::Neon<true>>(work, split, report)?;
+        sum.compared += dot.compared;
+        sum.declined += dot.declined;
+        sum.mismatches += dot.mismatches;
+    }
+    Some(sum)
 }
 
 /// [`run`] for ISA `D`, whose int8 score kernels read query codes laid out by `arrange`.

@@ -6,7 +6,9 @@
 //! forwards to `native`, the module of the ISA this build targets, chosen once below: `x86_64/`
 //! (AVX2 and F16C, detected at run time), `arm/` (Cortex-M: the DSP extension's int8 kernels on
 //! cores without Helium, the FPU's f16 conversion on hard-float targets; chosen at build time by
-//! `build.rs`), otherwise `none.rs`, where every entry takes
+//! `build.rs`), `aarch64/` (Cortex-A: NEON, and `SDOT` where the core has it, detected at run
+//! time by [`aarch64_dotprod`], the one AArch64 detection of the workspace), otherwise
+//! `none.rs`, where every entry takes
 //! the portable path (as does every build with the feature `portable`). The portable code is the reference (the ISA builds are tested against it
 //! bit for bit) and is what Miri runs.
 //!
@@ -25,7 +27,11 @@ pub(crate) use portable::Portable;
 // `edgekv_arm_kernels`; neither with the feature `portable` or under Miri).
 #[cfg_attr(edgekv_x86_kernels, path = "x86_64/mod.rs")]
 #[cfg_attr(edgekv_arm_kernels, path = "arm/mod.rs")]
-#[cfg_attr(not(any(edgekv_x86_kernels, edgekv_arm_kernels)), path = "none.rs")]
+#[cfg_attr(edgekv_aarch64_kernels, path = "aarch64/mod.rs")]
+#[cfg_attr(
+    not(any(edgekv_x86_kernels, edgekv_arm_kernels, edgekv_aarch64_kernels)),
+    path = "none.rs"
+)]
 // The only unsafe code of the kernels: intrinsics behind run-time detection.
 #[allow(unsafe_code)]
 mod native;
@@ -44,7 +50,7 @@ pub(crate) use isa::{PageKernels, Softmax};
 // Named by the ISA modules' `Isa` implementations (none in `none.rs`).
 #[cfg(not(feature = "small-code"))]
 #[cfg_attr(
-    not(any(edgekv_x86_kernels, edgekv_arm_kernels)),
+    not(any(edgekv_x86_kernels, edgekv_arm_kernels, edgekv_aarch64_kernels)),
     allow(unused_imports)
 )]
 pub(crate) use isa::Strategy;
@@ -52,8 +58,22 @@ pub(crate) use isa::Strategy;
 pub(crate) use native::Arm;
 #[cfg(feature = "small-code")]
 pub(crate) use native::SmallCode;
+#[cfg(all(test, edgekv_aarch64_kernels, not(feature = "small-code")))]
+pub(crate) use native::force;
 #[cfg(all(edgekv_x86_kernels, not(feature = "small-code")))]
 pub(crate) use native::{Avx2F16c, available};
+#[cfg(all(edgekv_aarch64_kernels, not(feature = "small-code")))]
+pub(crate) use native::{Build, Neon, build};
+
+// The AArch64 CPU detection, on every AArch64 build (the matmul kernels of `edgekv-llm` ask it
+// too, with or without this crate's kernels).
+#[cfg(target_arch = "aarch64")]
+#[path = "aarch64/detect.rs"]
+#[allow(unsafe_code)]
+mod aarch64_detect;
+
+#[cfg(target_arch = "aarch64")]
+pub use aarch64_detect::dotprod as aarch64_dotprod;
 
 /// This build's quantizer kernels (`format::QuantKernels`): none here, the reference loops run.
 #[cfg(not(edgekv_x86_kernels))]

@@ -2,7 +2,9 @@
 //! [`matmul`] and [`dot`] are called by [`matmul_quant`](crate::matmul::matmul_quant) and
 //! [`dot_quant`](crate::matmul::dot_quant) and forward to `native`, the module of the ISA this
 //! build targets, chosen once below: `arm/` (Helium, Cortex-M55 / M85, chosen at build time by
-//! `build.rs`), `x86_64/` (AVX2 and F16C, detected at run time), otherwise `none.rs`, where
+//! `build.rs`), `x86_64/` (AVX2 and F16C, detected at run time), `aarch64/` (NEON, with `SDOT`
+//! where the core has it, detected at run time by the core crate's
+//! [`aarch64_dotprod`](edgekv::aarch64_dotprod)), otherwise `none.rs`, where
 //! every entry declines and the portable code of [`quant`](crate::quant) runs (as it does in
 //! every build with the feature `portable`, and under Miri).
 //!
@@ -24,7 +26,11 @@ use crate::quant::QuantRow;
 // `edgekv_llm_x86`; neither with the feature `portable` or under Miri).
 #[cfg_attr(edgekv_llm_mve, path = "arm/mod.rs")]
 #[cfg_attr(edgekv_llm_x86, path = "x86_64/mod.rs")]
-#[cfg_attr(not(any(edgekv_llm_mve, edgekv_llm_x86)), path = "none.rs")]
+#[cfg_attr(edgekv_llm_aarch64, path = "aarch64/mod.rs")]
+#[cfg_attr(
+    not(any(edgekv_llm_mve, edgekv_llm_x86, edgekv_llm_aarch64)),
+    path = "none.rs"
+)]
 // The crate's only unsafe code: `asm!` and intrinsics behind build-time selection or run-time
 // detection.
 #[allow(unsafe_code)]
@@ -33,7 +39,10 @@ mod native;
 #[cfg(any(test, feature = "matmul-check"))]
 #[cfg_attr(not(feature = "matmul-check"), allow(dead_code))]
 pub mod check;
-#[cfg_attr(not(any(edgekv_llm_mve, edgekv_llm_x86)), allow(dead_code))]
+#[cfg_attr(
+    not(any(edgekv_llm_mve, edgekv_llm_x86, edgekv_llm_aarch64)),
+    allow(dead_code)
+)]
 mod rows;
 
 pub(crate) use rows::Acts;
@@ -44,7 +53,8 @@ static ENABLED: AtomicBool = AtomicBool::new(true);
 /// Whether [`tiles`] runs its tiles of several activation rows ([`set_tiles`]).
 static TILES: AtomicBool = AtomicBool::new(true);
 
-/// The ISA whose matmul kernels run here (this build, this CPU: `"helium"`, `"avx2"`), `None`
+/// The ISA whose matmul kernels run here (this build, this CPU: `"helium"`, `"avx2"`,
+/// `"neon-dotprod"`, `"neon"`), `None`
 /// when the portable code runs (no kernels, or turned off by [`set_kernels`]).
 pub fn kernels() -> Option<&'static str> {
     native::name().filter(|_| ENABLED.load(Ordering::Relaxed))

@@ -2,6 +2,7 @@
 //! `arch` holds each ISA's [`Isa`](crate::arch::Isa) (its kernels and strategy); here the page
 //! loop is instantiated with it, per target: `x86_64.rs` (a second build with AVX2 and F16C
 //! enabled, chosen per page at run time), `arm.rs` (Cortex-M kernels, chosen at build time),
+//! `aarch64.rs` (NEON kernels, with `SDOT` where the CPU has it, chosen at run time),
 //! `portable.rs` (every other build). `small-code` builds have one loop, with the ISA module's
 //! `SmallCode`.
 
@@ -11,8 +12,12 @@
 )]
 #[cfg_attr(all(edgekv_arm_kernels, not(feature = "small-code")), path = "arm.rs")]
 #[cfg_attr(
+    all(edgekv_aarch64_kernels, not(feature = "small-code")),
+    path = "aarch64.rs"
+)]
+#[cfg_attr(
     not(all(
-        any(edgekv_x86_kernels, edgekv_arm_kernels),
+        any(edgekv_x86_kernels, edgekv_arm_kernels, edgekv_aarch64_kernels),
         not(feature = "small-code")
     )),
     path = "portable.rs"

@@ -1,0 +1,92 @@
+//! AArch64 (Cortex-A: NEON on every core; the dot-product extension, where the core has it,
+//! detected at run time by `detect`): the [`Isa`](super::Isa) of the attention page loop's
+//! AArch64 build (`isa`: f16 widening with `FCVTL`, lane sums with `FADDP`), its Q8_0 page
+//! kernels (`int8`: scores with `SDOT` or `SMLAL`, values) and f16 page kernels (`f16`). The
+//! quantizers take the portable loops, which LLVM already vectorizes for NEON.
+//!
+//! Every kernel gives the portable code's bits: integer sums are exact (any order), float steps
+//! are those of the portable kernels in their order, with no fused multiply-add (Rust never
+//! fuses; `FMLA` would round once where the portable code rounds twice). The kernel check
+//! (`arch::check`) runs both builds of the kernels, with and without `SDOT`, against the
+//! portable ones.
+
+mod f16;
+mod int8;
+mod isa;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use isa::Neon;
+#[cfg(test)]
+pub(crate) use tests::force;
+
+pub(crate) use super::aarch64_dotprod as dotprod;
+
+/// The `Isa` of `small-code` builds' one page loop (`attention::small`): the portable one.
+#[cfg(feature = "small-code")]
+pub(crate) type SmallCode = super::Portable;
+
+/// Which build of the page loop runs (the same for every page of a call: the query's codes are
+/// laid out for it by [`arrange_query`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Build {
+    /// NEON kernels with `SDOT` (the CPU has the dot-product extension).
+    NeonDot,
+    /// NEON kernels without `SDOT`.
+    Neon,
+    /// The portable build (tests only: to compare with it).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Portable,
+}
+
+/// The build of the page loop this CPU runs ([`Build::NeonDot`] where [`dotprod`] says so).
+#[inline]
+pub(crate) fn build() -> Build {
+    #[cfg(test)]
+    if let Some(b) = tests::forced() {
+        return b;
+    }
+    if dotprod() {
+        Build::NeonDot
+    } else {
+        Build::Neon
+    }
+}
+
+/// Lays a quantized query's codes (groups of `g`) out as this build's int8 score kernels read
+/// them: with `SDOT` ([`Build::NeonDot`]) each chunk of 16 codes `q` as 16 bytes `q >> 8`, then
+/// 16 bytes `(q & 0xff) − 128` (see `int8::group_sums4`), for the groups the kernels take;
+/// elsewhere as they are.
+#[inline]
+pub(crate) fn arrange_query(codes: &mut [i16], g: usize) {
+    #[cfg(not(feature = "small-code"))]
+    if build() == Build::NeonDot && isa::scores_take(g) {
+        split_codes(codes);
+    }
+    #[cfg(feature = "small-code")]
+    let _ = (codes, g);
+}
+
+/// [`arrange_query`] of [`Build::NeonDot`] (for the kernel check).
+#[cfg(all(any(test, feature = "kernel-check"), not(feature = "small-code")))]
+pub(crate) fn arrange_for_dot(codes: &mut [i16], g: usize) {
+    if isa::scores_take(g) {
+        split_codes(codes);
+    }
+}
+
+/// Each whole chunk of 16 codes as 16 high bytes, then 16 low bytes less 128 (in place; a
+/// tail of fewer than 16 stays).
+#[cfg(not(feature = "small-code"))]
+pub(crate) fn split_codes(codes: &mut [i16]) {
+    for c in codes.chunks_exact_mut(16) {
+        let mut b = [0u8; 32];
+        for (i, &q) in c.iter().enumerate() {
+            b[i] = (q >> 8) as u8;
+            b[16 + i] = (q as u8).wrapping_sub(128);
+        }
+        for (c, b) in c.iter_mut().zip(b.chunks_exact(2)) {
+            *c = i16::from_ne_bytes([b[0], b[1]]);
+        }
+    }
+}
