@@ -52,7 +52,7 @@ fn gemma_board_equals_the_host_bit_for_bit() {
         &elf,
         &args,
         Duration::from_secs(900),
-        &mut |_| {},
+        &mut |l| eprintln!("{l}"),
     )
     .expect("run QEMU");
     let log = run.lines.join("\n");
@@ -89,4 +89,46 @@ fn gemma_board_equals_the_host_bit_for_bit() {
     for l in run.lines.iter().filter(|l| l.starts_with("figure ")) {
         eprintln!("M55 Gemma: {l}");
     }
+}
+
+/// The whole demo script (`cargo demo --model gemma3`'s: the document restored, continued past
+/// position 512, a second request over the reused document), board against host, its log
+/// printed: for measuring the figures (several minutes of QEMU; not in CI). With
+/// `EDGEKV_GEMMA_COLD=1` a cold prefill of the document and the first request runs first.
+#[test]
+#[ignore = "several minutes of QEMU: run with --ignored to measure the figures"]
+fn gemma_board_demo_script() {
+    let root = qemu::repo_root();
+    let path = an547::gemma_path(&root).expect("the Gemma 3 270M model (model/fetch-gemma.sh)");
+    let elf =
+        qemu::build(&root, Board::An547, gemma::GEMMA_BIN, true).expect("build the an547 firmware");
+    let (_, model) = gemma::load_model(&path).expect("model");
+    let requests = gemma::demo_requests();
+    let turns = an547::script_turns(&requests);
+    let script = Script {
+        system: &DOCUMENT_IDS,
+        cold: std::env::var_os("EDGEKV_GEMMA_COLD").is_some(),
+        turns: &turns,
+        stop: &STOP,
+    };
+    let image = gemma::document_image(&model, script.system).expect("snapshot image");
+    let host = gemma::host_events(&model, &script, &image).expect("host run");
+    let args = gemma::loader_args(&root, &path, image, &script).expect("loader files");
+    let run = qemu::run_with(
+        Board::An547,
+        &elf,
+        &args,
+        Duration::from_secs(3 * 3600),
+        &mut |l| eprintln!("{l}"),
+    )
+    .expect("run QEMU");
+    assert_eq!(run.code, 0, "firmware exit code");
+    let board: Vec<Event> = run
+        .lines
+        .iter()
+        .filter_map(|l| an547::event(l))
+        .map(an547::without_cost)
+        .collect();
+    let host: Vec<Event> = host.into_iter().map(an547::without_cost).collect();
+    assert_eq!(board, host, "board and host differ");
 }
