@@ -132,7 +132,7 @@ fn restored_continued_and_reused_starts_equal_cold_prefills() {
     assert!(events.iter().all(|e| match *e {
         Event::First { cost, .. } | Event::Token { cost, .. } | Event::Restored { cost, .. } =>
             cost >= 1,
-        Event::End { .. } => true,
+        Event::End { .. } | Event::Pages { .. } => true,
     }));
 
     // The continued turn equals a cold prefill of everything before it.

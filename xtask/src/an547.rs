@@ -159,8 +159,18 @@ pub fn loader_args(
     image: Vec<u8>,
     script: &Script<'_>,
 ) -> Result<Vec<String>, String> {
-    let dir = root.join("target/an547");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    loader_args_in(&root.join("target/an547"), model_path, image, script)
+}
+
+/// [`loader_args`] with the files written under `dir` (each firmware its own, so runs of
+/// several at once do not overwrite each other's files).
+pub fn loader_args_in(
+    dir: &Path,
+    model_path: &Path,
+    image: Vec<u8>,
+    script: &Script<'_>,
+) -> Result<Vec<String>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut words = vec![0u32; chat::wire::encoded_len(script)];
     chat::wire::encode(script, &mut words).map_err(|e| e.to_string())?;
     let model_len = std::fs::metadata(model_path)
@@ -257,6 +267,16 @@ pub fn event(line: &str) -> Option<Event> {
             turn: num(2)? as usize,
             generated: num(4)? as u32,
             context: num(6)? as u32,
+        }),
+        "pages" => Some(Event::Pages {
+            turn: num(2)? as usize,
+            group: num(4)? as usize,
+            pages: chat::GroupPages {
+                held: u16::try_from(num(6)?).ok()?,
+                released: u16::try_from(num(8)?).ok()?,
+                cached: u16::try_from(num(10)?).ok()?,
+                free: u16::try_from(num(12)?).ok()?,
+            },
         }),
         _ => None,
     }
@@ -454,6 +474,6 @@ pub fn without_cost(e: Event) -> Event {
             crc,
             cost: 0,
         },
-        end @ Event::End { .. } => end,
+        other @ (Event::End { .. } | Event::Pages { .. }) => other,
     }
 }

@@ -14,6 +14,13 @@ pub mod callgraph;
 /// --bin tokenize -- TEXT` in `model/` prints the ids of new text). Plain constants, so that
 /// test can `include!` the file.
 pub mod chat_script;
+#[cfg(feature = "chat")]
+pub mod gemma;
+/// The Gemma 3 board demo's script: a shared plain-text document (the pretrained GGUF continues
+/// text well) and the requests that continue it, with their token ids as `model/`'s Gemma
+/// tokenizer gives them (`model/tests/gemma_demo_ids.rs` checks them). Plain constants, so that
+/// test can `include!` the file.
+pub mod gemma_script;
 pub mod qemu;
 pub mod setup;
 pub mod size;

@@ -8,7 +8,10 @@
 //!   on QEMU mps3-an547 (`-icount`), printing the transcript and per-turn instruction counts as
 //!   they arrive. `cargo demo --cold` first prefills the system prompt cold, to compare (adds
 //!   about five minutes); `cargo demo --ask "QUESTION"` (repeatable) asks your own questions,
-//!   tokenized on the host by `model/`'s tokenizer; `cargo demo --parity` runs the Cortex-M4 parity firmware
+//!   tokenized on the host by `model/`'s tokenizer; `cargo demo --model gemma3` runs Gemma 3 270M
+//!   instead (binary `gemma`: a shared document restored from a grouped snapshot image, continued
+//!   past its 512-token window, then reused by a second request; about ten minutes);
+//!   `cargo demo --parity` runs the Cortex-M4 parity firmware
 //!   (`boards/qemu-an386`); `cargo demo --host` the host-only synthetic session.
 //! - `cargo test-all [--only STAGE] [--skip STAGE]...` — every check CI runs, in stages (see
 //!   `checks.rs`); a table of the stages run and their seconds is printed just before the final
@@ -37,7 +40,7 @@ use std::time::{Duration, Instant};
 use edgekv_xtask::qemu::{self, Board};
 use edgekv_xtask::{setup, stages::Stages};
 
-const USAGE: &str = "usage: cargo xtask <demo [--cold] [--ask QUESTION]... | demo --parity | demo --host | test [--only STAGE] [--skip STAGE]... \
+const USAGE: &str = "usage: cargo xtask <demo [--cold] [--ask QUESTION]... | demo --model gemma3 [--cold] | demo --parity | demo --host | test [--only STAGE] [--skip STAGE]... \
 [--no-miri] [--no-targets] [--no-fuzz] [--no-model] | setup | fuzz [SECONDS] | recursion | size | qemu BOARD ELF>";
 
 fn main() -> ExitCode {
@@ -46,7 +49,11 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("demo") if flags == ["--host"] => host_demo(),
         Some("demo") if flags == ["--parity"] => board_demo(),
-        Some("demo") => demo_flags(&flags).and_then(|(cold, asked)| chat_demo(cold, &asked)),
+        Some("demo") => demo_flags(&flags).and_then(|d| match d.model {
+            DemoModel::SmolLm2 => chat_demo(d.cold, &d.asked),
+            DemoModel::Gemma3 if d.asked.is_empty() => gemma_demo(d.cold),
+            DemoModel::Gemma3 => Err("--ask is for SmolLM2's chat (Gemma 3 270M here is the pretrained model: it continues the demo's document)".into()),
+        }),
         Some("test") => test(&flags),
         Some("setup") if flags.is_empty() => checks::setup(),
         Some("fuzz") => match flags.as_slice() {
@@ -74,24 +81,111 @@ fn main() -> ExitCode {
     }
 }
 
-/// `cargo demo [--cold] [--ask QUESTION]...`: whether to add the cold start, and the user's own
-/// questions (none: the demo's script).
-fn demo_flags(flags: &[&str]) -> Result<(bool, Vec<String>), String> {
-    let mut cold = false;
-    let mut asked = Vec::new();
+/// The model `cargo demo` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DemoModel {
+    /// SmolLM2-135M-Instruct's chat (the default).
+    SmolLm2,
+    /// Gemma 3 270M continuing a shared document (`--model gemma3`).
+    Gemma3,
+}
+
+/// `cargo demo`'s flags.
+struct DemoFlags {
+    model: DemoModel,
+    cold: bool,
+    asked: Vec<String>,
+}
+
+/// `cargo demo [--model smollm2|gemma3] [--cold] [--ask QUESTION]...`: the model, whether to add
+/// the cold start, and the user's own questions (none: the demo's script).
+fn demo_flags(flags: &[&str]) -> Result<DemoFlags, String> {
+    let mut d = DemoFlags {
+        model: DemoModel::SmolLm2,
+        cold: false,
+        asked: Vec::new(),
+    };
     let mut it = flags.iter();
     while let Some(&f) = it.next() {
         match f {
-            "--cold" => cold = true,
-            "--ask" => asked.push(it.next().ok_or("--ask needs a question")?.to_string()),
+            "--cold" => d.cold = true,
+            "--ask" => d
+                .asked
+                .push(it.next().ok_or("--ask needs a question")?.to_string()),
+            "--model" => {
+                d.model = match it.next().copied() {
+                    Some("smollm2") => DemoModel::SmolLm2,
+                    Some("gemma3") => DemoModel::Gemma3,
+                    other => {
+                        return Err(format!(
+                            "--model takes smollm2 (the default) or gemma3, not {other:?}"
+                        ));
+                    }
+                }
+            }
             _ => {
                 return Err(format!(
-                    "unknown flag {f}: cargo demo takes --cold, --ask QUESTION (repeatable), --parity or --host"
+                    "unknown flag {f}: cargo demo takes --model smollm2|gemma3, --cold, --ask QUESTION (repeatable), --parity or --host"
                 ));
             }
         }
     }
-    Ok((cold, asked))
+    Ok(d)
+}
+
+/// `cargo demo --model gemma3`: set-up, model fetch, build and QEMU run of the Cortex-M55's
+/// Gemma 3 firmware, its log turned into a transcript as it arrives.
+fn gemma_demo(cold: bool) -> Result<(), String> {
+    let (start, elf) = demo_build(Board::An547, "gemma", "three")?;
+    eprintln!(
+        "demo: firmware built ({:.0} s since the start); the model next (253 MB, fetched once)",
+        start.elapsed().as_secs_f64()
+    );
+    let code = gemma(&elf, cold)?;
+    demo_end(start, code)
+}
+
+/// Runs the an547 Gemma 3 firmware `elf` with the demo's document and requests, printing the
+/// transcript; returns the firmware's exit code.
+#[cfg(feature = "chat")]
+fn gemma(elf: &std::path::Path, cold: bool) -> Result<i32, String> {
+    use edgekv_xtask::{an547, gemma, gemma_script};
+    let root = qemu::repo_root();
+    let path = an547::gemma_path(&root)?;
+    let requests = gemma::demo_requests();
+    let texts = requests.iter().map(|t| t.user.clone()).collect();
+    let (bytes, model) = gemma::load_model(&path)?;
+    let mut transcript =
+        edgekv_xtask::transcript::Transcript::document(bytes, texts, &gemma_script::STOP)?;
+    let turns = an547::script_turns(&requests);
+    let script = edgekv_llm::chat::Script {
+        system: &gemma_script::DOCUMENT_IDS,
+        cold,
+        turns: &turns,
+        stop: &gemma_script::STOP,
+    };
+    let mut out = std::io::stdout();
+    use std::io::Write;
+    let _ = writeln!(
+        out,
+        "Gemma 3 270M (pretrained) continues a shared document:\n\n{}",
+        gemma_script::DOCUMENT
+    );
+    let run = gemma::run(
+        &root,
+        elf,
+        (&path, &model),
+        &script,
+        Duration::from_secs(3600),
+        &mut |l| transcript.line(&mut out, l),
+    )?;
+    Ok(run.code)
+}
+
+/// Without the `chat` feature: says how to get it.
+#[cfg(not(feature = "chat"))]
+fn gemma(_elf: &std::path::Path, _cold: bool) -> Result<i32, String> {
+    Err("the an547 Gemma demo needs the task runner's `chat` feature: cargo xtask-chat ...".into())
 }
 
 /// The main job: set-up, model fetch, build and QEMU run of the Cortex-M55 chat firmware, its
@@ -208,7 +302,13 @@ fn qemu_runner(board: &str, elf: &str) -> ExitCode {
         return ExitCode::from(2);
     };
     if board == Board::An547 {
-        return match chat(std::path::Path::new(elf), false, &[]) {
+        let path = std::path::Path::new(elf);
+        let run = if path.file_name().is_some_and(|n| n == "gemma") {
+            gemma(path, false)
+        } else {
+            chat(path, false, &[])
+        };
+        return match run {
             Ok(0) => ExitCode::SUCCESS,
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(e) => {

@@ -1,6 +1,7 @@
 //! The Cortex-M55 chat's transcript: generated ids printed as text with the model's own
-//! vocabulary (byte-level BPE, read from the GGUF), per-turn instruction counts from the
-//! firmware's events ([`crate::an547::event`]).
+//! vocabulary (read from the GGUF: byte-level BPE for SmolLM2, SentencePiece pieces for Gemma 3),
+//! per-turn instruction counts from the firmware's events ([`crate::an547::event`]) and, for a
+//! layer-grouped cache, each group's pages.
 
 use std::io::Write;
 
@@ -9,8 +10,9 @@ use edgekv_llm::chat::{Event, Start};
 
 use crate::an547::event;
 
-/// The model's vocabulary as bytes (byte-level BPE: each character of a token stands for one
-/// byte, GPT-2's mapping), for printing generated ids.
+/// The model's vocabulary as bytes, for printing generated ids: byte-level BPE (each character
+/// of a token stands for one byte, GPT-2's mapping) or, when the GGUF's `tokenizer.ggml.model`
+/// is `llama`, SentencePiece pieces (`▁` a space, `<0xNN>` byte fallback).
 pub struct Vocab {
     tokens: Vec<Vec<u8>>,
 }
@@ -23,13 +25,16 @@ impl Vocab {
             .get("tokenizer.ggml.tokens")
             .and_then(|v| v.as_array())
             .ok_or("GGUF has no tokenizer.ggml.tokens")?;
+        let spm = gguf.get("tokenizer.ggml.model").and_then(|v| v.as_bytes()) == Some(b"llama");
         let byte_of = byte_map();
         let tokens = tokens
             .iter()
             .map(|v| {
                 let text = String::from_utf8_lossy(v.as_bytes().unwrap_or_default()).into_owned();
                 let control = text.starts_with("<|") && text.ends_with("|>");
-                if control {
+                if spm {
+                    piece_bytes(&text)
+                } else if control {
                     text.into_bytes()
                 } else {
                     text.chars()
@@ -44,6 +49,19 @@ impl Vocab {
     /// The bytes of `id` (empty for an unknown id).
     pub fn bytes(&self, id: u32) -> &[u8] {
         self.tokens.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// The bytes of a SentencePiece piece: `<0xNN>` is byte NN, `▁` a space, anything else itself.
+fn piece_bytes(piece: &str) -> Vec<u8> {
+    let hex = piece
+        .strip_prefix("<0x")
+        .and_then(|h| h.strip_suffix('>'))
+        .filter(|h| h.len() == 2)
+        .and_then(|h| u8::from_str_radix(h, 16).ok());
+    match hex {
+        Some(b) => vec![b],
+        None => piece.replace('\u{2581}', " ").into_bytes(),
     }
 }
 
@@ -75,6 +93,10 @@ fn mi(n: u64) -> String {
 pub struct Transcript {
     vocab: Vocab,
     users: Vec<String>,
+    /// Ids not printed (they end an answer).
+    stop: Vec<u32>,
+    /// A document continued (Gemma 3), not a chat.
+    document: bool,
     restore: u64,
     first: Option<(Start, u64, u32, u32)>,
     steps: Vec<u64>,
@@ -87,6 +109,8 @@ impl Transcript {
         Ok(Transcript {
             vocab: Vocab::new(model)?,
             users,
+            stop: crate::chat_script::STOP.to_vec(),
+            document: false,
             restore: 0,
             first: None,
             steps: Vec::new(),
@@ -94,10 +118,20 @@ impl Transcript {
         })
     }
 
+    /// A transcript printer for a shared document continued by requests (Gemma 3's board demo):
+    /// `requests` are the text each request appends to the document, `stop` the ids that end a
+    /// continuation.
+    pub fn document(model: &[u8], requests: Vec<String>, stop: &[u32]) -> Result<Self, String> {
+        let mut t = Transcript::new(model, requests)?;
+        t.stop = stop.to_vec();
+        t.document = true;
+        Ok(t)
+    }
+
     /// Prints the text of `token` (held back while its UTF-8 is incomplete; `<|im_end|>` not
     /// printed).
     fn token(&mut self, out: &mut dyn Write, token: u32) {
-        if crate::chat_script::STOP.contains(&token) {
+        if self.stop.contains(&token) {
             return;
         }
         self.pending.extend_from_slice(self.vocab.bytes(token));
@@ -117,9 +151,14 @@ impl Transcript {
         match e {
             Event::Restored { tokens, cost } => {
                 self.restore = cost;
+                let what = if self.document {
+                    "shared document"
+                } else {
+                    "system prompt"
+                };
                 let _ = writeln!(
                     out,
-                    "  [system prompt: {tokens} tokens of KV restored from the flash image in {} instructions]",
+                    "  [{what}: {tokens} tokens of KV restored from the flash image in {} instructions]",
                     mi(cost)
                 );
             }
@@ -141,10 +180,19 @@ impl Transcript {
                     return;
                 }
                 let user = self.users.get(turn).map_or("?", String::as_str);
-                if start == Start::Reused {
-                    let _ = writeln!(out, "\n  --- a new conversation ---");
+                if self.document {
+                    let how = if start == Start::Reused {
+                        "a new request: the document's pages reused from the prefix index"
+                    } else {
+                        "continuing the restored document"
+                    };
+                    let _ = write!(out, "\n  --- request {} ({how}) ---\n…{user}", turn + 1);
+                } else {
+                    if start == Start::Reused {
+                        let _ = writeln!(out, "\n  --- a new conversation ---");
+                    }
+                    let _ = write!(out, "\nuser: {user}\nassistant: ");
                 }
-                let _ = write!(out, "\nuser: {user}\nassistant: ");
                 self.first = Some((start, cost, prefilled, reused));
                 self.steps.clear();
                 self.token(out, token);
@@ -161,14 +209,19 @@ impl Transcript {
                 let mut steps = self.steps.clone();
                 steps.sort_unstable();
                 let decode = steps.get(steps.len() / 2).copied().unwrap_or(0);
+                let prefix = if self.document {
+                    "document"
+                } else {
+                    "system prompt"
+                };
                 if let Some((start, cost, prefilled, reused)) = self.first.take() {
                     let how = match start {
                         Start::Restored => format!(
-                            "system prompt restored ({} to restore) + {prefilled} tokens prefilled",
+                            "{prefix} restored ({} to restore) + {prefilled} tokens prefilled",
                             mi(self.restore)
                         ),
                         Start::Reused => format!(
-                            "{reused} tokens of the system prompt reused from the prefix index + {prefilled} prefilled"
+                            "{reused} tokens of the {prefix} reused from the prefix index + {prefilled} prefilled"
                         ),
                         _ => format!("conversation kept, {prefilled} tokens prefilled"),
                     };
@@ -184,6 +237,18 @@ impl Transcript {
                         mi(decode)
                     );
                 }
+            }
+            Event::Pages { group, pages, .. } => {
+                let what = match (self.document, group) {
+                    (true, 0) => "the 15 sliding-window layers (window 512)",
+                    (true, _) => "the 3 global layers",
+                    _ => "",
+                };
+                let _ = writeln!(
+                    out,
+                    "  [pages, group {group} {what}: {} held, {} released by the window; pool: {} cached for prefix reuse, {} free]",
+                    pages.held, pages.released, pages.cached, pages.free
+                );
             }
         }
     }
@@ -203,6 +268,15 @@ mod tests {
         assert_eq!(m[&'a'], b'a');
         // The last shifted byte: the soft hyphen, after 0x00–0x20 and 0x7F–0xA0.
         assert_eq!(m[&'\u{143}'], 0xAD);
+    }
+
+    #[test]
+    fn sentencepiece_pieces_decode() {
+        assert_eq!(piece_bytes("\u{2581}the"), b" the");
+        assert_eq!(piece_bytes("<0x0A>"), b"\n");
+        assert_eq!(piece_bytes("<0xE2>"), [0xE2]);
+        assert_eq!(piece_bytes("<eos>"), b"<eos>");
+        assert_eq!(piece_bytes("<0x>"), b"<0x>");
     }
 
     #[test]
@@ -244,6 +318,19 @@ mod tests {
                 turn: 1,
                 generated: 20,
                 context: 318
+            })
+        );
+        assert_eq!(
+            event("pages turn 0 group 1 held 34 released 0 cached 0 free 266"),
+            Some(Event::Pages {
+                turn: 0,
+                group: 1,
+                pages: edgekv_llm::chat::GroupPages {
+                    held: 34,
+                    released: 0,
+                    cached: 0,
+                    free: 266
+                }
             })
         );
         for other in [

@@ -175,6 +175,8 @@ fn run(per_m: u64) -> Result<(), ()> {
             "end turn {=usize} generated {=u32} context {=u32}",
             turn, generated, context
         ),
+        // Reported by layer-grouped caches only; SmolLM2's has one group.
+        Event::Pages { .. } => {}
     };
     let mut image = SliceFlash(boot.image);
     let mut marks = Marks::<8>::new();
@@ -195,7 +197,7 @@ fn run(per_m: u64) -> Result<(), ()> {
                     Event::Restored { .. } => ("snapshot restore", "system prompt, from flash"),
                     Event::First { start, .. } => ("forward pass, prefill", start.name()),
                     Event::Token { .. } => ("forward pass, decode", ""),
-                    Event::End { .. } => ("end of turn", ""),
+                    Event::End { .. } | Event::Pages { .. } => ("end of turn", ""),
                 };
                 observe(e);
                 lap(kind, detail);

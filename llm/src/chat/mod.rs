@@ -8,10 +8,14 @@
 //! runs first, so the time to the first token can be compared: cold, restored, reused. Every
 //! step is reported as an [`Event`] with the cost a caller-supplied clock measured (instructions
 //! on a board under QEMU's `-icount`, nanoseconds on the host, or nothing).
+//!
+//! The cache is any [`ChatStore`]: an `edgekv::KvCache` (every layer alike, e.g. SmolLM2) or an
+//! `edgekv::GroupedCache` (e.g. Gemma 3's sliding-window layers in their own group, releasing
+//! pages as positions leave the window); over more than one group each turn's end also reports
+//! every group's pages ([`Event::Pages`]).
 
 use crc::{CRC_32_ISO_HDLC, Crc};
-use edgekv::snapshot::Header;
-use edgekv::{KvCache, PageAllocator, SeqId, SeqMode};
+use edgekv::{SeqId, SeqMode};
 use embedded_storage::nor_flash::{NorFlash, ReadNorFlash};
 
 use crate::error::{Error, Result};
@@ -19,7 +23,10 @@ use crate::forward::Logits;
 use crate::sample::argmax;
 use crate::session::Engine;
 
+mod store;
 pub mod wire;
+
+pub use store::{ChatStore, GroupPages};
 
 const CRC: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
 
@@ -131,6 +138,16 @@ pub enum Event {
         /// Positions in the turn's sequence (the last token not yet appended).
         context: u32,
     },
+    /// A layer group's pages at the end of a turn (after [`Event::End`]; reported only by a
+    /// cache of more than one group).
+    Pages {
+        /// Turn index.
+        turn: usize,
+        /// Layer group.
+        group: usize,
+        /// The group's pages.
+        pages: GroupPages,
+    },
 }
 
 /// Caller memory [`run`] works in.
@@ -147,21 +164,21 @@ pub struct Buffers<'b> {
 ///
 /// # Errors
 ///
-/// The prefill's and [`KvCache::snapshot`]'s; the cache is left as it was.
-pub fn write_system_image<'c, A: PageAllocator<'c>, F: NorFlash>(
+/// The prefill's and [`ChatStore::snapshot_to`]'s; the cache is left as it was.
+pub fn write_system_image<C: ChatStore, F: NorFlash>(
     engine: &mut Engine<'_, '_, '_>,
-    cache: &mut KvCache<'c, A>,
+    cache: &mut C,
     system: &[u32],
     logits: &mut [f32],
     flash: &mut F,
     offset: u32,
-) -> Result<Header> {
+) -> Result<C::Header> {
     let seq = cache.create_sequence(SeqMode::Paged)?;
     let r = engine
         .prefill(cache, seq, system, Logits::None, logits)
         .and_then(|()| {
             let fingerprint = engine.model().fingerprint();
-            Ok(cache.snapshot(seq, system, fingerprint, flash, offset)?)
+            cache.snapshot_to(seq, system, fingerprint, flash, offset)
         });
     let freed = cache.free_sequence(seq);
     let header = r?;
@@ -181,9 +198,9 @@ pub fn write_system_image<'c, A: PageAllocator<'c>, F: NorFlash>(
 /// `script.system`), and the cache's and forward pass's errors. On an error the sequence in use
 /// is freed, so the cache holds no sequence (pages the restore or a new conversation published
 /// stay cached in the prefix index, reusable and evictable).
-pub fn run<'c, A: PageAllocator<'c>, F: ReadNorFlash>(
+pub fn run<C: ChatStore, F: ReadNorFlash>(
     engine: &mut Engine<'_, '_, '_>,
-    cache: &mut KvCache<'c, A>,
+    cache: &mut C,
     script: &Script<'_>,
     image: &mut F,
     buffers: Buffers<'_>,
@@ -204,9 +221,9 @@ pub fn run<'c, A: PageAllocator<'c>, F: ReadNorFlash>(
 
 /// [`run`], with the sequence in use kept in `live`.
 #[allow(clippy::too_many_arguments)]
-fn run_turns<'c, A: PageAllocator<'c>, F: ReadNorFlash>(
+fn run_turns<C: ChatStore, F: ReadNorFlash>(
     engine: &mut Engine<'_, '_, '_>,
-    cache: &mut KvCache<'c, A>,
+    cache: &mut C,
     script: &Script<'_>,
     image: &mut F,
     buffers: Buffers<'_>,
@@ -259,16 +276,14 @@ fn run_turns<'c, A: PageAllocator<'c>, F: ReadNorFlash>(
 
     let t0 = clock();
     let system = &mut buffers.prompt[..script.system.len()];
-    let (mut seq, header) = cache.restore(image, 0, engine.model().fingerprint(), system)?;
+    let (mut seq, header) = cache.restore_from(image, 0, engine.model().fingerprint(), system)?;
     *live = Some(seq);
     let cost = clock().wrapping_sub(t0);
-    if header.tokens as usize != script.system.len() || system != script.system {
+    let tokens = C::header_tokens(&header);
+    if tokens as usize != script.system.len() || system != script.system {
         return Err(Error::Mismatch("restored system prompt"));
     }
-    observe(Event::Restored {
-        tokens: header.tokens,
-        cost,
-    });
+    observe(Event::Restored { tokens, cost });
 
     // The last answer's final token: picked, not yet in the cache.
     let mut pending: Option<u32> = None;
@@ -330,6 +345,17 @@ fn run_turns<'c, A: PageAllocator<'c>, F: ReadNorFlash>(
             generated,
             context: cache.seq_len(seq)?,
         });
+        if cache.groups() > 1 {
+            for group in 0..cache.groups() {
+                if let Some(pages) = cache.group_pages(group, seq)? {
+                    observe(Event::Pages {
+                        turn: i,
+                        group,
+                        pages,
+                    });
+                }
+            }
+        }
     }
     Ok(())
 }
