@@ -8,6 +8,7 @@ mod gemma_common;
 
 mod fidelity;
 mod gemma;
+mod gemma_demo_ids;
 mod gemma_session;
 mod gemma_tokenizer;
 mod reference;
