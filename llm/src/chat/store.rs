@@ -4,7 +4,7 @@
 //! sliding-window layers in their own group).
 
 use edgekv::snapshot::{GroupedHeader, Header};
-use edgekv::{GroupedCache, KvCache, PageAllocator, SeqId};
+use edgekv::{GroupedCache, KvCache, NO_PAGE, PageAllocator, SeqId};
 use embedded_storage::nor_flash::{NorFlash, ReadNorFlash};
 
 use crate::error::Result;
@@ -71,15 +71,15 @@ pub trait ChatStore: KvStore {
     fn group_pages(&self, g: usize, seq: SeqId) -> Result<Option<GroupPages>>;
 }
 
-/// `cache`'s pages for `seq`.
+/// `cache`'s pages for `seq`: its page table's entries, those a window released being
+/// [`NO_PAGE`] (the table keeps them, so `SeqInfo::pages` counts them too).
 fn pages_of<'c, A: PageAllocator<'c>>(cache: &KvCache<'c, A>, seq: SeqId) -> Result<GroupPages> {
-    let info = cache.sequence(seq)?;
+    let table = cache.page_table(seq)?;
+    let held = table.iter().filter(|&&p| p != NO_PAGE).count();
     let stats = cache.stats();
-    let spanned = info.len.div_ceil(u32::from(cache.config().page_tokens));
-    let released = spanned.saturating_sub(u32::from(info.pages));
     Ok(GroupPages {
-        held: info.pages,
-        released: u16::try_from(released).unwrap_or(u16::MAX),
+        held: u16::try_from(held).unwrap_or(u16::MAX),
+        released: u16::try_from(table.len() - held).unwrap_or(u16::MAX),
         cached: stats.pages_cached,
         free: stats.pages_free,
     })
