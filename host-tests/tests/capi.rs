@@ -121,6 +121,26 @@ fn c_programs_run_against_the_staticlib() {
     }
     // A separate target directory: the outer cargo may still hold the lock on its own.
     let dir = target_dir().join("capi-test");
+    std::fs::create_dir_all(&dir).expect("create the C programs' directory");
+    let lib = match std::env::var_os(PREBUILT) {
+        // `cargo test-all` builds the library with the test binaries (the same units), which
+        // saves a second build of the C ABI and its dependencies in a directory of its own.
+        Some(lib) => {
+            eprintln!("the C ABI library built by the task runner: {lib:?}");
+            PathBuf::from(lib)
+        }
+        None => build_staticlib(&dir),
+    };
+    assert!(lib.is_file(), "no static library at {}", lib.display());
+    c_programs(&cc, &dir, &lib);
+}
+
+/// The environment variable naming a static library of `edgekv-capi` (features `ethosu`)
+/// already built from this tree; unset, the test builds one.
+const PREBUILT: &str = "EDGEKV_CAPI_STATICLIB";
+
+/// `cargo build -p edgekv-capi --features ethosu` into `dir`; returns the static library.
+fn build_staticlib(dir: &Path) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run(
         Command::new(cargo)
@@ -134,13 +154,18 @@ fn c_programs_run_against_the_staticlib() {
                 "ethosu",
             ])
             .arg("--target-dir")
-            .arg(&dir)
+            .arg(dir)
             .env_remove("RUSTFLAGS")
             .env_remove("CARGO_BUILD_RUSTFLAGS")
             .env_remove("CARGO_ENCODED_RUSTFLAGS"),
         "cargo build -p edgekv-capi",
     );
-    let lib = dir.join("debug/libedgekv_capi.a");
+    dir.join("debug/libedgekv_capi.a")
+}
+
+/// The C test programs compiled by `cc` into `dir`, linked with `lib` and run, then again
+/// under the sanitizers where `cc` has them.
+fn c_programs(cc: &str, dir: &Path, lib: &Path) {
     // The contract test, a decode loop as a vendor SDK integration would run it, layer groups.
     let programs = ["capi_test", "decode_loop", "grouped_test"];
     // Strict C99 (the header's stated minimum), pedantic, every warning an error.

@@ -32,7 +32,7 @@ pub const STAGE_NOTES: [(&str, &str); 13] = [
     ("fmt", "rustfmt --check: a few seconds"),
     (
         "clippy",
-        "clippy -D warnings over the workspace, then the core with every feature: about 4 minutes (it compiles the dependencies first)",
+        "clippy -D warnings over the workspace: about 3 minutes (it compiles the dependencies first)",
     ),
     ("doc", "rustdoc -D warnings: about 1 minute"),
     (
@@ -41,7 +41,7 @@ pub const STAGE_NOTES: [(&str, &str); 13] = [
     ),
     (
         "no-std",
-        "the libraries checked for four no_std targets, the C ABI built for two: about 3 minutes",
+        "the libraries linted (clippy) for four no_std targets, the C ABI built for two: about 3 minutes",
     ),
     (
         "boards",
@@ -123,21 +123,9 @@ pub fn all(stages: &mut Stages) -> Result<(), String> {
                 "warnings",
             ],
             &[],
-        )?;
-        // The core's library with every feature (defmt, small-code); its tests are linted above.
-        cargo(
-            &[
-                "clippy",
-                "-p",
-                "edgekv",
-                "--lib",
-                "--all-features",
-                "--",
-                "-D",
-                "warnings",
-            ],
-            &[],
         )
+        // The core's other features (defmt, small-code, kernel-check) are linted where they are
+        // used, on the no_std targets (the `no-std` stage).
     })?;
     stages.run_noted("doc", note("doc"), || {
         cargo(
@@ -160,6 +148,24 @@ pub fn all(stages: &mut Stages) -> Result<(), String> {
         // The table first, so nextest's summary is the last line of the log.
         eprintln!("{}", stages.table());
         eprintln!("#### stage tests: {}", note("tests"));
+        // The units nextest runs, built first with the libraries themselves, so that the C
+        // ABI's static library is in the target directory for the C programs' test (one build
+        // of it, not a second in a directory of its own).
+        cargo(
+            &[
+                "build",
+                "--profile",
+                "test",
+                "--workspace",
+                "--lib",
+                "--bins",
+                "--tests",
+            ],
+            &[],
+        )?;
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| qemu::repo_root().join("target"), Into::into);
+        let staticlib = target.join("debug/libedgekv_capi.a");
         // Libraries, binaries and tests: not the examples, which `cargo test` would also build
         // (the clippy stage checks them; edgekv-llm's `bench` alone cost 65 CPU seconds to build).
         cargo(
@@ -172,7 +178,7 @@ pub fn all(stages: &mut Stages) -> Result<(), String> {
                 "--tests",
                 "--no-fail-fast",
             ],
-            &[],
+            &[("EDGEKV_CAPI_STATICLIB", &staticlib.to_string_lossy())],
         )
     } else {
         eprintln!("{}", stages.table());
@@ -180,20 +186,22 @@ pub fn all(stages: &mut Stages) -> Result<(), String> {
     }
 }
 
-/// The libraries type-checked for the no_std targets (one cargo call per feature set, its
-/// targets at once): everything plain for all four; `defmt` for an ARMv7E-M and the ARMv6-M
-/// target (the logging layer is target-independent); the C ABI crate (with the Ethos-U hooks)
-/// checked for all four and its static library built (code generated) for the Cortex-M7 and
-/// Cortex-M55 targets vendor NPU SDKs link it on; the D-cache maintenance (`cortex-m`) and the
-/// LLM forward pass for those two.
+/// The libraries linted by clippy (`-D warnings`) for the no_std targets, which type-checks
+/// them there (one cargo call per feature set, its targets at once): everything plain for all
+/// four; `defmt` and `kernel-check` for an ARMv7E-M and the ARMv6-M target (the logging layer is
+/// target-independent), `small-code` for the ARMv7E-M one (these features are for boards: a
+/// host `clippy --all-features` of the core cost about 2 minutes and missed the Arm code); the C
+/// ABI crate (with the Ethos-U hooks) for all four and its static library built (code generated)
+/// for the Cortex-M7 and Cortex-M55 targets vendor NPU SDKs link it on; the D-cache maintenance
+/// (`cortex-m`) and the LLM forward pass for those two.
 fn no_std() -> Result<(), String> {
     const ALL: &[&str] = &TARGETS;
     const M7_M55: &[&str] = &["thumbv7em-none-eabihf", "thumbv8m.main-none-eabihf"];
     const DEFMT: &[&str] = &["thumbv7em-none-eabihf", "thumbv6m-none-eabi"];
-    let sets: [(&[&str], &[&str]); 6] = [
+    let sets: [(&[&str], &[&str]); 7] = [
         (
             &[
-                "check",
+                "clippy",
                 "-p",
                 "edgekv",
                 "-p",
@@ -205,7 +213,7 @@ fn no_std() -> Result<(), String> {
         ),
         (
             &[
-                "check",
+                "clippy",
                 "-p",
                 "edgekv-capi",
                 "--no-default-features",
@@ -216,15 +224,19 @@ fn no_std() -> Result<(), String> {
         ),
         (
             &[
-                "check",
+                "clippy",
                 "-p",
                 "edgekv",
                 "-p",
                 "edgekv-hal",
                 "--features",
-                "edgekv/defmt,edgekv-hal/defmt",
+                "edgekv/defmt,edgekv/kernel-check,edgekv-hal/defmt",
             ],
             DEFMT,
+        ),
+        (
+            &["clippy", "-p", "edgekv", "--features", "small-code"],
+            &["thumbv7em-none-eabihf"],
         ),
         (
             &[
@@ -238,14 +250,17 @@ fn no_std() -> Result<(), String> {
             M7_M55,
         ),
         (
-            &["check", "-p", "edgekv-hal", "--features", "cortex-m"],
+            &["clippy", "-p", "edgekv-hal", "--features", "cortex-m"],
             M7_M55,
         ),
-        (&["check", "-p", "edgekv-llm"], M7_M55),
+        (&["clippy", "-p", "edgekv-llm"], M7_M55),
     ];
     for (args, targets) in sets {
         let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         all.extend(targets.iter().map(|t| format!("--target={t}")));
+        if args[0] == "clippy" {
+            all.extend(["--", "-D", "warnings"].map(String::from));
+        }
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
         cargo(&all, &[])?;
     }
@@ -270,7 +285,15 @@ fn package() -> Result<(), String> {
     for p in PUBLISHED {
         args.extend(["-p", p]);
     }
-    cargo(&args, &[("CARGO_TARGET_DIR", PUBLISH_TARGET_DIR)])?;
+    // Without debug info: the verify builds (a dev build of each packaged crate, in a target
+    // directory of their own) only have to compile.
+    cargo(
+        &args,
+        &[
+            ("CARGO_TARGET_DIR", PUBLISH_TARGET_DIR),
+            ("CARGO_PROFILE_DEV_DEBUG", "0"),
+        ],
+    )?;
     let msrv = format!("+{}", setup::rust_version(&qemu::repo_root())?);
     let target = format!("--target={MSRV_TARGET}");
     let env = [("CARGO_TARGET_DIR", "target/msrv")];

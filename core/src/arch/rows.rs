@@ -23,10 +23,26 @@ pub(crate) struct PageRows<'p> {
     pub(crate) n: usize,
     /// Value bytes of each row (within `vals`).
     // Read by the ISAs' page kernels only.
-    #[cfg_attr(not(any(edgekv_x86_kernels, edgekv_arm_kernels)), allow(dead_code))]
+    #[cfg_attr(
+        not(any(
+            edgekv_x86_kernels,
+            edgekv_aarch64_kernels,
+            edgekv_arm_dsp,
+            edgekv_arm_mve
+        )),
+        allow(dead_code)
+    )]
     pub(crate) row_bytes: usize,
     /// Scale bytes of each row (within `scales`).
-    #[cfg_attr(not(any(edgekv_x86_kernels, edgekv_arm_kernels)), allow(dead_code))]
+    #[cfg_attr(
+        not(any(
+            edgekv_x86_kernels,
+            edgekv_aarch64_kernels,
+            edgekv_arm_dsp,
+            edgekv_arm_mve
+        )),
+        allow(dead_code)
+    )]
     pub(crate) scale_bytes: usize,
     /// Only [`PageRows::new`] builds one.
     _checked: Checked,

@@ -28,8 +28,10 @@ mod params;
 #[cfg(feature = "small-code")]
 mod small;
 
+#[cfg(not(feature = "small-code"))]
+pub(crate) use params::block_len;
+pub(crate) use params::group_scratch_len;
 pub use params::{AttentionParams, BLOCK_ROWS, Window};
-pub(crate) use params::{block_len, group_scratch_len};
 #[allow(deprecated)]
 pub use params::{block_scratch_len, scratch_len, scratch_len_for, scratch_len_rows};
 
