@@ -180,13 +180,13 @@ fn c_programs(cc: &str, dir: &Path, lib: &Path) {
     let build = |name: &str, exe: &Path, extra: &[&str]| {
         let src = root().join(format!("host-tests/tests/c/{name}.c"));
         run(
-            Command::new(&cc)
+            Command::new(cc)
                 .args(STRICT)
                 .args(extra)
                 .arg("-I")
                 .arg(root().join("capi/include"))
                 .arg(&src)
-                .arg(&lib)
+                .arg(lib)
                 .args(["-Wl,--gc-sections", "-lpthread", "-ldl", "-lm", "-o"])
                 .arg(exe),
             &format!("compiling {name}.c"),
@@ -219,7 +219,7 @@ fn c_programs(cc: &str, dir: &Path, lib: &Path) {
         "-fno-omit-frame-pointer",
         "-O1",
     ];
-    let usable = Command::new(&cc)
+    let usable = Command::new(cc)
         .args(SANITIZE)
         .arg(&probe_src)
         .arg("-o")
