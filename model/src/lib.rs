@@ -5,7 +5,8 @@
 //!   read in place, matmuls with ggml's CPU arithmetic, RMSNorm, RoPE as the metadata says,
 //!   SwiGLU, grouped-query attention) — over the model file held in memory; K/V rows go into an
 //!   edgekv page cache and attention runs over its pages ([`edgekv::KvCache::attention`]).
-//!   candle-transformers' quantized llama is the tests' independent reference.
+//!   llama.cpp's committed outputs are the tests' reference (candle-transformers' quantized llama
+//!   a second one, with the feature `candle`).
 //! - [`Tokenizer`]: the GGUF's own vocabulary, llama.cpp's ids, text in and text out: byte-level
 //!   BPE from its merges (SmolLM2), or SentencePiece from its scores (Gemma 3; written here,
 //!   `spm.rs`, since no crate merges by score as llama.cpp does).

@@ -1,7 +1,7 @@
 //! Gemma 3 270M (`gemma3`) through the no_std forward pass, over a layer-grouped cache with f16
 //! pages (15 sliding-window layers releasing pages, 3 global ones), against llama.cpp's own
 //! outputs on the same token ids (`tests/gemma_data/`, written by
-//! `host-tests/peer/gemma_reference.py`: llama-cpp-python 0.3.36 built from its sdist, f16 K/V,
+//! `host-tests/peer/llama_reference.py`: llama-cpp-python 0.3.36 built from its sdist, f16 K/V,
 //! flash attention on). Skipped, with a notice, when the model file is missing
 //! (`bash model/fetch-gemma.sh` fetches it; `$EDGEKV_GEMMA` names another copy).
 //!
@@ -24,7 +24,7 @@ use crate::gemma_common;
 
 use edgekv::{ElementFormat, GroupedCache, Rotation, SeqMode};
 use edgekv_llm::{Engine, Logits, Sampling};
-use gemma_common::{Reference, Stats, gemma, grouped_arenas, held_pages, scratch};
+use gemma_common::{Stats, gemma, grouped_arenas, held_pages, scratch};
 
 /// Tokens teacher-forced in CI: past the 512-token window by 128.
 const CI_TOKENS: usize = 640;
@@ -39,7 +39,7 @@ const CI_TOKENS: usize = 640;
 #[test]
 fn teacher_forced_gpl3_matches_llama_cpp() {
     let Some(model) = gemma() else { return };
-    let r = Reference::load();
+    let r = gemma_common::reference();
     let n = CI_TOKENS.min(r.ids.len());
     assert!(n > 512 + 16, "the reference must pass the window");
     let mut arenas = grouped_arenas(&model, ElementFormat::F16, n);
@@ -94,7 +94,7 @@ fn teacher_forced_gpl3_matches_llama_cpp() {
 #[test]
 fn greedy_continuation_equals_llama_cpp() {
     let Some(model) = gemma() else { return };
-    let g = gemma_common::Greedy::load();
+    let g = gemma_common::greedy();
     let mut arenas = grouped_arenas(&model, ElementFormat::F16, g.prompt.len() + g.ids.len());
     let mut cache: GroupedCache = arenas.cache();
     let mut s = scratch(&model, 16);
@@ -137,7 +137,7 @@ fn greedy_continuation_equals_llama_cpp() {
 
 /// Where the full reference is (`$EDGEKV_GEMMA_FULL`, else `gemma3_270m/reference` beside the
 /// model): `full.ids` (u32) and `full.logprobs` (f32, one row of the vocabulary per position),
-/// written by `host-tests/peer/gemma_reference.py --full DIR`.
+/// written by `host-tests/peer/llama_reference.py --full DIR`.
 fn full_dir() -> std::path::PathBuf {
     std::env::var_os("EDGEKV_GEMMA_FULL")
         .map(std::path::PathBuf::from)
@@ -231,7 +231,7 @@ fn full_gpl3_fidelity() {
 #[test]
 fn plain_cache_equals_grouped_cache() {
     let Some(model) = gemma() else { return };
-    let prompt = gemma_common::Greedy::load().prompt;
+    let prompt = gemma_common::greedy().prompt;
     let vocab = model.config().vocab;
     let mut s = scratch(&model, 16);
     let mut grouped = vec![0f32; vocab];

@@ -1,18 +1,21 @@
 //! The model's integration tests, one module per file of `tests/`, in one binary: each test
-//! binary used to compile and link its own copy of the forward pass (and some of candle) in
-//! release. Run one file's tests by its module path: `cargo test --release --test integration
-//! reuse::`. Tests of Gemma 3 270M skip with a notice when its file is missing.
+//! binary used to compile and link its own copy of the forward pass in release. Run one file's
+//! tests by its module path: `cargo test --release --test integration reuse::`. Tests of Gemma 3 270M skip with a notice when its file is missing.
 
 mod common;
 mod gemma_common;
+mod llama_cpp;
 
 mod fidelity;
 mod gemma;
 mod gemma_demo_ids;
 mod gemma_session;
 mod gemma_tokenizer;
+// candle-transformers' quantized llama (`--features candle`).
+#[cfg(feature = "candle")]
 mod reference;
 mod reuse;
+mod smollm2;
 mod teacher;
 mod tokenizer;
 

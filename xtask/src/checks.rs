@@ -454,6 +454,8 @@ fn model() -> Result<(), String> {
             "clippy",
             "--release",
             "--all-targets",
+            // The candle reference too (checked, not built: the tests leave it out).
+            "--all-features",
             "--",
             "-D",
             "warnings",

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""llama.cpp's outputs for Gemma 3 270M, the reference of `model/tests/gemma.rs`.
+"""llama.cpp's outputs for a GGUF model, the reference of `model/tests/gemma.rs` (Gemma 3 270M,
+`--out model/tests/gemma_data`, the default) and `model/tests/smollm2.rs` (SmolLM2-135M,
+`--tokens 256 --out model/tests/smollm2_data`).
 
 Runs llama.cpp (llama-cpp-python 0.3.36 built from its sdist, numpy) on the GGUF with an f16 K/V
 cache and flash attention on (`LLAMA_ATTN_ROT_DISABLE=1` too, which only matters for quantized
 caches), teacher-forcing the first tokens of /usr/share/common-licenses/GPL-3 as llama.cpp's
-tokenizer gives them (BOS first, as the GGUF asks), and writes into OUT (default
+tokenizer gives them (BOS first where the GGUF asks for one), and writes into OUT (default
 `model/tests/gemma_data`):
 
 - `gpl3.ids` (u32): the first --tokens ids; `gpl3.top1` (u32): llama.cpp's most likely token at
@@ -23,7 +25,9 @@ tokenizer gives them (BOS first, as the GGUF asks), and writes into OUT (default
   (the peer of edgekv's quantized pages in `full_gpl3_fidelity`).
 
 All files are little-endian raw arrays. Usage:
-  python gemma_reference.py --gguf "$(bash model/fetch-gemma.sh)" [--out DIR] [--full DIR]
+  python llama_reference.py --gguf "$(bash model/fetch-gemma.sh)" [--out DIR] [--full DIR]
+  python llama_reference.py --gguf "$(bash model/fetch-model.sh)" --tokens 256 \
+      --out model/tests/smollm2_data
 """
 
 import argparse
@@ -92,7 +96,7 @@ def main():
     n_ctx = max(a.tokens, a.full_tokens if a.full else 0, 256)
     llm = load(a.gguf, n_ctx, True)
     all_ids = llm.tokenize(text, add_bos=True, special=False)
-    print(f"GPL-3: {len(all_ids)} ids with BOS; first {all_ids[:8]}", file=sys.stderr)
+    print(f"GPL-3: {len(all_ids)} ids; first {all_ids[:8]}", file=sys.stderr)
     os.makedirs(a.out, exist_ok=True)
 
     ids = all_ids[: a.tokens]
