@@ -28,10 +28,14 @@ mod params;
 #[cfg(feature = "small-code")]
 mod small;
 
-#[cfg(not(feature = "small-code"))]
-pub(crate) use params::block_len;
-pub(crate) use params::group_scratch_len;
+// `block_len`: the row blocks' scratch (not in `small-code` builds, whose rows go one by one,
+// but for the threads of `std` builds).
 pub use params::{AttentionParams, BLOCK_ROWS, Window};
+#[cfg_attr(
+    all(feature = "small-code", not(feature = "std")),
+    allow(unused_imports)
+)]
+pub(crate) use params::{block_len, group_scratch_len};
 #[allow(deprecated)]
 pub use params::{block_scratch_len, scratch_len, scratch_len_for, scratch_len_rows};
 
