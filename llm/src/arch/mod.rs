@@ -31,12 +31,7 @@ use crate::quant::QuantRow;
 #[cfg_attr(edgekv_llm_x86, path = "x86_64/mod.rs")]
 #[cfg_attr(edgekv_llm_aarch64, path = "aarch64/mod.rs")]
 #[cfg_attr(
-    not(any(
-        edgekv_llm_mve,
-        edgekv_llm_dsp,
-        edgekv_llm_x86,
-        edgekv_llm_aarch64
-    )),
+    not(any(edgekv_llm_mve, edgekv_llm_dsp, edgekv_llm_x86, edgekv_llm_aarch64)),
     path = "none.rs"
 )]
 // The crate's only unsafe code: `asm!` and intrinsics behind build-time selection or run-time
