@@ -28,7 +28,7 @@ pub(super) fn name() -> Option<&'static str> {
 }
 
 /// Q4_1 and Q8_0 weights, every weight row against one activation row after the other; other
-/// types, and rows not 4-byte aligned (Q4_1, whose blocks the kernel loads by words), decline.
+/// types, and Q4_1 rows not 4-byte aligned (its kernel loads blocks by words), decline.
 #[inline]
 pub(super) fn matmul(
     ty: TensorType,
@@ -42,15 +42,19 @@ pub(super) fn matmul(
     let fits = rows.checked_mul(row_bytes).is_some_and(|b| b <= w.len())
         && n.checked_mul(rows).is_some_and(|o| o <= out.len())
         && a.holds(n);
-    if !fits || !takes(ty, w, row_bytes) {
+    if !fits || !matches!(ty, TensorType::Q4_1 | TensorType::Q8_0) {
         return false;
     }
     for t in 0..n {
         let out = &mut out[t * rows..][..rows];
         let a = a.row(t);
-        match ty {
+        let done = match ty {
             TensorType::Q4_1 => q4_1::rows(w, row_bytes, &a, out),
             _ => q8_0::rows(w, row_bytes, &a, out),
+        };
+        // Only at `t` = 0: whether the kernel takes the rows does not depend on `t`.
+        if !done {
+            return false;
         }
     }
     true
@@ -60,27 +64,13 @@ pub(super) fn matmul(
 /// `None` for the types and rows [`matmul`] declines.
 #[inline]
 pub(super) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
-    if !takes(ty, w, w.len()) {
-        return None;
-    }
     let mut out = [0.0f32];
-    match ty {
+    let done = match ty {
         TensorType::Q4_1 => q4_1::rows(w, w.len(), a, &mut out),
-        _ => q8_0::rows(w, w.len(), a, &mut out),
-    }
-    Some(out[0])
-}
-
-/// Whether the kernels take rows of `row_bytes` bytes of type `ty` starting at `w`: Q4_1 rows
-/// 4-byte aligned (its kernel loads scales and codes by words, `LDM` and `VLDM`, which fault
-/// unaligned), Q8_0 rows anywhere (halfword and word loads, `LDRH` and `LDR`, which ARMv7-M and
-/// ARMv8-M Mainline allow unaligned).
-fn takes(ty: TensorType, w: &[u8], row_bytes: usize) -> bool {
-    match ty {
-        TensorType::Q4_1 => w.as_ptr() as usize % 4 == 0 && row_bytes % 4 == 0,
-        TensorType::Q8_0 => true,
+        TensorType::Q8_0 => q8_0::rows(w, w.len(), a, &mut out),
         _ => false,
-    }
+    };
+    done.then_some(out[0])
 }
 
 /// The 16-bit halves `(lo, hi)` of one word, as `SMLAD` multiplies them.

@@ -29,53 +29,86 @@ macro_rules! nibble_word {
 }
 
 /// `out[o] = dot_q4_1_q8_1(W[o], a)` for every row `o` of `w` (rows of `row_bytes` bytes, as
-/// many as `out` holds, 4-byte aligned: the caller checked it, and that `w` holds them), the same
-/// bits: the blocks of `a` expanded [`CHUNK`] at a time, each row's sum carried from chunk to
-/// chunk in block order.
-pub(super) fn rows(w: &[u8], row_bytes: usize, a: &QuantRow<'_>, out: &mut [f32]) {
+/// many as `out` holds), the same bits: the blocks of `a` expanded [`CHUNK`] at a time, each
+/// row's sum carried from chunk to chunk in block order. `false` (nothing written) when `w` does
+/// not hold the rows or they are not 4-byte aligned (the kernel loads blocks by words).
+pub(super) fn rows(w: &[u8], row_bytes: usize, a: &QuantRow<'_>, out: &mut [f32]) -> bool {
+    let fits = out
+        .len()
+        .checked_mul(row_bytes)
+        .is_some_and(|b| b <= w.len())
+        && w.as_ptr() as usize % 4 == 0
+        && row_bytes % 4 == 0;
+    if !fits {
+        return false;
+    }
     let blocks = (row_bytes / BYTES)
         .min(a.qs.len() / BLOCK)
         .min(a.d.len())
         .min(a.s.len());
     // +0.0, as the portable `sumf` starts.
     out.fill(0.0);
+    if out.is_empty() {
+        return true;
+    }
     let mut x = [0u32; CHUNK * Q8_1_WORDS];
     let mut from = 0;
     while from < blocks {
         let nb = (blocks - from).min(CHUNK);
         let x = &mut x[..nb * Q8_1_WORDS];
         expand_q8_1(a, from, x);
-        for (o, sum) in out.iter_mut().enumerate() {
-            let row = &w[o * row_bytes + from * BYTES..][..nb * BYTES];
-            // SAFETY: `row` holds `nb` ≥ 1 blocks and starts 4-byte aligned (the row does, as
-            // the caller checked, and blocks are 20 bytes); `x` holds `nb` expanded blocks.
-            *sum = unsafe { dot_blocks(row.as_ptr(), x.as_ptr(), nb, *sum) };
+        // SAFETY: every row's chunk, `row_bytes` after the previous one's start, holds `nb` ≥ 1
+        // blocks from byte `from · 20` (`(from + nb) · 20` ≤ `row_bytes`, and `w` holds
+        // `out.len()` rows, as checked above) and starts 4-byte aligned (rows do, as checked
+        // above, and blocks are 20 bytes); `x` holds `nb` expanded blocks; `out` is
+        // written once per row.
+        unsafe {
+            dot_rows(
+                w[from * BYTES..].as_ptr(),
+                row_bytes - nb * BYTES,
+                x.as_ptr(),
+                nb,
+                out,
+            );
         }
         from += nb;
     }
+    true
 }
 
-/// `sum` plus `blocks` blocks of one weight row (at `w`) against the expanded activation
-/// blocks at `x`, one at a time: the block's integer sum by `SMUAD` / `SMLAD`, then
+/// `out[o] +=` (in block order) `blocks` blocks of weight row `o` (the first at `w`, each
+/// `blocks · 20 + skip` bytes after the previous one) against the expanded activation blocks at
+/// `x`, one block at a time: its integer sum by `SMUAD` / `SMLAD`, then
 /// `sum += (d · d_a) · (f32)sumi + m · s_a` on the scalar FPU (`VCVTB` / `VCVTT` convert the
 /// f16 `d`, `m` exactly, subnormals included), separate multiplications and additions in the
-/// portable order (no fused multiply-add).
+/// portable order (no fused multiply-add). The row loop is in the `asm!` too, its counters in
+/// FPU registers (s8–s12) while the block loop takes every core register.
 ///
 /// # Safety
 ///
-/// `blocks` ≥ 1; `w` 4-byte aligned and readable for `blocks · 20` bytes; `x` readable for
-/// `blocks · 18` words.
+/// `blocks` ≥ 1 and `out.len()` ≥ 1; for every `o < out.len()`, `w + o · (blocks · 20 + skip)`
+/// 4-byte aligned and readable for `blocks · 20` bytes; `x` readable for `blocks · 18` words.
 #[inline(always)]
-unsafe fn dot_blocks(w: *const u8, x: *const u32, blocks: usize, sum: f32) -> f32 {
-    let mut sum = sum.to_bits();
-    // SAFETY: the caller's contract: each pass reads one 20-byte weight block by words (`VLDM`
-    // of `d`, `m`; two `LDM`s of the codes; aligned) and 18 words of `x`, `blocks` times. Only
-    // the registers declared here and the flags are written (r12 holds the nibble mask, lr the
-    // block's integer sum, at most 32 · 15 · 128 in magnitude: exact).
+unsafe fn dot_rows(w: *const u8, skip: usize, x: *const u32, blocks: usize, out: &mut [f32]) {
+    // SAFETY: the caller's contract: for each of the `out.len()` rows the block loop runs
+    // `blocks` times, reading one 20-byte weight block by words (`VLDM` of `d`, `m`; two `LDM`s
+    // of the codes; aligned) and 18 words of `x`, then the row's sum is read from and written
+    // back to `out` (`VLDR`, `VSTM`: f32, aligned). Only the registers declared here and the
+    // flags are written (r12 holds the nibble mask, lr the block's integer sum, at most
+    // 32 · 15 · 128 in magnitude: exact).
     unsafe {
         asm!(
-            "vmov s7, r0",
+            "vmov s8, r2",
+            "vmov s9, r3",
+            "vmov s10, r4",
+            "vmov s11, r5",
+            "vmov s12, r0",
             "mov.w r12, #0x000f000f",
+            "3:",
+            "vmov r0, s12",
+            "vldr s7, [r0]",
+            "vmov r2, s8",
+            "vmov r3, s9",
             "2:",
             "vldmia r1!, {{s0}}",
             "vldmia r2!, {{s2, s3}}",
@@ -96,18 +129,27 @@ unsafe fn dot_blocks(w: *const u8, x: *const u32, blocks: usize, sum: f32) -> f3
             "vadd.f32 s7, s7, s4",
             "subs r3, r3, #1",
             "bne 2b",
-            "vmov r0, s7",
+            "vmov r0, s12",
+            "vstmia r0!, {{s7}}",
+            "vmov s12, r0",
+            "vmov r4, s10",
+            "add r1, r1, r4",
+            "vmov r5, s11",
+            "subs r5, r5, #1",
+            "vmov s11, r5",
+            "bne 3b",
+            inout("r0") out.as_mut_ptr() => _,
             inout("r1") w => _,
             inout("r2") x => _,
             inout("r3") blocks => _,
-            inout("r0") sum,
-            out("r4") _, out("r5") _,
+            inout("r4") skip => _,
+            inout("r5") out.len() => _,
             out("r8") _, out("r9") _, out("r10") _, out("r11") _,
             out("r12") _, out("lr") _,
-            out("s0") _, out("s2") _, out("s3") _,
-            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
-            options(readonly, nostack),
+            out("s0") _, out("s2") _, out("s3") _, out("s4") _, out("s5") _,
+            out("s6") _, out("s7") _, out("s8") _, out("s9") _, out("s10") _,
+            out("s11") _, out("s12") _,
+            options(nostack),
         );
     }
-    f32::from_bits(sum)
 }
