@@ -7,9 +7,10 @@
 //! 16-bit pairs `SMLAD` multiplies with the weights' pairs, and its block scales beside them
 //! ([`expand_q8_1`], [`expand_q8_0`]), so that every weight row's inner loop only loads,
 //! splits (`AND` of nibbles, `SXTB16` of bytes) and multiplies. Two weight rows at a time would
-//! share the activation loads, but it needs one register more than the twelve `asm!` may take
-//! (counted: the two-row loop saves about one instruction per block and row of ~51). One file per
-//! weight type, each one `asm!` loop (the DSP intrinsics are unstable).
+//! share the activation loads, but it needs one register more than the twelve `asm!` may take,
+//! and counted it saves about half an instruction per block and row of ~51 (the weight codes
+//! then load a word at a time instead of two). One file per weight type, each one `asm!` loop
+//! (the DSP intrinsics are unstable).
 
 mod q4_1;
 mod q8_0;
