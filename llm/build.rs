@@ -1,7 +1,9 @@
 //! Tells the matmul kernels (`src/arch/`) which instructions the target has, as the core crate's
 //! build script does (Cargo's `cfg(target_feature)` does not report Arm's Helium or DSP
 //! extension on stable Rust): `edgekv_llm_mve` for Helium (a Cortex-M55 or M85 target CPU, or
-//! `+mve`, on ARMv8.1-M), `edgekv_llm_x86` for x86-64 (AVX2 detected at run time), `edgekv_llm_aarch64` for AArch64
+//! `+mve`, on ARMv8.1-M), `edgekv_llm_dsp` for the DSP extension without Helium (ARMv7E-M, and
+//! ARMv8-M Mainline built for a Cortex-M33 / M35P or with `+dsp`, as the core crate decides it),
+//! hard float only (its kernels combine the scales on the FPU), `edgekv_llm_x86` for x86-64 (AVX2 detected at run time), `edgekv_llm_aarch64` for AArch64
 //! (NEON; the dot-product extension detected at run time). None of them under
 //! Miri (it runs the portable matmuls) or with the feature `portable`.
 
@@ -9,6 +11,7 @@ use std::env;
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(edgekv_llm_mve)");
+    println!("cargo::rustc-check-cfg=cfg(edgekv_llm_dsp)");
     println!("cargo::rustc-check-cfg=cfg(edgekv_llm_x86)");
     println!("cargo::rustc-check-cfg=cfg(edgekv_llm_aarch64)");
     println!("cargo::rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
@@ -42,5 +45,13 @@ fn main() {
     let hard_float = target.ends_with("eabihf");
     if mve && hard_float && target.starts_with("thumbv8m.main-") && !features.contains(&"-mve") {
         println!("cargo::rustc-cfg=edgekv_llm_mve");
+    }
+    // The DSP kernels (`SMLAD`, `SXTB16`) where there is no Helium (on the M55 and M85 the
+    // Helium kernels run), and the FPU's scalar f16 conversions and arithmetic (hard float).
+    let dsp_cpu = matches!(cpu, "cortex-m33" | "cortex-m35p");
+    let dsp = target.starts_with("thumbv7em-")
+        || (target.starts_with("thumbv8m.main-") && (dsp_cpu || features.contains(&"+dsp")));
+    if dsp && !mve && hard_float && !features.contains(&"-dsp") {
+        println!("cargo::rustc-cfg=edgekv_llm_dsp");
     }
 }

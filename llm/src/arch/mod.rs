@@ -2,8 +2,9 @@
 //! [`matmul`] and [`dot`] are called by [`matmul_quant`](crate::matmul::matmul_quant) and
 //! [`dot_quant`](crate::matmul::dot_quant) and forward to `native`, the module of the ISA this
 //! build targets, chosen once below: `arm/` (Helium, Cortex-M55 / M85, chosen at build time by
-//! `build.rs`), `x86_64/` (AVX2 and F16C, detected at run time), `aarch64/` (NEON, with `SDOT`
-//! where the core has it, detected at run time by the core crate's
+//! `build.rs`), `dsp/` (the DSP extension's `SMLAD`, Cortex-M4 / M7 / M33 with a hard-float FPU
+//! and no Helium, also chosen by `build.rs`), `x86_64/` (AVX2 and F16C, detected at run time),
+//! `aarch64/` (NEON, with `SDOT` where the core has it, detected at run time by the core crate's
 //! [`aarch64_dotprod`](edgekv::aarch64_dotprod)), otherwise `none.rs`, where
 //! every entry declines and the portable code of [`quant`](crate::quant) runs (as it does in
 //! every build with the feature `portable`, and under Miri).
@@ -23,12 +24,14 @@ use crate::gguf::TensorType;
 use crate::quant::QuantRow;
 
 // Which ISA module this build dispatches to: the build script names it (`edgekv_llm_mve`,
-// `edgekv_llm_x86`; neither with the feature `portable` or under Miri).
+// `edgekv_llm_dsp`, `edgekv_llm_x86`, `edgekv_llm_aarch64`; none with the feature `portable` or
+// under Miri).
 #[cfg_attr(edgekv_llm_mve, path = "arm/mod.rs")]
+#[cfg_attr(edgekv_llm_dsp, path = "dsp/mod.rs")]
 #[cfg_attr(edgekv_llm_x86, path = "x86_64/mod.rs")]
 #[cfg_attr(edgekv_llm_aarch64, path = "aarch64/mod.rs")]
 #[cfg_attr(
-    not(any(edgekv_llm_mve, edgekv_llm_x86, edgekv_llm_aarch64)),
+    not(any(edgekv_llm_mve, edgekv_llm_dsp, edgekv_llm_x86, edgekv_llm_aarch64)),
     path = "none.rs"
 )]
 // The crate's only unsafe code: `asm!` and intrinsics behind build-time selection or run-time
@@ -53,7 +56,7 @@ static ENABLED: AtomicBool = AtomicBool::new(true);
 /// Whether [`tiles`] runs its tiles of several activation rows ([`set_tiles`]).
 static TILES: AtomicBool = AtomicBool::new(true);
 
-/// The ISA whose matmul kernels run here (this build, this CPU: `"helium"`, `"avx2"`,
+/// The ISA whose matmul kernels run here (this build, this CPU: `"helium"`, `"dsp"`, `"avx2"`,
 /// `"neon-dotprod"`, `"neon"`), `None`
 /// when the portable code runs (no kernels, or turned off by [`set_kernels`]).
 pub fn kernels() -> Option<&'static str> {

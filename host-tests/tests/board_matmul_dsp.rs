@@ -1,0 +1,65 @@
+//! The Cortex-M4 firmware's matmul kernels (qemu-an386, the DSP extension's `SMLAD`): its
+//! `matmul-check` (`edgekv_llm::matmul::kernel_check`) must find every DSP kernel equal to the
+//! portable dot products bit for bit on random rows and edge values, and its `block-matmuls`
+//! bench (one SmolLM2-135M block's seven matmuls over synthetic weights, the 1,536-value FFN
+//! rows in two of the kernels' chunks) must print the CRC-32 the portable build prints. Needs
+//! qemu-system-arm (as `board_parity`).
+
+use std::time::Duration;
+
+use edgekv_xtask::qemu;
+
+/// Calls `kernel_check::run` makes: 2 weight types × 4 cases × 5 widths × 6 row counts × 6
+/// activation row counts × 2 entries (the matmul, one row); the DSP kernels decline none.
+const CALLS: u32 = 2 * 4 * 5 * 6 * 6 * 2;
+
+/// The CRC-32 of every output of `block-matmuls` built with `--features portable` (the portable
+/// matmuls; measured 2026-11-29, FIGURES.md).
+const PORTABLE_CRC: &str = "ddd296e8";
+
+#[test]
+fn dsp_matmul_kernels_equal_the_portable_dot_products() {
+    let root = qemu::repo_root();
+    let board = qemu::Board::An386;
+    let elf = qemu::build(&root, board, qemu::MATMUL_CHECK, true).expect("build the firmware");
+    let mut log = Vec::new();
+    let run = qemu::run(board, &elf, Duration::from_secs(120), &mut log).expect("run QEMU");
+    let text = String::from_utf8_lossy(&log);
+    let mismatches: Vec<&String> = run
+        .lines
+        .iter()
+        .filter(|l| l.starts_with("matmul_check mismatch"))
+        .collect();
+    assert!(mismatches.is_empty(), "{mismatches:#?}");
+    assert_eq!(run.code, 0, "exit code; log:\n{text}");
+    let summary = run
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix("matmul_check kernels "))
+        .unwrap_or_else(|| panic!("a summary line; log:\n{text}"));
+    let words: Vec<&str> = summary.split(' ').collect();
+    let n: Vec<u32> = words.iter().filter_map(|w| w.parse().ok()).collect();
+    let [compared, declined, mismatches] = n[..] else {
+        panic!("summary {summary}")
+    };
+    assert_eq!(words[0], "dsp", "{summary}");
+    assert_eq!((compared, declined, mismatches), (CALLS, 0, 0), "{summary}");
+    eprintln!("an386: matmul_check kernels {summary}");
+
+    // The bench, built with the check (`qemu::build` builds every binary of the board).
+    let elf = qemu::bin_path(&root, board, "block-matmuls");
+    let mut log = Vec::new();
+    let run = qemu::run(board, &elf, Duration::from_secs(120), &mut log).expect("run QEMU");
+    let text = String::from_utf8_lossy(&log);
+    assert_eq!(run.code, 0, "exit code; log:\n{text}");
+    let total = run
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix("block_matmuls dsp total "))
+        .unwrap_or_else(|| panic!("a DSP total line; log:\n{text}"));
+    assert!(
+        total.ends_with(&format!("crc32 {PORTABLE_CRC}")),
+        "the kernels' outputs differ from the portable build's: {total}"
+    );
+    eprintln!("an386: block_matmuls dsp total {total}");
+}
