@@ -49,7 +49,7 @@ pub const STAGE_NOTES: [(&str, &str); 13] = [
     ),
     (
         "miri",
-        "Miri on the unsafe and pool/cache modules, three processes side by side: about 6 minutes",
+        "Miri on the modules with unsafe code and the cache code over their arenas, three processes side by side: about 3 minutes",
     ),
     (
         "fuzz",
