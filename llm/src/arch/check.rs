@@ -2,8 +2,9 @@
 //! compare as NaNs), on random rows and edge values: the boards' `matmul-check` firmware runs
 //! [`run`] (feature `matmul-check`), and so do the host tests.
 //!
-//! Each weight type with a kernel (Q4_1 × Q8_1, Q5_0 × Q8_0, Q8_0 × Q8_0; the K-quants Q4_K and
-//! Q6_K × Q8_K at [`COLS_K`]) is tried at every shape of
+//! Each weight type with a kernel (Q4_1 × Q8_1, Q8_0 × Q8_0, and the types Gemma's and other
+//! GGUF files carry: Q4_0, Q5_0 × Q8_0, Q5_1 × Q8_1, the K-quants Q4_K, Q5_K and Q6_K × Q8_K at
+//! [`COLS_K`]) is tried at every shape of
 //! [`COLS`] × [`ROWS`] × [`ACTS`] and every [`Case`]: through the matmul entry (the kernels'
 //! tiles of weight rows × activation rows, and the rows left over) and through the one-row
 //! entry. A kernel that declines
@@ -13,8 +14,8 @@ use super::{Acts, dot, matmul};
 use crate::gguf::TensorType;
 use crate::gguf::QK_K;
 use crate::quant::{
-    ActivationType, BLOCK, QuantRow, q4_1, q4_k, q5_0, q6_k, q8_0, quantize_q8_0, quantize_q8_1,
-    quantize_q8_k, sums_len,
+    ActivationType, BLOCK, QuantRow, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, quantize_q8_0,
+    quantize_q8_1, quantize_q8_k, sums_len,
 };
 
 /// Values per row tried (SmolLM2's 576 among them). Under Miri, where every kernel declines
@@ -90,7 +91,8 @@ impl Case {
 pub struct Mismatch {
     /// `"matmul"` (the tiled entry) or `"dot"` (one row).
     pub entry: &'static str,
-    /// The weight type (`"q4_1"`, `"q8_0"`, `"q5_0"`, `"q4_k"`, `"q6_k"`).
+    /// The weight type (`"q4_1"`, `"q8_0"`, `"q4_0"`, `"q5_0"`, `"q5_1"`, `"q4_k"`, `"q5_k"`,
+    /// `"q6_k"`).
     pub ty: &'static str,
     /// The inputs.
     pub case: Case,
@@ -190,7 +192,7 @@ fn scale(rng: &mut Rng, case: Case, positive: bool) -> u16 {
 
 /// Fills `rows` weight rows of `ty` (`cols` values each) for `case`.
 fn weights(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], cols: usize) {
-    if matches!(ty, TensorType::Q5_0 | TensorType::Q4_K | TensorType::Q6_K) {
+    if !matches!(ty, TensorType::Q4_1 | TensorType::Q8_0) {
         return weights_more(rng, ty, case, w, cols);
     }
     let (bytes, codes_at) = match ty {
@@ -218,12 +220,15 @@ fn weights(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], cols: usize)
     }
 }
 
-/// [`weights`] of Q5_0, Q4_K and Q6_K: f16 scales as [`scale`] gives them, random (or edge)
-/// codes, the K-quants' packed scales random (edge: 63, or i8 −128 / 127).
+/// [`weights`] of Q4_0, Q5_0, Q5_1 and the K-quants: f16 scales as [`scale`] gives them, random
+/// (or edge) codes, the K-quants' packed scales random (edge: 63, or i8 −128 / 127).
 fn weights_more(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], cols: usize) {
     let (bytes, values) = match ty {
+        TensorType::Q4_0 => (q4_0::BYTES, BLOCK),
         TensorType::Q5_0 => (q5_0::BYTES, BLOCK),
+        TensorType::Q5_1 => (q5_1::BYTES, BLOCK),
         TensorType::Q4_K => (q4_k::BYTES, QK_K),
+        TensorType::Q5_K => (q5_k::BYTES, QK_K),
         _ => (q6_k::BYTES, QK_K),
     };
     let edge = case == Case::EdgeCodes;
@@ -243,8 +248,12 @@ fn weights_more(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], cols: u
             b[at..at + 2].copy_from_slice(&scale(rng, case, positive).to_le_bytes());
         };
         match ty {
-            TensorType::Q5_0 => put(0, false),
-            TensorType::Q4_K => {
+            TensorType::Q4_0 | TensorType::Q5_0 => put(0, false),
+            TensorType::Q5_1 => {
+                put(0, true);
+                put(2, false);
+            }
+            TensorType::Q4_K | TensorType::Q5_K => {
                 put(0, true);
                 put(2, true);
                 if edge {
@@ -279,7 +288,7 @@ fn activations(rng: &mut Rng, ty: TensorType, case: Case, work: &mut Work, cols:
     if ActivationType::for_weights(ty) == Some(ActivationType::Q8_K) {
         return activations_k(rng, case, work, cols, n);
     }
-    if ty == TensorType::Q4_1 {
+    if ActivationType::for_weights(ty) == Some(ActivationType::Q8_1) {
         quantize_q8_1(x, qs, d, s);
     } else {
         quantize_q8_0(x, qs, d);
@@ -343,11 +352,14 @@ fn activations_k(rng: &mut Rng, case: Case, work: &mut Work, cols: usize, n: usi
 }
 
 /// The weight types compared (those with a kernel on some target) and their names.
-const TYPES: [(TensorType, &str); 5] = [
+const TYPES: [(TensorType, &str); 8] = [
     (TensorType::Q4_1, "q4_1"),
     (TensorType::Q8_0, "q8_0"),
+    (TensorType::Q4_0, "q4_0"),
     (TensorType::Q5_0, "q5_0"),
+    (TensorType::Q5_1, "q5_1"),
     (TensorType::Q4_K, "q4_k"),
+    (TensorType::Q5_K, "q5_k"),
     (TensorType::Q6_K, "q6_k"),
 ];
 
@@ -365,8 +377,11 @@ pub fn run(work: &mut Work, report: &mut dyn FnMut(&Mismatch)) -> Summary {
     for (ty, name) in TYPES {
         let (bytes, portable): (usize, Dot) = match ty {
             TensorType::Q4_1 => (q4_1::BYTES, q4_1::dot_q4_1_q8_1),
+            TensorType::Q4_0 => (q4_0::BYTES, q4_0::dot_q4_0_q8_0),
             TensorType::Q5_0 => (q5_0::BYTES, q5_0::dot_q5_0_q8_0),
+            TensorType::Q5_1 => (q5_1::BYTES, q5_1::dot_q5_1_q8_1),
             TensorType::Q4_K => (q4_k::BYTES, q4_k::dot_q4_k_q8_k),
+            TensorType::Q5_K => (q5_k::BYTES, q5_k::dot_q5_k_q8_k),
             TensorType::Q6_K => (q6_k::BYTES, q6_k::dot_q6_k_q8_k),
             _ => (q8_0::BYTES, q8_0::dot_q8_0_q8_0),
         };
@@ -467,9 +482,9 @@ mod tests {
         let mut bad = Vec::new();
         let sum = run(&mut work, &mut |m| bad.push(*m));
         assert!(bad.is_empty(), "{bad:#?}");
-        // Every type, case and shape, through the matmul entry and the one-row `dot`: three
-        // types at `COLS`, two K-quants at `COLS_K`.
-        let widths = 3 * COLS.len() + 2 * COLS_K.len();
+        // Every type, case and shape, through the matmul entry and the one-row `dot`: five
+        // types at `COLS`, three K-quants at `COLS_K`.
+        let widths = 5 * COLS.len() + 3 * COLS_K.len();
         let calls = (widths * Case::ALL.len() * ROWS.len() * ACTS.len() * 2) as u32;
         assert_eq!(sum.compared + sum.declined, calls);
         // x86-64's AVX2 has a kernel for every type; elsewhere Q4_1 and Q8_0 at least.

@@ -1,6 +1,7 @@
 //! Q4_K weights × Q8_K activations in AVX2: one weight row against one or several activation
 //! rows, each super-block's nibbles unpacked (in [`by_lane`] order) and its scales read once for
-//! all of them.
+//! all of them. Q5_K's super-blocks (`q5_k.rs`) differ only in their fifth bits: the same code
+//! with `FIVE`.
 
 use core::arch::x86_64::*;
 
@@ -9,6 +10,7 @@ use super::super::rows::tiles_k;
 use super::k_lanes::{Lanes, by_lane, hsum};
 use crate::gguf::QK_K;
 use crate::quant::q4_k::{BYTES, packed_scales, scale_min};
+use crate::quant::q5_k;
 use crate::quant::{QuantRow, f16_le};
 
 /// Activation rows per tile of [`matmul`] (prefill: each super-block unpacked once for four
@@ -17,7 +19,7 @@ const TILE: usize = 4;
 
 /// One super-block, unpacked.
 struct Block {
-    /// The eight 32-value chunks' nibbles (0..=15), each in [`by_lane`] order.
+    /// The eight 32-value chunks' values (0..=15, Q5_K 0..=31), each in [`by_lane`] order.
     values: [__m256i; 8],
     /// Each chunk's 6-bit scale, in every i16 lane.
     scales: [__m256i; 8],
@@ -28,25 +30,50 @@ struct Block {
     dmin: f32,
 }
 
-/// Unpacks the super-block `wb` (`BYTES` bytes).
+/// 16 in each byte of `qh` whose bit `c` is set, 0 elsewhere.
 ///
 /// # Safety
 ///
 /// AVX2.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn unpack(wb: &[u8]) -> Block {
+unsafe fn fifth_bits(qh: __m256i, c: usize) -> __m256i {
+    // SAFETY: register-only AVX2 (the caller's contract).
+    unsafe {
+        let bit = _mm256_set1_epi8(1 << c);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+        _mm256_and_si256(set, _mm256_set1_epi8(16))
+    }
+}
+
+/// Unpacks the super-block `wb` (Q4_K: 144 bytes; `FIVE`: Q5_K, 176 bytes, the 32 bytes of
+/// fifth bits `qh` before the nibbles, bit `c` of `qh[l]` the fifth bit of value `32·c + l`).
+///
+/// # Safety
+///
+/// AVX2.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn unpack<const FIVE: bool>(wb: &[u8]) -> Block {
     let sc = packed_scales(wb);
     let pairs: [(u8, u8); 8] = core::array::from_fn(|j| scale_min(j, &sc));
-    // SAFETY: `wb` holds the 144 bytes (the caller's block count), 32 bytes read unaligned at
-    // `16 + 32·i` for i < 4; the rest is register-only AVX2.
+    let nibbles_at = if FIVE { 48 } else { 16 };
+    // SAFETY: `wb` holds the 144 (176) bytes (the caller's block count): 32 bytes read
+    // unaligned at `nibbles_at + 32·i` for i < 4, and at 16; the rest is register-only AVX2.
     unsafe {
         let mask = _mm256_set1_epi8(0x0f);
         let (mut values, mut scales) = ([_mm256_setzero_si256(); 8], [_mm256_setzero_si256(); 8]);
+        let qh = _mm256_loadu_si256(wb.as_ptr().add(16).cast());
         for i in 0..4 {
-            let q = _mm256_loadu_si256(wb.as_ptr().add(16 + 32 * i).cast());
-            values[2 * i] = by_lane(_mm256_and_si256(q, mask));
-            values[2 * i + 1] = by_lane(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask));
+            let q = _mm256_loadu_si256(wb.as_ptr().add(nibbles_at + 32 * i).cast());
+            let mut lo = _mm256_and_si256(q, mask);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+            if FIVE {
+                lo = _mm256_or_si256(lo, fifth_bits(qh, 2 * i));
+                hi = _mm256_or_si256(hi, fifth_bits(qh, 2 * i + 1));
+            }
+            values[2 * i] = by_lane(lo);
+            values[2 * i + 1] = by_lane(hi);
         }
         for (s, p) in scales.iter_mut().zip(&pairs) {
             *s = _mm256_set1_epi16(p.0 as i16);
@@ -81,7 +108,7 @@ unsafe fn unpack(wb: &[u8]) -> Block {
 }
 
 /// The super-block's eight lane sums `aux32[l]` (in lane order) with the 256 activation codes at
-/// `qa`: per chunk `VPMADDUBSW` (a nibble ≤ 15 times a code: no pair saturates) and `VPMADDWD`
+/// `qa`: per chunk `VPMADDUBSW` (a value ≤ 31 times a code: no pair saturates) and `VPMADDWD`
 /// with the chunk's scale, added. Exact.
 ///
 /// # Safety
@@ -102,13 +129,14 @@ unsafe fn lane_sums(blk: &Block, qa: *const i8) -> __m256i {
     }
 }
 
-/// One Q4_K row dotted with a Q8_K row: `dot_q4_k_q8_k`'s bits.
+/// One Q4_K (`FIVE`: Q5_K) row dotted with a Q8_K row: `dot_q4_k_q8_k`'s
+/// (`dot_q5_k_q8_k`'s) bits.
 ///
 /// # Safety
 ///
 /// The CPU has AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn dot(w: &[u8], a: &QuantRow<'_>) -> f32 {
+pub(super) unsafe fn dot<const FIVE: bool>(w: &[u8], a: &QuantRow<'_>) -> f32 {
     let a = [QuantRow {
         qs: a.qs,
         d: a.d,
@@ -116,7 +144,7 @@ pub(super) unsafe fn dot(w: &[u8], a: &QuantRow<'_>) -> f32 {
         bsums: a.bsums,
     }];
     // SAFETY: the caller's contract.
-    unsafe { dot_rows(w, &a)[0] }
+    unsafe { dot_rows::<1, FIVE>(w, &a)[0] }
 }
 
 /// One Q4_K row dotted with `R` Q8_K rows, each with `dot_q4_k_q8_k`'s bits when the rows have
@@ -129,9 +157,13 @@ pub(super) unsafe fn dot(w: &[u8], a: &QuantRow<'_>) -> f32 {
 ///
 /// The CPU has AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn dot_rows<const R: usize>(w: &[u8], a: &[QuantRow<'_>; R]) -> [f32; R] {
+pub(super) unsafe fn dot_rows<const R: usize, const FIVE: bool>(
+    w: &[u8],
+    a: &[QuantRow<'_>; R],
+) -> [f32; R] {
+    let bytes = if FIVE { q5_k::BYTES } else { BYTES };
     // The portable `zip`'s block count.
-    let mut blocks = w.len() / BYTES;
+    let mut blocks = w.len() / bytes;
     for r in a {
         blocks = blocks
             .min(r.qs.len() / QK_K)
@@ -144,7 +176,7 @@ pub(super) unsafe fn dot_rows<const R: usize>(w: &[u8], a: &[QuantRow<'_>; R]) -
     // `bsums`.
     unsafe {
         for b in 0..blocks {
-            let blk = unpack(&w[b * BYTES..][..BYTES]);
+            let blk = unpack::<FIVE>(&w[b * bytes..][..bytes]);
             for (r, l) in a.iter().zip(&mut lanes) {
                 let da = r.d[b];
                 l.block(lane_sums(&blk, r.qs.as_ptr().add(b * QK_K)), blk.d * da);
@@ -160,14 +192,14 @@ pub(super) unsafe fn dot_rows<const R: usize>(w: &[u8], a: &[QuantRow<'_>; R]) -
     }
 }
 
-/// `matmul_quant` of Q4_K weights: each weight row against tiles of [`TILE`] activation rows
+/// `matmul_quant` of Q4_K (`FIVE`: Q5_K) weights: each weight row against tiles of [`TILE`] activation rows
 /// ([`dot_rows`]), the activation rows after the last tile one at a time ([`dot`]).
 ///
 /// # Safety
 ///
 /// The CPU has AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn matmul(
+pub(super) unsafe fn matmul<const FIVE: bool>(
     w: &[u8],
     row_bytes: usize,
     rows: usize,
@@ -177,11 +209,11 @@ pub(super) unsafe fn matmul(
 ) -> bool {
     let one = |r: &[u8], a: &QuantRow<'_>| {
         // SAFETY: the caller checked AVX2 and F16C.
-        unsafe { dot(r, a) }
+        unsafe { dot::<FIVE>(r, a) }
     };
     let many = |w: [&[u8]; 1], a: &[QuantRow<'_>; TILE]| {
         // SAFETY: as above.
-        [unsafe { dot_rows(w[0], a) }]
+        [unsafe { dot_rows::<TILE, FIVE>(w[0], a) }]
     };
     tiles_k(
         w,

@@ -1,39 +1,64 @@
 //! Q5_0 weights × Q8_0 activations in AVX2 and F16C: one weight row against one or several
-//! activation rows, each weight block's five-bit values unpacked once for all of them.
+//! activation rows, each weight block's five-bit values unpacked once for all of them. Q4_0's
+//! blocks (no fifth bits, values `q − 8`, the block term `((f32)sumi · d_w) · d_a`) take the
+//! same code with `FIVE = false`.
 
 use core::arch::x86_64::*;
 
 use super::super::Acts;
 use super::super::rows::tiles;
 use super::k_lanes::hsum;
-use crate::quant::q5_0::BYTES;
+use crate::quant::{q4_0, q5_0};
 use crate::quant::{BLOCK, QuantRow, f16_le};
 
 /// Activation rows per tile of [`matmul`] (prefill: each weight block unpacked once for four
 /// tokens).
 const TILE: usize = 4;
 
+/// Bytes per block: Q5_0's, or Q4_0's.
+const fn bytes(five: bool) -> usize {
+    if five { q5_0::BYTES } else { q4_0::BYTES }
+}
+
 /// Block `b`'s 32 values of the row at `w` as unsigned bytes `q` (0..=31, the value is
-/// `q − 16`) in value order: the sixteen nibble bytes split (low nibbles, values 0–15, then high
-/// nibbles, values 16–31), each with its fifth bit from `qh` (bit `j` for value `j`).
+/// `q − 16`; Q4_0: 0..=15, `q − 8`) in value order: the sixteen nibble bytes split (low
+/// nibbles, values 0–15, then high nibbles, values 16–31), each with its fifth bit from `qh`
+/// (bit `j` for value `j`).
 ///
 /// # Safety
 ///
-/// AVX2; bytes `[b·22, b·22 + 22)` of `w` readable.
+/// AVX2; the block's bytes readable.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn values(w: *const u8, b: usize) -> __m256i {
-    // SAFETY: the caller's contract: 4 bytes at `w + b·22 + 2` and 16 at `w + b·22 + 6`, read
-    // unaligned.
+unsafe fn values<const FIVE: bool>(w: *const u8, b: usize) -> __m256i {
+    // SAFETY: the caller's contract: 16 bytes at `w + b·bytes + 6` (Q4_0: `+ 2`), and `qh`'s 4
+    // at `w + b·22 + 2`, read unaligned.
     unsafe {
-        let at = w.add(b * BYTES);
-        let raw = _mm_loadu_si128(at.add(6).cast());
+        let at = w.add(b * bytes(FIVE));
+        let raw = _mm_loadu_si128(at.add(if FIVE { 6 } else { 2 }).cast());
         let mask = _mm_set1_epi8(0x0f);
         let lo = _mm_and_si128(raw, mask);
         let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
         let nibbles = _mm256_set_m128i(hi, lo);
+        if !FIVE {
+            return nibbles;
+        }
+        _mm256_or_si256(nibbles, fifth_bits((at.add(2) as *const i32).read_unaligned()))
+    }
+}
+
+/// 16 in byte `j` (0..32) where bit `j` of `qh` is set, 0 elsewhere (Q5_0's and Q5_1's fifth
+/// bits).
+///
+/// # Safety
+///
+/// AVX2.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(super) unsafe fn fifth_bits(qh: i32) -> __m256i {
+    // SAFETY: register-only AVX2 (the caller's contract).
+    unsafe {
         // Byte `j` takes byte `j / 8` of `qh`, then keeps bit `j % 8` of it: 0xff where set.
-        let qh = (at.add(2) as *const i32).read_unaligned();
         let spread = _mm256_shuffle_epi8(
             _mm256_set1_epi32(qh),
             _mm256_setr_epi8(
@@ -43,13 +68,13 @@ unsafe fn values(w: *const u8, b: usize) -> __m256i {
         );
         let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
         let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-        _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
+        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
     }
 }
 
-/// The eight partial integer sums (`i32` lanes) of `Σ (q − 16) · a` over block `b`, with the
-/// block's unsigned `values` and the activation codes at `qa`: `VPMADDUBSW` of `q` (≤ 31) and
-/// of 16 with the codes (no pair saturates: |2 · 31 · 128| < 2¹⁵), their difference (each pair
+/// The eight partial integer sums (`i32` lanes) of `Σ (q − 16) · a` (Q4_0: `q − 8`) over block
+/// `b`, with the block's unsigned `values` and the activation codes at `qa`: `VPMADDUBSW` of `q`
+/// (≤ 31) and of 16 (8) with the codes (no pair saturates: |2 · 31 · 128| < 2¹⁵), their difference (each pair
 /// `(q − 16) · a` summed, |·| ≤ 4096: exact in i16), the pairs added by `VPMADDWD`. Exact.
 ///
 /// # Safety
@@ -57,25 +82,25 @@ unsafe fn values(w: *const u8, b: usize) -> __m256i {
 /// AVX2; bytes `[b·32, b·32 + 32)` of `qa` readable.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn block_sums(values: __m256i, qa: *const i8, b: usize) -> __m256i {
+unsafe fn block_sums<const FIVE: bool>(values: __m256i, qa: *const i8, b: usize) -> __m256i {
     // SAFETY: the caller's contract: 32 bytes at `qa + b·32`, read unaligned.
     unsafe {
         let codes = _mm256_loadu_si256(qa.add(b * BLOCK).cast());
         let pairs = _mm256_sub_epi16(
             _mm256_maddubs_epi16(values, codes),
-            _mm256_maddubs_epi16(_mm256_set1_epi8(16), codes),
+            _mm256_maddubs_epi16(_mm256_set1_epi8(if FIVE { 16 } else { 8 }), codes),
         );
         _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
     }
 }
 
-/// One Q5_0 row dotted with a Q8_0 row: `dot_q5_0_q8_0`'s bits.
+/// One Q5_0 (Q4_0) row dotted with a Q8_0 row: `dot_q5_0_q8_0`'s (`dot_q4_0_q8_0`'s) bits.
 ///
 /// # Safety
 ///
 /// The CPU has AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn dot(w: &[u8], a: &QuantRow<'_>) -> f32 {
+pub(super) unsafe fn dot<const FIVE: bool>(w: &[u8], a: &QuantRow<'_>) -> f32 {
     let a = [QuantRow {
         qs: a.qs,
         d: a.d,
@@ -83,22 +108,27 @@ pub(super) unsafe fn dot(w: &[u8], a: &QuantRow<'_>) -> f32 {
         bsums: a.bsums,
     }];
     // SAFETY: the caller's contract.
-    unsafe { dot_rows(w, &a)[0] }
+    unsafe { dot_rows::<1, FIVE>(w, &a)[0] }
 }
 
 /// One Q5_0 row dotted with `R` Q8_0 rows, each with `dot_q5_0_q8_0`'s bits when the rows have
 /// the same length (otherwise the blocks every row has in common): four blocks at a time, their
 /// values unpacked and f16 scales converted once for all rows, each row's four integer sums in
-/// AVX2 and its four block terms `(d_w · d_a) · (f32)sumi` in four lanes (`VMULPS`, no FMA),
+/// AVX2 and its four block terms `(d_w · d_a) · (f32)sumi` (Q4_0: `((f32)sumi · d_w) · d_a`) in
+/// four lanes (`VMULPS`, no FMA),
 /// then added to the row's sum one block after the other.
 ///
 /// # Safety
 ///
 /// The CPU has AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn dot_rows<const R: usize>(w: &[u8], a: &[QuantRow<'_>; R]) -> [f32; R] {
+pub(super) unsafe fn dot_rows<const R: usize, const FIVE: bool>(
+    w: &[u8],
+    a: &[QuantRow<'_>; R],
+) -> [f32; R] {
+    let bytes = bytes(FIVE);
     // The portable `zip`'s block count.
-    let mut blocks = w.len() / BYTES;
+    let mut blocks = w.len() / bytes;
     for r in a {
         blocks = blocks.min(r.qs.len() / BLOCK).min(r.d.len());
     }
@@ -109,24 +139,35 @@ pub(super) unsafe fn dot_rows<const R: usize>(w: &[u8], a: &[QuantRow<'_>; R]) -
     unsafe {
         while b + 4 <= blocks {
             let v = [
-                values(wp, b),
-                values(wp, b + 1),
-                values(wp, b + 2),
-                values(wp, b + 3),
+                values::<FIVE>(wp, b),
+                values::<FIVE>(wp, b + 1),
+                values::<FIVE>(wp, b + 2),
+                values::<FIVE>(wp, b + 3),
             ];
-            let half = |k: usize| (wp.add((b + k) * BYTES) as *const i16).read_unaligned();
+            let half = |k: usize| (wp.add((b + k) * bytes) as *const i16).read_unaligned();
             let d = _mm_setr_epi16(half(0), half(1), half(2), half(3), 0, 0, 0, 0);
             let dw = _mm_cvtph_ps(d);
             for (r, sum) in a.iter().zip(&mut sumf) {
                 let qa = r.qs.as_ptr();
-                let (p0, p1) = (block_sums(v[0], qa, b), block_sums(v[1], qa, b + 1));
-                let (p2, p3) = (block_sums(v[2], qa, b + 2), block_sums(v[3], qa, b + 3));
+                let (p0, p1) = (
+                    block_sums::<FIVE>(v[0], qa, b),
+                    block_sums::<FIVE>(v[1], qa, b + 1),
+                );
+                let (p2, p3) = (
+                    block_sums::<FIVE>(v[2], qa, b + 2),
+                    block_sums::<FIVE>(v[3], qa, b + 3),
+                );
                 // Lanes [block 0, 1, 2, 3] of each half, then the halves added: the four sums.
                 let h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
                 let sumi = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
                 let da = _mm_loadu_ps(r.d.as_ptr().add(b));
-                // (d_w · d_a) · (f32)sumi, each lane as the portable block term.
-                let t = _mm_mul_ps(_mm_mul_ps(dw, da), _mm_cvtepi32_ps(sumi));
+                // (d_w · d_a) · (f32)sumi (Q4_0: ((f32)sumi · d_w) · d_a), each lane as the
+                // portable block term.
+                let t = if FIVE {
+                    _mm_mul_ps(_mm_mul_ps(dw, da), _mm_cvtepi32_ps(sumi))
+                } else {
+                    _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(sumi), dw), da)
+                };
                 let mut terms = [0f32; 4];
                 _mm_storeu_ps(terms.as_mut_ptr(), t);
                 for term in terms {
@@ -136,12 +177,16 @@ pub(super) unsafe fn dot_rows<const R: usize>(w: &[u8], a: &[QuantRow<'_>; R]) -
             b += 4;
         }
         while b < blocks {
-            let v = values(wp, b);
-            let at = b * BYTES;
+            let v = values::<FIVE>(wp, b);
+            let at = b * bytes;
             let dw = f16_le(w[at], w[at + 1]);
             for (r, sum) in a.iter().zip(&mut sumf) {
-                let sumi = hsum(block_sums(v, r.qs.as_ptr(), b));
-                *sum += (dw * r.d[b]) * sumi as f32;
+                let sumi = hsum(block_sums::<FIVE>(v, r.qs.as_ptr(), b)) as f32;
+                *sum += if FIVE {
+                    (dw * r.d[b]) * sumi
+                } else {
+                    (sumi * dw) * r.d[b]
+                };
             }
             b += 1;
         }
@@ -149,14 +194,14 @@ pub(super) unsafe fn dot_rows<const R: usize>(w: &[u8], a: &[QuantRow<'_>; R]) -
     sumf
 }
 
-/// `matmul_quant` of Q5_0 weights: each weight row against tiles of [`TILE`] activation rows
+/// `matmul_quant` of Q5_0 (`FIVE = false`: Q4_0) weights: each weight row against tiles of [`TILE`] activation rows
 /// ([`dot_rows`]), the activation rows after the last tile one at a time ([`dot`]).
 ///
 /// # Safety
 ///
 /// The CPU has AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn matmul(
+pub(super) unsafe fn matmul<const FIVE: bool>(
     w: &[u8],
     row_bytes: usize,
     rows: usize,
@@ -166,11 +211,11 @@ pub(super) unsafe fn matmul(
 ) -> bool {
     let one = |r: &[u8], a: &QuantRow<'_>| {
         // SAFETY: the caller checked AVX2 and F16C.
-        unsafe { dot(r, a) }
+        unsafe { dot::<FIVE>(r, a) }
     };
     let many = |w: [&[u8]; 1], a: &[QuantRow<'_>; TILE]| {
         // SAFETY: as above.
-        [unsafe { dot_rows(w[0], a) }]
+        [unsafe { dot_rows::<TILE, FIVE>(w[0], a) }]
     };
     tiles(
         w,
