@@ -11,8 +11,8 @@
 //! (the portable code runs) is counted, not compared.
 
 use super::{Acts, dot, matmul};
-use crate::gguf::TensorType;
 use crate::gguf::QK_K;
+use crate::gguf::TensorType;
 use crate::quant::{
     ActivationType, BLOCK, QuantRow, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, quantize_q8_0,
     quantize_q8_1, quantize_q8_k, sums_len,

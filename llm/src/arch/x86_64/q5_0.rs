@@ -8,8 +8,8 @@ use core::arch::x86_64::*;
 use super::super::Acts;
 use super::super::rows::tiles;
 use super::k_lanes::hsum;
-use crate::quant::{q4_0, q5_0};
 use crate::quant::{BLOCK, QuantRow, f16_le};
+use crate::quant::{q4_0, q5_0};
 
 /// Activation rows per tile of [`matmul`] (prefill: each weight block unpacked once for four
 /// tokens).
@@ -43,7 +43,10 @@ unsafe fn values<const FIVE: bool>(w: *const u8, b: usize) -> __m256i {
         if !FIVE {
             return nibbles;
         }
-        _mm256_or_si256(nibbles, fifth_bits((at.add(2) as *const i32).read_unaligned()))
+        _mm256_or_si256(
+            nibbles,
+            fifth_bits((at.add(2) as *const i32).read_unaligned()),
+        )
     }
 }
 
