@@ -74,3 +74,69 @@ fn long_and_ragged_rows_have_the_portable_bits() {
         }
     }
 }
+
+/// Q5_0 at Gemma 3's width (640 values: 20 blocks) and Q4_K / Q6_K at its widest inputs
+/// (1,024 and 2,048 values: 4 and 8 super-blocks), activations quantized as the forward pass
+/// does, through the matmul entry with 1 and 6 activation rows (a tile of four and two rows
+/// after it).
+#[test]
+fn gemma_widths_have_the_portable_bits() {
+    use crate::quant::{ActivationType, q4_k, q5_0, q6_k, quantize_activation, sums_len};
+    if super::name().is_none() {
+        return;
+    }
+    for (ty, bytes, cols) in [
+        (TensorType::Q5_0, q5_0::BYTES, 640),
+        (TensorType::Q4_K, q4_k::BYTES, 1024),
+        (TensorType::Q6_K, q6_k::BYTES, 2048),
+    ] {
+        let act = ActivationType::for_weights(ty).unwrap();
+        let (values, rows, n) = (act.block_values(), 5, 6);
+        let blocks = cols / values;
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.03)
+            .collect();
+        let (mut qs, mut d) = (vec![0i8; n * cols], vec![0f32; n * blocks]);
+        let mut s = vec![0f32; n * sums_len(cols)];
+        for t in 0..n {
+            let sums = sums_len(cols);
+            quantize_activation(
+                act,
+                &x[t * cols..][..cols],
+                &mut qs[t * cols..][..cols],
+                &mut d[t * blocks..][..blocks],
+                &mut s[t * sums..][..sums],
+            );
+        }
+        let row_bytes = blocks * bytes;
+        let mut w = rows_of(cols as u32 + 3, rows * row_bytes);
+        // Finite f16 scales (exponent below 0x1e), as quantized weights have.
+        for b in w.chunks_exact_mut(bytes) {
+            match ty {
+                TensorType::Q5_0 => b[1] &= 0xbb,
+                TensorType::Q4_K => (b[1], b[3]) = (b[1] & 0x3b, b[3] & 0x3b),
+                _ => b[209] &= 0xbb,
+            }
+        }
+        let a = Acts {
+            qs: &qs,
+            d: &d,
+            s: &s,
+            cols,
+        };
+        for n in [1, n] {
+            let mut out = vec![0f32; n * rows];
+            assert!(super::matmul(ty, &w, row_bytes, rows, &a, n, &mut out));
+            for (i, got) in out.iter().enumerate() {
+                let (o, t) = (i % rows, i / rows);
+                let r = &w[o * row_bytes..][..row_bytes];
+                let want = match ty {
+                    TensorType::Q5_0 => q5_0::dot_q5_0_q8_0(r, &a.row(t)),
+                    TensorType::Q4_K => q4_k::dot_q4_k_q8_k(r, &a.row_k(t)),
+                    _ => q6_k::dot_q6_k_q8_k(r, &a.row_k(t)),
+                };
+                assert_eq!(got.to_bits(), want.to_bits(), "{ty:?} n {n} out {i}");
+            }
+        }
+    }
+}
