@@ -644,3 +644,37 @@ fn restored_snapshot_decodes_like_a_cold_prefill() {
         ))
     );
 }
+
+/// This machine prints the committed digest listing (`parity/digests.txt`), line for line: the
+/// aarch64 build under emulation (`cargo test-all`'s aarch64 stage) and the boards are compared
+/// with the same file. After a change of numerics made on purpose, regenerate it:
+/// `EDGEKV_BLESS=1 cargo test -p edgekv-host-tests --test parity digest_listing`.
+#[test]
+fn digest_listing_is_the_committed_one() {
+    let mut data = vec![MaybeUninit::<u8>::uninit(); DATA_BYTES];
+    let mut meta = vec![MaybeUninit::<u8>::uninit(); META_BYTES];
+    let mut work = vec![0f32; WORK_F32];
+    let mut arenas = Arenas {
+        data: &mut data,
+        meta: &mut meta,
+        work: &mut work,
+    };
+    let mut step_arena = vec![MaybeUninit::<u8>::uninit(); edgekv_parity::STEP_SHAPES_ARENA_BYTES];
+    let mut step_work = vec![0f32; edgekv_parity::STEP_SHAPES_WORK_F32];
+    let mut listing = String::new();
+    edgekv_parity::digest_listing(&mut arenas, &mut step_arena, &mut step_work, &mut |l| {
+        listing.push_str(&format!("{l}\n"))
+    })
+    .expect("the listing");
+    if std::env::var_os("EDGEKV_BLESS").is_some() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../parity/digests.txt");
+        std::fs::write(&path, &listing).expect("write parity/digests.txt");
+        eprintln!("wrote {} (rebuild to compare)", path.display());
+        return;
+    }
+    assert_eq!(
+        listing,
+        edgekv_parity::DIGESTS,
+        "the digests differ from parity/digests.txt (EDGEKV_BLESS=1 regenerates it)"
+    );
+}

@@ -58,6 +58,7 @@ mod cases;
 mod decode_step;
 mod events;
 mod inputs;
+mod listing;
 mod memory;
 mod runner;
 
@@ -65,5 +66,6 @@ pub use cases::*;
 pub use decode_step::*;
 pub use events::*;
 pub use inputs::*;
+pub use listing::*;
 pub use memory::*;
 pub use runner::*;
