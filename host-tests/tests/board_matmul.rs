@@ -1,7 +1,10 @@
-//! The Cortex-M55 firmware's matmul kernel check (`edgekv_llm::matmul::kernel_check`, binary
-//! `matmul-check`): every Helium matmul kernel of `edgekv-llm` against the portable dot products
+//! The boards' matmul kernel checks (`edgekv_llm::matmul::kernel_check`, binary `matmul-check`):
+//! every matmul kernel of `edgekv-llm` the firmware has — Helium on the Cortex-M55 (qemu-an547),
+//! the DSP extension's `SMLAD` on the Cortex-M4 (qemu-an386) — against the portable dot products
 //! on random rows and edge values must give the same bits; any kernel and shape that differs is
-//! named in the log. Needs qemu-system-arm (as `board_parity`).
+//! named in the log. The Cortex-M4's `block-matmuls` bench (one SmolLM2-135M block's seven
+//! matmuls over synthetic weights, the 1,536-value FFN rows in two of the kernels' chunks) must
+//! print the CRC-32 the portable build prints. Needs qemu-system-arm (as `board_parity`).
 
 use std::time::Duration;
 
@@ -12,13 +15,17 @@ use edgekv_xtask::qemu;
 /// over) × 2 entries (the tiled matmul, one row).
 const CALLS: u32 = (5 * 5 + 3 * 2) * 4 * 6 * 6 * 2;
 
-/// Those of Q4_1 and Q8_0, the types with Helium kernels.
-const HELIUM: u32 = 2 * 5 * 4 * 6 * 6 * 2;
+/// Those of Q4_1 and Q8_0, the types with Helium and DSP kernels.
+const Q4_1_Q8_0: u32 = 2 * 5 * 4 * 6 * 6 * 2;
 
-#[test]
-fn helium_matmul_kernels_equal_the_portable_dot_products() {
+/// The CRC-32 of every output of `block-matmuls` built with `--features portable` (the portable
+/// matmuls; measured 2026-11-29, FIGURES.md).
+const PORTABLE_CRC: &str = "ddd296e8";
+
+/// Builds and runs `board`'s `matmul-check`: no mismatch, exit code 0, its kernels named `isa`.
+/// Returns the calls compared and declined.
+fn kernel_check(board: qemu::Board, isa: &str) -> (u32, u32) {
     let root = qemu::repo_root();
-    let board = qemu::Board::An547;
     let elf = qemu::build(&root, board, qemu::MATMUL_CHECK, true).expect("build the firmware");
     let mut log = Vec::new();
     let run = qemu::run(board, &elf, Duration::from_secs(300), &mut log).expect("run QEMU");
@@ -40,13 +47,42 @@ fn helium_matmul_kernels_equal_the_portable_dot_products() {
     let [compared, declined, mismatches] = n[..] else {
         panic!("summary {summary}")
     };
-    assert_eq!(words[0], "helium", "{summary}");
+    assert_eq!(words[0], isa, "{summary}");
+    assert_eq!(mismatches, 0, "{summary}");
+    eprintln!("{}: matmul_check kernels {summary}", board.name());
+    (compared, declined)
+}
+
+#[test]
+fn helium_matmul_kernels_equal_the_portable_dot_products() {
     // The one-row entry declines on Helium (four weight rows at a time is its kernel), and so
     // do the other weight types (the portable code runs).
     assert_eq!(
-        (compared, declined, mismatches),
-        (HELIUM / 2, CALLS - HELIUM / 2, 0),
-        "{summary}"
+        kernel_check(qemu::Board::An547, "helium"),
+        (Q4_1_Q8_0 / 2, CALLS - Q4_1_Q8_0 / 2)
     );
-    eprintln!("an547: matmul_check kernels {summary}");
+}
+
+#[test]
+fn dsp_matmul_kernels_equal_the_portable_dot_products() {
+    let board = qemu::Board::An386;
+    // The DSP kernels decline none of Q4_1's and Q8_0's calls.
+    assert_eq!(kernel_check(board, "dsp"), (Q4_1_Q8_0, CALLS - Q4_1_Q8_0));
+
+    // The bench, built with the check (`qemu::build` builds every binary of the board).
+    let elf = qemu::bin_path(&qemu::repo_root(), board, "block-matmuls");
+    let mut log = Vec::new();
+    let run = qemu::run(board, &elf, Duration::from_secs(120), &mut log).expect("run QEMU");
+    let text = String::from_utf8_lossy(&log);
+    assert_eq!(run.code, 0, "exit code; log:\n{text}");
+    let total = run
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix("block_matmuls dsp total "))
+        .unwrap_or_else(|| panic!("a DSP total line; log:\n{text}"));
+    assert!(
+        total.ends_with(&format!("crc32 {PORTABLE_CRC}")),
+        "the kernels' outputs differ from the portable build's: {total}"
+    );
+    eprintln!("an386: block_matmuls dsp total {total}");
 }

@@ -3,7 +3,7 @@
 //! values, each differing kernel and shape printed (`matmul_check mismatch …`), then
 //! `matmul_check kernels … compared N declined N mismatches N`; the exit code is nonzero on any
 //! mismatch. `cargo run --release --bin matmul-check`; CI runs it
-//! (`host-tests/tests/board_matmul_dsp.rs`).
+//! (`host-tests/tests/board_matmul.rs`).
 #![no_std]
 #![no_main]
 
