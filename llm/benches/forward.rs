@@ -15,7 +15,8 @@
 //! [decode_tokens]` (defaults 3, 128, 32; the model as the tests find it,
 //! `model/fetch-model.sh`; `EDGEKV_BENCH_MODEL=gemma3`: Gemma 3 270M instead,
 //! `model/fetch-gemma.sh`, its layers all global since prompt and decode stay within its
-//! 512-token window).
+//! 512-token window). `EDGEKV_BENCH_ONLY=<text>` keeps the configurations whose name contains
+//! it (e.g. `avx2, tiles of 4 tokens, 1 thread`), for a profiler.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -163,6 +164,9 @@ fn main() {
             });
         }
     }
+    if let Ok(only) = std::env::var("EDGEKV_BENCH_ONLY") {
+        configs.retain(|c| c.name.contains(&only));
+    }
     let python = std::env::var("EDGEKV_PEER_PYTHON").ok();
     let mut peers: Vec<(usize, Vec<f64>, Vec<f64>)> = match python {
         Some(_) => vec![(1, vec![], vec![]), (2, vec![], vec![])],
@@ -173,7 +177,9 @@ fn main() {
     };
     let mut tokens = None;
     for r in 0..rounds {
-        for (i, c) in configs.iter_mut().enumerate() {
+        // Each thread count's peer runs once a round, after that count's first configuration.
+        let mut peer_ran = [false; 2];
+        for c in configs.iter_mut() {
             set_kernels(c.kernels);
             set_tiles(c.tiles);
             set_threads(c.threads);
@@ -186,8 +192,9 @@ fn main() {
             c.prefill.push(p);
             c.decode.push(d);
             // The peers between the edgekv runs, so load drift hits both sides alike.
-            if let (Some(python), Some(peer_run)) = (&python, peers.get_mut(i / 3))
-                && i % 3 == 1
+            let k = c.threads - 1;
+            if let (Some(python), Some(peer_run)) = (&python, peers.get_mut(k))
+                && !std::mem::replace(&mut peer_ran[k], true)
             {
                 match peer(python, &gguf, peer_run.0, &prompt, decode) {
                     Ok((p, d)) => {

@@ -214,6 +214,21 @@ pub fn dot_quant(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> f32 {
     }
 }
 
+/// Quantizes the activation row `x` as `act` into `qs`, `d` and `s`: the bits of the portable
+/// [`quant::quantize_activation`], by this build's kernel where it has one for `act` (AVX2:
+/// Q8_0 and Q8_1).
+pub fn quantize_activation(
+    act: ActivationType,
+    x: &[f32],
+    qs: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+) {
+    if !arch::quantize(act, x, qs, d, s) {
+        quant::quantize_activation(act, x, qs, d, s);
+    }
+}
+
 /// `out[t][o] = W[o] · a[t]` for `n` quantized activation rows, as
 /// [`quantize_activation`](crate::quant::quantize_activation) wrote them for `m`'s activation
 /// type: row `t` has `m.cols` codes in `qs`, one scale per block in `d` and

@@ -21,7 +21,7 @@
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::gguf::TensorType;
-use crate::quant::QuantRow;
+use crate::quant::{ActivationType, QuantRow};
 
 // Which ISA module this build dispatches to: the build script names it (`edgekv_llm_mve`,
 // `edgekv_llm_dsp`, `edgekv_llm_x86`, `edgekv_llm_aarch64`; none with the feature `portable` or
@@ -106,4 +106,18 @@ pub(crate) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
         return None;
     }
     native::dot(ty, w, a)
+}
+
+/// Quantizes the activation row `x` as `act` with this build's kernel (the portable
+/// [`quantize_activation`](crate::quant::quantize_activation)'s bits, the same buffers);
+/// `false` (nothing written) when it has none for `act`.
+#[inline]
+pub(crate) fn quantize(
+    act: ActivationType,
+    x: &[f32],
+    qs: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+) -> bool {
+    ENABLED.load(Ordering::Relaxed) && native::quantize(act, x, qs, d, s)
 }

@@ -29,3 +29,15 @@ pub(super) fn matmul(
 pub(super) fn dot(_: TensorType, _: &[u8], _: &QuantRow<'_>) -> Option<f32> {
     None
 }
+
+/// Declines: the portable activation quantizer runs.
+#[inline(always)]
+pub(super) fn quantize(
+    _: crate::quant::ActivationType,
+    _: &[f32],
+    _: &mut [i8],
+    _: &mut [f32],
+    _: &mut [f32],
+) -> bool {
+    false
+}

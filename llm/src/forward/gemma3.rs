@@ -66,9 +66,16 @@ impl Llama<'_> {
             for (x, h) in p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e)) {
                 rms_norm(x, &b.attn_norm, c.rms_eps, h);
             }
-            project(a, &b.wq, p.h, n, p.qs, p.d, p.s, p.q);
-            project(a, &b.wk, p.h, n, p.qs, p.d, p.s, p.k);
-            project(a, &b.wv, p.h, n, p.qs, p.d, p.s, p.v);
+            project(
+                a,
+                [&b.wq, &b.wk, &b.wv],
+                p.h,
+                n,
+                p.qs,
+                p.d,
+                p.s,
+                [&mut *p.q, &mut *p.k, &mut *p.v],
+            );
             let base = gemma.rope_base(layer, c.rope_base);
             for (i, (q, k)) in
                 p.q.chunks_exact_mut(q_dim)
@@ -102,7 +109,7 @@ impl Llama<'_> {
                 params,
                 p.attn_scratch,
             )?;
-            project(a, &b.wo, p.attn, n, p.qs, p.d, p.s, p.h);
+            project(a, [&b.wo], p.attn, n, p.qs, p.d, p.s, [&mut *p.h]);
             for h in p.h[..n * e].chunks_exact_mut(e) {
                 rms_norm_in_place(h, &gn.post_attn, c.rms_eps);
             }
@@ -110,10 +117,18 @@ impl Llama<'_> {
             for (x, h) in p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e)) {
                 rms_norm(x, &b.ffn_norm, c.rms_eps, h);
             }
-            project(a, &b.gate, p.h, n, p.qs, p.d, p.s, p.g);
-            project(a, &b.up, p.h, n, p.qs, p.d, p.s, p.u);
+            project(
+                a,
+                [&b.gate, &b.up],
+                p.h,
+                n,
+                p.qs,
+                p.d,
+                p.s,
+                [&mut *p.g, &mut *p.u],
+            );
             geglu(&mut p.g[..n * c.ffn], &p.u[..n * c.ffn]);
-            project(a, &b.down, p.g, n, p.qs, p.d, p.s, p.h);
+            project(a, [&b.down], p.g, n, p.qs, p.d, p.s, [&mut *p.h]);
             for h in p.h[..n * e].chunks_exact_mut(e) {
                 rms_norm_in_place(h, &gn.post_ffn, c.rms_eps);
             }
@@ -131,7 +146,7 @@ impl Llama<'_> {
         {
             rms_norm(x, self.output_norm(), c.rms_eps, h);
         }
-        project(a, self.head(), p.h, m, p.qs, p.d, p.s, out);
+        project(a, [self.head()], p.h, m, p.qs, p.d, p.s, [out]);
         Ok(())
     }
 }

@@ -9,12 +9,12 @@ use edgekv::attention::AttentionParams;
 use crate::config::Arch;
 use crate::error::{Error, Result};
 use crate::kv::KvStore;
-use crate::matmul::{Matrix, matmul_f32, matmul_quant};
+use crate::matmul::{Matrix, matmul_f32, matmul_quant, quantize_activation};
 use crate::model::Activations;
 use crate::model::Llama;
 use crate::ops::{add, embed_q8_0, rms_norm, rope, rope_angles, swiglu};
 use crate::plan::Parts;
-use crate::quant::{quantize_activation, sums_len};
+use crate::quant::sums_len;
 
 /// Largest head dimension (RoPE angles live on the stack).
 pub const MAX_HEAD_DIM: usize = 256;
@@ -41,35 +41,44 @@ impl Logits {
     }
 }
 
-/// Quantizes `n` rows of `cols` values to `m`'s activation type (ggml's `vec_dot_type`: Q8_0,
-/// Q8_1 or Q8_K) and multiplies (or multiplies the f32 rows, for [`Activations::F32`]).
+/// Quantizes `n` rows of `cols` values to each matrix's activation type (ggml's
+/// `vec_dot_type`: Q8_0, Q8_1 or Q8_K) and multiplies (or multiplies the f32 rows, for
+/// [`Activations::F32`]): `outs[i] = ms[i] · x`. The matrices share the input `x` (their `cols`
+/// are equal), so the rows are quantized once for a run of matrices of one activation type
+/// (q, k and v; gate and up), not once per matrix: the same codes either way.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn project(
+pub(super) fn project<const M: usize>(
     act: Activations,
-    m: &Matrix<'_>,
+    ms: [&Matrix<'_>; M],
     x: &[f32],
     n: usize,
     qs: &mut [i8],
     d: &mut [f32],
     s: &mut [f32],
-    out: &mut [f32],
+    outs: [&mut [f32]; M],
 ) {
-    if act == Activations::F32 {
-        matmul_f32(m, x, n, &mut out[..n * m.rows]);
-        return;
+    let mut quantized = None;
+    for (m, out) in ms.into_iter().zip(outs) {
+        if act == Activations::F32 {
+            matmul_f32(m, x, n, &mut out[..n * m.rows]);
+            continue;
+        }
+        let Some(at) = m.activation() else {
+            out[..n * m.rows].fill(0.0);
+            continue;
+        };
+        let cols = m.cols;
+        if quantized != Some((at, cols)) {
+            let (blocks, sums) = (cols / at.block_values(), sums_len(cols));
+            for t in 0..n {
+                let row = &x[t * cols..][..cols];
+                let (q, dd) = (&mut qs[t * cols..][..cols], &mut d[t * blocks..][..blocks]);
+                quantize_activation(at, row, q, dd, &mut s[t * sums..][..sums]);
+            }
+            quantized = Some((at, cols));
+        }
+        matmul_quant(m, qs, d, s, n, &mut out[..n * m.rows]);
     }
-    let Some(at) = m.activation() else {
-        out[..n * m.rows].fill(0.0);
-        return;
-    };
-    let cols = m.cols;
-    let (blocks, sums) = (cols / at.block_values(), sums_len(cols));
-    for t in 0..n {
-        let row = &x[t * cols..][..cols];
-        let (q, dd) = (&mut qs[t * cols..][..cols], &mut d[t * blocks..][..blocks]);
-        quantize_activation(at, row, q, dd, &mut s[t * sums..][..sums]);
-    }
-    matmul_quant(m, qs, d, s, n, &mut out[..n * m.rows]);
 }
 
 impl Llama<'_> {
@@ -163,9 +172,16 @@ impl Llama<'_> {
             for (x, h) in p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e)) {
                 rms_norm(x, &b.attn_norm, c.rms_eps, h);
             }
-            project(a, &b.wq, p.h, n, p.qs, p.d, p.s, p.q);
-            project(a, &b.wk, p.h, n, p.qs, p.d, p.s, p.k);
-            project(a, &b.wv, p.h, n, p.qs, p.d, p.s, p.v);
+            project(
+                a,
+                [&b.wq, &b.wk, &b.wv],
+                p.h,
+                n,
+                p.qs,
+                p.d,
+                p.s,
+                [&mut *p.q, &mut *p.k, &mut *p.v],
+            );
             for (i, (q, k)) in
                 p.q.chunks_exact_mut(q_dim)
                     .zip(p.k.chunks_exact_mut(kv_dim))
@@ -186,15 +202,23 @@ impl Llama<'_> {
                 &params,
                 p.attn_scratch,
             )?;
-            project(a, &b.wo, p.attn, n, p.qs, p.d, p.s, p.h);
+            project(a, [&b.wo], p.attn, n, p.qs, p.d, p.s, [&mut *p.h]);
             add(&mut p.x[..n * e], &p.h[..n * e]);
             for (x, h) in p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e)) {
                 rms_norm(x, &b.ffn_norm, c.rms_eps, h);
             }
-            project(a, &b.gate, p.h, n, p.qs, p.d, p.s, p.g);
-            project(a, &b.up, p.h, n, p.qs, p.d, p.s, p.u);
+            project(
+                a,
+                [&b.gate, &b.up],
+                p.h,
+                n,
+                p.qs,
+                p.d,
+                p.s,
+                [&mut *p.g, &mut *p.u],
+            );
             swiglu(&mut p.g[..n * c.ffn], &p.u[..n * c.ffn]);
-            project(a, &b.down, p.g, n, p.qs, p.d, p.s, p.h);
+            project(a, [&b.down], p.g, n, p.qs, p.d, p.s, [&mut *p.h]);
             add(&mut p.x[..n * e], &p.h[..n * e]);
         }
         let first = match logits {
@@ -209,7 +233,7 @@ impl Llama<'_> {
         {
             rms_norm(x, self.output_norm(), c.rms_eps, h);
         }
-        project(a, self.head(), p.h, m, p.qs, p.d, p.s, out);
+        project(a, [self.head()], p.h, m, p.qs, p.d, p.s, [out]);
         Ok(())
     }
 }

@@ -15,7 +15,7 @@ pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
-mod q8_act;
+pub(crate) mod q8_act;
 mod q8_k;
 
 pub use q8_act::{quantize_q8_0, quantize_q8_1};

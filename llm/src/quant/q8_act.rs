@@ -13,7 +13,7 @@ use super::BLOCK;
 
 /// Rounds `x` through f16 (nearest even), returned as f32.
 #[inline]
-fn through_f16(x: f32) -> f32 {
+pub(crate) fn through_f16(x: f32) -> f32 {
     f16::from_f32(x).to_f32()
 }
 

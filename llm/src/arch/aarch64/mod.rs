@@ -96,6 +96,19 @@ pub(super) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
     }
 }
 
+
+/// Declines: the portable activation quantizer runs.
+#[inline(always)]
+pub(super) fn quantize(
+    _: crate::quant::ActivationType,
+    _: &[f32],
+    _: &mut [i8],
+    _: &mut [f32],
+    _: &mut [f32],
+) -> bool {
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

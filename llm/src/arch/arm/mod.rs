@@ -87,3 +87,15 @@ fn common_blocks(
     }
     Some(blocks)
 }
+
+/// Declines: the portable activation quantizer runs.
+#[inline(always)]
+pub(super) fn quantize(
+    _: crate::quant::ActivationType,
+    _: &[f32],
+    _: &mut [i8],
+    _: &mut [f32],
+    _: &mut [f32],
+) -> bool {
+    false
+}

@@ -119,3 +119,15 @@ fn expand_q8_0(a: &QuantRow<'_>, from: usize, out: &mut [u32]) {
         }
     }
 }
+
+/// Declines: the portable activation quantizer runs.
+#[inline(always)]
+pub(super) fn quantize(
+    _: crate::quant::ActivationType,
+    _: &[f32],
+    _: &mut [i8],
+    _: &mut [f32],
+    _: &mut [f32],
+) -> bool {
+    false
+}

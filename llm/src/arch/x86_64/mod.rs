@@ -20,12 +20,13 @@ mod q4_k;
 mod q5_0;
 mod q6_k;
 mod q8_0;
+mod quantize;
 #[cfg(test)]
 mod tests;
 
 use super::Acts;
 use crate::gguf::TensorType;
-use crate::quant::QuantRow;
+use crate::quant::{ActivationType, QuantRow};
 
 /// `"avx2"` where this CPU runs the kernels.
 pub(super) fn name() -> Option<&'static str> {
@@ -92,4 +93,26 @@ pub(super) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
         TensorType::Q5_K => Some(unsafe { q4_k::dot::<true>(w, a) }),
         TensorType::F32 => None,
     }
+}
+
+/// Q8_0 and Q8_1 activation rows, where this CPU has AVX2; Q8_K declines.
+#[inline]
+pub(super) fn quantize(
+    act: ActivationType,
+    x: &[f32],
+    qs: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+) -> bool {
+    if !detect::avx2_f16c() {
+        return false;
+    }
+    match act {
+        // SAFETY: `avx2_f16c()` checked AVX2.
+        ActivationType::Q8_0 => unsafe { quantize::q8(x, qs, d, None) },
+        // SAFETY: as above.
+        ActivationType::Q8_1 => unsafe { quantize::q8(x, qs, d, Some(s)) },
+        ActivationType::Q8_K => return false,
+    }
+    true
 }
