@@ -108,11 +108,20 @@ pub fn geglu(g: &mut [f32], u: &[f32]) {
     }
 }
 
-/// `g ← silu(g) · u` with `silu(x) = x / (1 + expf(−x))` (ggml's `ggml_silu_f32`, scalar path).
+/// `g ← silu(g) · u` with `silu(x) = x / (1 + expf(−x))` (ggml's `ggml_silu_f32`, scalar path),
+/// the `expf`s 64 at a time by [`edgekv::exp_in_place`] (`libm::expf`'s bits in vector lanes).
 pub fn swiglu(g: &mut [f32], u: &[f32]) {
-    for (g, &u) in g.iter_mut().zip(u) {
-        let x = *g;
-        *g = (x / (1.0 + libm::expf(-x))) * u;
+    let mut e = [0f32; 64];
+    for (g, u) in g.chunks_mut(64).zip(u.chunks(64)) {
+        let len = g.len().min(u.len());
+        let (g, u, e) = (&mut g[..len], &u[..len], &mut e[..len]);
+        for (e, &x) in e.iter_mut().zip(g.iter()) {
+            *e = -x;
+        }
+        edgekv::exp_in_place(e);
+        for ((g, &u), &e) in g.iter_mut().zip(u).zip(e.iter()) {
+            *g = (*g / (1.0 + e)) * u;
+        }
     }
 }
 

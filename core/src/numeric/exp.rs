@@ -146,9 +146,37 @@ pub(crate) fn max_of(s: &[f32]) -> f32 {
     )
 }
 
+/// `xs[i] = libm::expf(xs[i])` for every element, bit for bit (NaN stays NaN), eight lanes at
+/// a time: `libm`'s steps as lanes the compiler vectorizes, `libm` itself for arguments of
+/// magnitude 87.3 or more, infinities and NaN. For activations such as SiLU's `exp(−x)`.
+pub fn exp_in_place(xs: &mut [f32]) {
+    let mut blocks = xs.chunks_exact_mut(LANES);
+    for b in &mut blocks {
+        let b: &mut [f32; LANES] = b.try_into().expect("a block");
+        *b = expf8(*b);
+    }
+    let tail = blocks.into_remainder();
+    if !tail.is_empty() {
+        let mut x = [0f32; LANES];
+        x[..tail.len()].copy_from_slice(tail);
+        let e = expf8(x);
+        tail.copy_from_slice(&e[..tail.len()]);
+    }
+}
+
 /// Eight `floor::weight(libm::expf(x))`s.
 #[inline(always)]
 fn exp8(x: [f32; LANES]) -> [f32; LANES] {
+    let mut out = expf8(x);
+    for o in &mut out {
+        *o = weight(*o);
+    }
+    out
+}
+
+/// Eight `libm::expf(x)`s.
+#[inline(always)]
+fn expf8(x: [f32; LANES]) -> [f32; LANES] {
     let mut out = [0f32; LANES];
     let mut edge = false;
     for l in 0..LANES {
@@ -161,9 +189,6 @@ fn exp8(x: [f32; LANES]) -> [f32; LANES] {
                 out[l] = libm::expf(x[l]);
             }
         }
-    }
-    for o in &mut out {
-        *o = weight(*o);
     }
     out
 }
@@ -238,6 +263,45 @@ mod tests {
             "exp({x:e}) = {:e}, libm {want:e}",
             v[0]
         );
+    }
+
+    /// `exp_in_place` is `libm::expf` on every lane and tail length, ranges and edges included.
+    #[test]
+    fn exp_in_place_is_libm() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut v: std::vec::Vec<f32> = (0..4099)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                match i % 4 {
+                    0 => f32::from_bits(x as u32),
+                    1 => (x as u32 as f32 / u32::MAX as f32 - 0.5) * 200.0,
+                    2 => (x as u32 as f32 / u32::MAX as f32 - 0.5) * 2.0,
+                    _ => (x as u32 as f32 / u32::MAX as f32 - 0.5) * 1e-3,
+                }
+            })
+            .collect();
+        v.extend([
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            88.72,
+            -103.9,
+        ]);
+        for len in [0, 1, 7, 8, 9, v.len()] {
+            let mut got = v[..len].to_vec();
+            exp_in_place(&mut got);
+            for (&g, &x) in got.iter().zip(&v) {
+                let want = libm::expf(x);
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "exp({x:e}) = {g:e}, libm {want:e}"
+                );
+            }
+        }
     }
 
     /// `max_of` equals the fold with `f32::max` (NaNs skipped, −∞ when nothing else).

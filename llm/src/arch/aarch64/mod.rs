@@ -96,7 +96,6 @@ pub(super) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
     }
 }
 
-
 /// Declines: the portable activation quantizer runs.
 #[inline(always)]
 pub(super) fn quantize(

@@ -108,7 +108,7 @@ pub(super) fn quantize(
         return false;
     }
     match act {
-        // SAFETY: `avx2_f16c()` checked AVX2.
+        // SAFETY: `avx2_f16c()` checked AVX2 and F16C.
         ActivationType::Q8_0 => unsafe { quantize::q8(x, qs, d, None) },
         // SAFETY: as above.
         ActivationType::Q8_1 => unsafe { quantize::q8(x, qs, d, Some(s)) },

@@ -7,14 +7,15 @@
 //! infinity or NaN takes the portable code (its `MAX` order and `as i8` of NaN decide there).
 
 use core::arch::x86_64::{
-    __m256, __m256i, _MM_FROUND_NO_EXC, _MM_FROUND_TO_ZERO, _mm_add_epi32, _mm_cvtsi128_si32,
-    _mm_max_ps, _mm_movehl_ps, _mm_shuffle_epi32, _mm_shuffle_ps, _mm256_add_epi32,
-    _mm256_add_ps, _mm256_and_ps, _mm256_andnot_ps, _mm256_castps_si256, _mm256_castps256_ps128,
-    _mm256_castsi256_si128, _mm256_cmp_ps, _mm256_cmpgt_epi32, _mm256_cvttps_epi32,
-    _mm256_extractf128_ps, _mm256_extracti128_si256, _mm256_loadu_ps, _mm256_max_ps,
-    _mm256_movemask_epi8, _mm256_mul_ps, _mm256_or_ps, _mm256_or_si256, _mm256_packs_epi16,
-    _mm256_packs_epi32, _mm256_permutevar8x32_epi32, _mm256_round_ps, _mm256_set1_epi32,
-    _mm256_set1_ps, _mm256_setr_epi32, _mm256_storeu_si256, _mm256_sub_ps, _CMP_GE_OQ,
+    __m256, __m256i, _CMP_GE_OQ, _MM_FROUND_NO_EXC, _MM_FROUND_TO_ZERO, _mm_add_epi32,
+    _mm_cvtph_ps, _mm_cvtps_ph, _mm_cvtsi128_si32, _mm_cvtss_f32, _mm_max_ps, _mm_movehl_ps,
+    _mm_set_ss, _mm_shuffle_epi32, _mm_shuffle_ps, _mm256_add_epi32, _mm256_add_ps, _mm256_and_ps,
+    _mm256_andnot_ps, _mm256_castps_si256, _mm256_castps256_ps128, _mm256_castsi256_si128,
+    _mm256_cmp_ps, _mm256_cmpgt_epi32, _mm256_cvttps_epi32, _mm256_extractf128_ps,
+    _mm256_extracti128_si256, _mm256_loadu_ps, _mm256_max_ps, _mm256_movemask_epi8, _mm256_mul_ps,
+    _mm256_or_ps, _mm256_or_si256, _mm256_packs_epi16, _mm256_packs_epi32,
+    _mm256_permutevar8x32_epi32, _mm256_round_ps, _mm256_set1_epi32, _mm256_set1_ps,
+    _mm256_setr_epi32, _mm256_storeu_si256, _mm256_sub_ps,
 };
 
 use crate::quant::{BLOCK, q8_act};
@@ -24,8 +25,8 @@ use crate::quant::{BLOCK, q8_act};
 ///
 /// # Safety
 ///
-/// The CPU supports AVX2.
-#[target_feature(enable = "avx2")]
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn q8(x: &[f32], qs: &mut [i8], d: &mut [f32], mut s: Option<&mut [f32]>) {
     let mut blocks = (x.len() / BLOCK).min(qs.len() / BLOCK).min(d.len());
     if let Some(s) = &s {
@@ -33,16 +34,16 @@ pub(super) unsafe fn q8(x: &[f32], qs: &mut [i8], d: &mut [f32], mut s: Option<&
     }
     for b in 0..blocks {
         let xb: &[f32; BLOCK] = x[b * BLOCK..][..BLOCK].try_into().expect("a block");
-        let qb: &mut [i8; BLOCK] = (&mut qs[b * BLOCK..][..BLOCK])
-            .try_into()
-            .expect("a block");
+        let qb: &mut [i8; BLOCK] = (&mut qs[b * BLOCK..][..BLOCK]).try_into().expect("a block");
         // SAFETY: AVX2 is present (the caller's obligation).
         let done = unsafe { block(xb, qb) };
         match done {
             Some((scale, sum)) => {
-                d[b] = q8_act::through_f16(scale);
+                // SAFETY: F16C is present (the caller's obligation).
+                d[b] = unsafe { through_f16(scale) };
                 if let Some(s) = s.as_deref_mut() {
-                    s[b] = q8_act::through_f16(sum as f32 * scale);
+                    // SAFETY: as above.
+                    s[b] = unsafe { through_f16(sum as f32 * scale) };
                 }
             }
             None => match s.as_deref_mut() {
@@ -82,7 +83,8 @@ unsafe fn block(x: &[f32; BLOCK], q: &mut [i8; BLOCK]) -> Option<(f32, i32)> {
         let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
         let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         let m = _mm_max_ps(m, _mm_shuffle_ps::<0b01>(m, m));
-        let amax = f32::from_bits(_mm_cvtsi128_si32(core::arch::x86_64::_mm_castps_si128(m)) as u32);
+        let amax =
+            f32::from_bits(_mm_cvtsi128_si32(core::arch::x86_64::_mm_castps_si128(m)) as u32);
         let scale = amax / 127.0;
         let id = if scale != 0.0 { 1.0 / scale } else { 0.0 };
         if id.is_infinite() {
@@ -120,4 +122,17 @@ unsafe fn block(x: &[f32; BLOCK], q: &mut [i8; BLOCK]) -> Option<(f32, i32)> {
         let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b1011_0001>(s));
         Some((scale, _mm_cvtsi128_si32(s)))
     }
+}
+
+/// `x` rounded through f16 by `VCVTPS2PH` (nearest even, subnormals kept: what
+/// [`q8_act::through_f16`]'s software conversion gives for every finite `x`).
+///
+/// # Safety
+///
+/// The CPU supports F16C.
+#[target_feature(enable = "f16c")]
+#[inline]
+unsafe fn through_f16(x: f32) -> f32 {
+    // SAFETY: F16C is present (the caller's obligation); registers only.
+    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<0>(_mm_set_ss(x)))) }
 }

@@ -206,7 +206,12 @@ fn activation_quantizer_has_the_portable_bits() {
             let (want, got) = (run(false, sums), run(true, sums));
             for b in 0..n {
                 let codes = |v: &[i8]| v.get(b * BLOCK..(b + 1) * BLOCK).map(<[i8]>::to_vec);
-                assert_eq!(codes(&got.0), codes(&want.0), "codes of block {b} {:?}", blocks[b]);
+                assert_eq!(
+                    codes(&got.0),
+                    codes(&want.0),
+                    "codes of block {b} {:?}",
+                    blocks[b]
+                );
             }
             assert_eq!(got, want, "sums {sums}, lengths {qs_len} {d_len} {s_len}");
         }
