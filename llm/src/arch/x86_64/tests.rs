@@ -204,13 +204,12 @@ fn activation_quantizer_has_the_portable_bits() {
         };
         for sums in [false, true] {
             let (want, got) = (run(false, sums), run(true, sums));
-            for b in 0..n {
+            for (b, block) in blocks.iter().enumerate() {
                 let codes = |v: &[i8]| v.get(b * BLOCK..(b + 1) * BLOCK).map(<[i8]>::to_vec);
                 assert_eq!(
                     codes(&got.0),
                     codes(&want.0),
-                    "codes of block {b} {:?}",
-                    blocks[b]
+                    "codes of block {b} {block:?}"
                 );
             }
             assert_eq!(got, want, "sums {sums}, lengths {qs_len} {d_len} {s_len}");
