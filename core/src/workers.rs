@@ -187,14 +187,18 @@ impl Drop for Workers {
 struct Wait<'a>(&'a Shared);
 
 impl Drop for Wait<'_> {
+    /// Spins as long as an idle worker does ([`Workers::with_spin`]), then yields between
+    /// looks: a share that ends within the spin is seen at once, whereas a yield on a busy
+    /// machine may hand the core to another process for a whole time slice.
     fn drop(&mut self) {
+        let start = Instant::now();
         let mut spins = 0u32;
         while self.0.pending.load(Ordering::Acquire) != 0 {
-            if spins < 1 << 12 {
-                spins += 1;
-                core::hint::spin_loop();
-            } else {
+            spins = spins.wrapping_add(1);
+            if spins >= 1 << 12 && spins % 256 == 0 && start.elapsed() >= self.0.spin {
                 std::thread::yield_now();
+            } else {
+                core::hint::spin_loop();
             }
         }
     }

@@ -64,6 +64,26 @@ pub trait KvStore {
         scratch: &mut [f32],
     ) -> Result<()>;
 
+    /// [`attention`](Self::attention) on `workers` ([`KvCache::attention_workers`]: a prefill's
+    /// query rows, or a long decode row's key segments, shared between the team's threads), with
+    /// the same bits.
+    ///
+    /// # Errors
+    ///
+    /// As [`KvCache::attention_workers`].
+    #[cfg(feature = "std")]
+    #[allow(clippy::too_many_arguments)]
+    fn attention_workers(
+        &self,
+        seq: SeqId,
+        layer: u16,
+        start: u32,
+        q: &[f32],
+        out: &mut [f32],
+        params: &AttentionParams,
+        workers: &mut edgekv::Workers,
+    ) -> Result<()>;
+
     /// A new sequence ([`KvCache::create_sequence`]).
     ///
     /// # Errors
@@ -145,6 +165,20 @@ macro_rules! forward_store {
             Self::attention(self, seq, layer, start, q, out, params, scratch)
         }
 
+        #[cfg(feature = "std")]
+        fn attention_workers(
+            &self,
+            seq: SeqId,
+            layer: u16,
+            start: u32,
+            q: &[f32],
+            out: &mut [f32],
+            params: &AttentionParams,
+            workers: &mut edgekv::Workers,
+        ) -> Result<()> {
+            Self::attention_workers(self, seq, layer, start, q, out, params, workers)
+        }
+
         fn create_sequence(&mut self, mode: SeqMode) -> Result<SeqId> {
             Self::create_sequence(self, mode)
         }
@@ -167,10 +201,11 @@ macro_rules! forward_store {
     };
 }
 
-impl<'c, A: PageAllocator<'c>> KvStore for KvCache<'c, A> {
+// `Sync` (both of edgekv's allocators are): the team's threads read the pages together.
+impl<'c, A: PageAllocator<'c> + Sync> KvStore for KvCache<'c, A> {
     forward_store!(PrefixHit);
 }
 
-impl<'c, A: PageAllocator<'c>> KvStore for GroupedCache<'c, A> {
+impl<'c, A: PageAllocator<'c> + Sync> KvStore for GroupedCache<'c, A> {
     forward_store!(GroupedPrefixHit);
 }

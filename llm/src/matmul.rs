@@ -37,6 +37,8 @@ pub use crate::quant::q8_0::dot_q8_0_q8_0;
 pub use crate::arch::check as kernel_check;
 pub use crate::arch::{kernels, set_kernels, set_tiles};
 #[cfg(feature = "std")]
+pub(crate) use threads::with_team;
+#[cfg(feature = "std")]
 pub use threads::{set_threads, threads};
 
 /// A 2-D weight in place: `rows` rows of `cols` values (ggml `ne[0] = cols`, `ne[1] = rows`).

@@ -105,25 +105,28 @@ pub(super) fn split(
     true
 }
 
+/// `f` on the team of [`threads`] threads (started, or started again with a new count, here);
+/// `None` when another thread holds the team or its threads cannot be started.
+pub(crate) fn with_team<R>(f: impl FnOnce(&mut Workers) -> R) -> Option<R> {
+    let mut team = match TEAM.try_lock() {
+        Ok(team) => team,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(TryLockError::WouldBlock) => return None,
+    };
+    let want = threads();
+    if team.as_ref().map(Workers::threads) != Some(want) {
+        // The old team stops first.
+        *team = None;
+        *team = Workers::new(want).ok();
+    }
+    team.as_mut().map(f)
+}
+
 /// `share(0)` … `share(shares − 1)`, the first on this thread: on the team when no other thread
 /// holds it, else on scoped threads started for this call.
 fn run_shares(shares: usize, share: &(dyn Fn(usize) + Sync)) {
-    let team = match TEAM.try_lock() {
-        Ok(team) => Some(team),
-        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(TryLockError::WouldBlock) => None,
-    };
-    if let Some(mut team) = team {
-        let want = threads();
-        if team.as_ref().map(Workers::threads) != Some(want) {
-            // The old team stops first; without a new one, scoped threads below.
-            *team = None;
-            *team = Workers::new(want).ok();
-        }
-        if let Some(workers) = team.as_mut() {
-            workers.run(shares, share);
-            return;
-        }
+    if with_team(|workers| workers.run(shares, share)).is_some() {
+        return;
     }
     thread::scope(|scope| {
         for k in 1..shares {

@@ -85,7 +85,7 @@ fn pages_of<'c, A: PageAllocator<'c>>(cache: &KvCache<'c, A>, seq: SeqId) -> Res
     })
 }
 
-impl<'c, A: PageAllocator<'c>> ChatStore for KvCache<'c, A> {
+impl<'c, A: PageAllocator<'c> + Sync> ChatStore for KvCache<'c, A> {
     type Header = Header;
 
     fn snapshot_to<F: NorFlash>(
@@ -125,7 +125,7 @@ impl<'c, A: PageAllocator<'c>> ChatStore for KvCache<'c, A> {
     }
 }
 
-impl<'c, A: PageAllocator<'c>> ChatStore for GroupedCache<'c, A> {
+impl<'c, A: PageAllocator<'c> + Sync> ChatStore for GroupedCache<'c, A> {
     type Header = GroupedHeader;
 
     fn snapshot_to<F: NorFlash>(

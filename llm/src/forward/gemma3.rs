@@ -21,7 +21,7 @@
 use edgekv::SeqId;
 use edgekv::attention::AttentionParams;
 
-use super::{Logits, MAX_HEAD_DIM, project};
+use super::{Logits, MAX_HEAD_DIM, attend, project};
 use crate::config::Gemma3;
 use crate::error::{Error, Result};
 use crate::kv::KvStore;
@@ -100,7 +100,8 @@ impl Llama<'_> {
             } else {
                 &sliding
             };
-            cache.attention(
+            attend(
+                cache,
                 seq,
                 l,
                 start,

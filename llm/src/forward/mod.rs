@@ -81,6 +81,32 @@ pub(super) fn project<const M: usize>(
     }
 }
 
+/// The layer's attention ([`KvStore::attention`]); with the feature `std` and more than one
+/// matmul thread ([`set_threads`](crate::matmul::set_threads)), on the matmul threads' team
+/// ([`KvStore::attention_workers`]: a prefill's query rows, or a long row's key segments, split
+/// between them), with the same bits.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attend<C: KvStore + ?Sized>(
+    cache: &C,
+    seq: SeqId,
+    layer: u16,
+    start: u32,
+    q: &[f32],
+    out: &mut [f32],
+    params: &AttentionParams,
+    scratch: &mut [f32],
+) -> Result<()> {
+    #[cfg(feature = "std")]
+    if crate::matmul::threads() > 1
+        && let Some(done) = crate::matmul::with_team(|workers| {
+            cache.attention_workers(seq, layer, start, q, out, params, workers)
+        })
+    {
+        return Ok(done?);
+    }
+    Ok(cache.attention(seq, layer, start, q, out, params, scratch)?)
+}
+
 impl Llama<'_> {
     /// Runs `tokens` at positions `[len, len + n)` of `seq` (its current length `len`): reserves
     /// the positions, writes every layer's K (after RoPE) and V rows into the cache
@@ -193,7 +219,8 @@ impl Llama<'_> {
             }
             let l = layer as u16;
             cache.write_kv(seq, l, start, &p.k[..n * kv_dim], &p.v[..n * kv_dim])?;
-            cache.attention(
+            attend(
+                cache,
                 seq,
                 l,
                 start,
