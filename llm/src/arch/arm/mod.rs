@@ -1,10 +1,13 @@
 //! Helium (the M-profile vector extension: Cortex-M55, M85), chosen at build time (`build.rs`
 //! reads the target and `-C target-cpu`): four weight rows at a time against one activation
 //! row, each block's integer sum by `VMLADAV.S8` (sixteen products a step, exact in an `i32`),
-//! its scales combined by the scalar FPU in the portable order (`VCVTB` for the f16 scales,
-//! exact; the scalar FPU keeps subnormals, which Helium's vector floats flush). One file per
-//! weight type, each one `asm!` loop (Rust has no Helium intrinsics).
+//! its scales combined in the portable order (`VCVTB` for the f16 scales, exact): Q4_1 and
+//! Q8_0 combine the four rows in the four lanes of a vector where that is exact (`lanes`:
+//! Helium's vector floats flush subnormals, which these combinations never meet when the
+//! activation scales are f16 values), otherwise on the scalar FPU. One file per weight type,
+//! each one `asm!` loop (Rust has no Helium intrinsics).
 
+mod lanes;
 mod q4_1;
 mod q8_0;
 

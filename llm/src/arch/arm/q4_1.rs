@@ -1,44 +1,39 @@
-//! Q4_1 weights × Q8_1 activations in Helium: four weight rows against one activation row.
+//! Q4_1 weights × Q8_1 activations in Helium: four weight rows against one activation row, the
+//! four rows' block combinations in the four lanes of a vector ([`lanes`](super::lanes) says
+//! when that has the scalar FPU's bits; otherwise the portable code runs).
 
 use core::arch::asm;
 
 use super::common_blocks;
+use super::lanes::exact_in_lanes;
 use crate::quant::QuantRow;
 use crate::quant::q4_1::{BYTES, dot_q4_1_q8_1};
 
-/// One weight row's block (its base in `$w`, a low register; output lane `$acc`): the sixteen
-/// nibble bytes (`VLDRB`), low nibbles by `VAND` with `q5`, high ones by `VSHR`, both dotted
-/// with the activation's halves `q6`, `q7` into `r0` (`VMLADAV.S8`, then `VMLADAVA`: exact);
-/// then `d`, `m` (f16, `VLDR.16`, converted exactly by `VCVTB`) and the portable combination
-/// `acc += (d · d_a) · (f32)sumi + m · s_a` on the scalar FPU (`d_a` in `s12`, `s_a` in `s13`).
+/// One weight row's block (its base in `$w`, a low register): the sixteen nibble bytes
+/// (`VLDRB`), low nibbles by `VAND` with `q5`, high ones by `VSHR`, both dotted with the
+/// activation's halves `q6`, `q7` into `r0` (`VMLADAV.S8`, then `VMLADAVA`: exact), moved to
+/// the row's lane `$sum` of `q3`; the row's f16 `d` into the low half of lane `$d` of `q4`.
 #[rustfmt::skip]
 macro_rules! row_block {
-    ($w:literal, $acc:literal) => {
+    ($w:literal, $sum:literal, $d:literal) => {
         concat!(
             "vldrb.u8 q0, [", $w, ", #4]\n",
             "vand q1, q0, q5\n",
             "vshr.u8 q0, q0, #4\n",
             "vmladav.s8 r0, q1, q6\n",
             "vmladava.s8 r0, q0, q7\n",
-            "vldr.16 s14, [", $w, "]\n",
-            "vldr.16 s15, [", $w, ", #2]\n",
+            "vmov ", $sum, ", r0\n",
+            "vldr.16 ", $d, ", [", $w, "]\n",
             "adds ", $w, ", #20\n",
-            "vcvtb.f32.f16 s14, s14\n",
-            "vcvtb.f32.f16 s15, s15\n",
-            "vmul.f32 s14, s14, s12\n",
-            "vmov s16, r0\n",
-            "vcvt.f32.s32 s16, s16\n",
-            "vmul.f32 s14, s14, s16\n",
-            "vmul.f32 s15, s15, s13\n",
-            "vadd.f32 s14, s14, s15\n",
-            "vadd.f32 ", $acc, ", ", $acc, ", s14\n",
         )
     };
 }
 
 /// `dot_q4_1_q8_1` of four weight rows with the activation row `a`, the same bits: each
-/// block's integer sum in Helium, `sumf += (d_w · d_a) · (f32)sumi + m_w · s_a` in block order
-/// on the scalar FPU. Rows of different lengths or at odd addresses take the portable code.
+/// block's integer sum in Helium, `sumf += (d_w · d_a) · (f32)sumi + m_w · s_a` in block order,
+/// the four rows in the four lanes of `q2` (`VCVTB` widens the f16 scales exactly). Rows of
+/// different lengths or at odd addresses, and activation scales the lanes would not combine
+/// exactly, take the portable code.
 #[inline]
 pub(super) fn dot4(w: [&[u8]; 4], a: &QuantRow<'_>) -> [f32; 4] {
     let Some(blocks) = common_blocks(&w, BYTES, a, true) else {
@@ -47,14 +42,18 @@ pub(super) fn dot4(w: [&[u8]; 4], a: &QuantRow<'_>) -> [f32; 4] {
     if blocks == 0 {
         return [0.0; 4];
     }
+    if !(exact_in_lanes(&a.d[..blocks]) & exact_in_lanes(&a.s[..blocks])) {
+        return w.map(|r| dot_q4_1_q8_1(r, a));
+    }
     let (s0, s1, s2, s3): (f32, f32, f32, f32);
     // SAFETY: the loop runs `blocks` ≥ 1 times; each pass reads one 20-byte block of each
     // weight row (`blocks · 20` ≤ every row's length; the f16 loads at even addresses, as
-    // `common_blocks` checked: rows start even and blocks are 20 bytes), 32 activation codes
+    // `common_blocks` checked: rows start even and blocks are 20 bytes; `m` is read back at
+    // −18 from the advanced pointer, inside the block just read), 32 activation codes
     // (`blocks · 32` ≤ `a.qs.len()`) and one f32 of `a.d` and of `a.s` (`blocks` ≤ both
     // lengths; f32 slices are word-aligned). Only the registers declared here and the flags are
     // written (the vector registers q0–q7 are s0–s31; `VMLADAV` needs the even r0; the four
-    // sums are s8–s11, cleared by `VMOV.I32 q2`, +0.0 as the portable `sumf` starts).
+    // sums are q2 = s8–s11, cleared by `VMOV.I32`, +0.0 as the portable `sumf` starts).
     unsafe {
         asm!(
             "vmov.i8 q5, #0x0f",
@@ -63,12 +62,26 @@ pub(super) fn dot4(w: [&[u8]; 4], a: &QuantRow<'_>) -> [f32; 4] {
             "vldrb.u8 q6, [r5]",
             "vldrb.u8 q7, [r5, #16]",
             "adds r5, #32",
-            "vldmia r8!, {{s12}}",
-            "vldmia r10!, {{s13}}",
-            row_block!("r1", "s8"),
-            row_block!("r2", "s9"),
-            row_block!("r3", "s10"),
-            row_block!("r4", "s11"),
+            row_block!("r1", "s12", "s16"),
+            row_block!("r2", "s13", "s17"),
+            row_block!("r3", "s14", "s18"),
+            row_block!("r4", "s15", "s19"),
+            // (d_w · d_a) · sumi, four rows at once.
+            "vcvt.f32.s32 q3, q3",
+            "vcvtb.f32.f16 q4, q4",
+            "ldr r0, [r8], #4",
+            "vmul.f32 q4, q4, r0",
+            "vmul.f32 q4, q4, q3",
+            // + m_w · s_a, then into the rows' sums.
+            "vldr.16 s12, [r1, #-18]",
+            "vldr.16 s13, [r2, #-18]",
+            "vldr.16 s14, [r3, #-18]",
+            "vldr.16 s15, [r4, #-18]",
+            "vcvtb.f32.f16 q3, q3",
+            "ldr r0, [r10], #4",
+            "vmul.f32 q3, q3, r0",
+            "vadd.f32 q4, q4, q3",
+            "vadd.f32 q2, q2, q4",
             "subs r12, r12, #1",
             "bne 2b",
             inout("r1") w[0].as_ptr() => _,

@@ -1,38 +1,38 @@
-//! Q8_0 weights × Q8_0 activations in Helium: four weight rows against one activation row.
+//! Q8_0 weights × Q8_0 activations in Helium: four weight rows against one activation row, the
+//! four rows' block combinations in the four lanes of a vector ([`lanes`](super::lanes) says
+//! when that has the scalar FPU's bits; otherwise the portable code runs).
 
 use core::arch::asm;
 
 use super::common_blocks;
+use super::lanes::exact_in_lanes;
 use crate::quant::QuantRow;
 use crate::quant::q8_0::{BYTES, dot_q8_0_q8_0};
 
-/// One weight row's block (its base in `$w`, a low register; output lane `$acc`): the 32 codes
-/// (two `VLDRB`) dotted with the activation's halves `q6`, `q7` into `r0` (`VMLADAV.S8`, then
-/// `VMLADAVA`: exact); then `d` (f16, `VLDR.16`, converted exactly by `VCVTB`) and the portable
-/// combination `acc += (f32)sumi · (d · d_a)` on the scalar FPU (`d_a` in `s12`).
+/// One weight row's block (its base in `$w`, a low register): the 32 codes (two `VLDRB`)
+/// dotted with the activation's halves `q6`, `q7` into `r0` (`VMLADAV.S8`, then `VMLADAVA`:
+/// exact), moved to the row's lane `$sum` of `q3`; the row's f16 `d` into the low half of lane
+/// `$d` of `q4`.
 #[rustfmt::skip]
 macro_rules! row_block {
-    ($w:literal, $acc:literal) => {
+    ($w:literal, $sum:literal, $d:literal) => {
         concat!(
             "vldrb.u8 q0, [", $w, ", #2]\n",
             "vldrb.u8 q1, [", $w, ", #18]\n",
             "vmladav.s8 r0, q0, q6\n",
             "vmladava.s8 r0, q1, q7\n",
-            "vldr.16 s14, [", $w, "]\n",
+            "vmov ", $sum, ", r0\n",
+            "vldr.16 ", $d, ", [", $w, "]\n",
             "adds ", $w, ", #34\n",
-            "vcvtb.f32.f16 s14, s14\n",
-            "vmul.f32 s14, s14, s12\n",
-            "vmov s16, r0\n",
-            "vcvt.f32.s32 s16, s16\n",
-            "vmul.f32 s16, s16, s14\n",
-            "vadd.f32 ", $acc, ", ", $acc, ", s16\n",
         )
     };
 }
 
 /// `dot_q8_0_q8_0` of four weight rows with the activation row `a`, the same bits: each block's
-/// integer sum in Helium, `sumf += (f32)sumi · (d_w · d_a)` in block order on the scalar FPU.
-/// Rows of different lengths or at odd addresses take the portable code.
+/// integer sum in Helium, `sumf += (f32)sumi · (d_w · d_a)` in block order, the four rows in the
+/// four lanes of `q2` (`VCVTB` widens the f16 scales exactly). Rows of different lengths or at
+/// odd addresses, and activation scales the lanes would not combine exactly, take the portable
+/// code.
 #[inline]
 pub(super) fn dot4(w: [&[u8]; 4], a: &QuantRow<'_>) -> [f32; 4] {
     let Some(blocks) = common_blocks(&w, BYTES, a, false) else {
@@ -41,14 +41,17 @@ pub(super) fn dot4(w: [&[u8]; 4], a: &QuantRow<'_>) -> [f32; 4] {
     if blocks == 0 {
         return [0.0; 4];
     }
+    if !exact_in_lanes(&a.d[..blocks]) {
+        return w.map(|r| dot_q8_0_q8_0(r, a));
+    }
     let (s0, s1, s2, s3): (f32, f32, f32, f32);
     // SAFETY: the loop runs `blocks` ≥ 1 times; each pass reads one 34-byte block of each
     // weight row (`blocks · 34` ≤ every row's length; the f16 loads at even addresses, as
     // `common_blocks` checked: rows start even and blocks are 34 bytes), 32 activation codes
     // (`blocks · 32` ≤ `a.qs.len()`) and one f32 of `a.d` (`blocks` ≤ its length; f32 slices
     // are word-aligned). Only the registers declared here and the flags are written (the vector
-    // registers q0–q7 are s0–s31; `VMLADAV` needs the even r0; the four sums are s8–s11,
-    // cleared by `VMOV.I32 q2`, +0.0 as the portable `sumf` starts).
+    // registers q0–q7 are s0–s31; `VMLADAV` needs the even r0; the four sums are q2 = s8–s11,
+    // cleared by `VMOV.I32`, +0.0 as the portable `sumf` starts).
     unsafe {
         asm!(
             "vmov.i32 q2, #0",
@@ -56,11 +59,17 @@ pub(super) fn dot4(w: [&[u8]; 4], a: &QuantRow<'_>) -> [f32; 4] {
             "vldrb.u8 q6, [r5]",
             "vldrb.u8 q7, [r5, #16]",
             "adds r5, #32",
-            "vldmia r8!, {{s12}}",
-            row_block!("r1", "s8"),
-            row_block!("r2", "s9"),
-            row_block!("r3", "s10"),
-            row_block!("r4", "s11"),
+            row_block!("r1", "s12", "s16"),
+            row_block!("r2", "s13", "s17"),
+            row_block!("r3", "s14", "s18"),
+            row_block!("r4", "s15", "s19"),
+            // sumi · (d_w · d_a), four rows at once, into the rows' sums.
+            "vcvt.f32.s32 q3, q3",
+            "vcvtb.f32.f16 q4, q4",
+            "ldr r0, [r8], #4",
+            "vmul.f32 q4, q4, r0",
+            "vmul.f32 q3, q3, q4",
+            "vadd.f32 q2, q2, q3",
             "subs r12, r12, #1",
             "bne 2b",
             inout("r1") w[0].as_ptr() => _,
