@@ -15,7 +15,7 @@ use core::arch::aarch64::{
 };
 use core::arch::asm;
 
-use super::{f16, int8};
+use super::{f16, int8, values};
 use crate::arch::kernels::{self, Row};
 use crate::arch::query::QueryCodes;
 use crate::arch::rows::PageRows;
@@ -86,6 +86,15 @@ impl<const DOT: bool> Widen for Neon<DOT> {
 }
 
 impl<const DOT: bool> Softmax for Neon<DOT> {
+    /// A page's weights in NEON intrinsics (`exp::exp_rows`), the portable lanes for rows that
+    /// are not whole blocks of eight.
+    #[inline(always)]
+    fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) {
+        if !super::exp::exp_rows(xs, row, shifts) {
+            crate::numeric::exp::exp_shifted_rows(xs, row, shifts);
+        }
+    }
+
     #[inline(always)]
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES] {
         let mut out = [0f32; LANES];
@@ -132,7 +141,7 @@ impl<const DOT: bool> PageKernels for Neon<DOT> {
 
     #[inline(always)]
     fn int8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[Row<'_>], g: usize) {
-        if !(g == 32 && int8::add_rows::<G>(acc, p, rows)) {
+        if !(g == 32 && values::add_rows::<G>(acc, p, rows)) {
             kernels::int8_add_scaled_rows::<Self, G>(acc, p, rows, g)
         }
     }
@@ -156,7 +165,7 @@ impl<const DOT: bool> PageKernels for Neon<DOT> {
         rows: &PageRows<'_>,
         g: usize,
     ) -> bool {
-        g == 32 && int8::page_values::<G>(acc, w, p, rows)
+        g == 32 && values::page_values::<G>(acc, w, p, rows)
     }
 
     #[inline(always)]

@@ -10,11 +10,13 @@
 //! (`arch::check`) runs both builds of the kernels, with and without `SDOT`, against the
 //! portable ones.
 
+mod exp;
 mod f16;
 mod int8;
 mod isa;
 #[cfg(test)]
 mod tests;
+mod values;
 
 pub(crate) use isa::Neon;
 #[cfg(test)]
