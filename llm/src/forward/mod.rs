@@ -97,12 +97,13 @@ pub(super) fn attend<C: KvStore + ?Sized>(
     scratch: &mut [f32],
 ) -> Result<()> {
     #[cfg(feature = "std")]
-    if crate::matmul::threads() > 1
-        && let Some(done) = crate::matmul::with_team(|workers| {
+    if crate::matmul::threads() > 1 {
+        let done = crate::matmul::with_team(|workers| {
             cache.attention_workers(seq, layer, start, q, out, params, workers)
-        })
-    {
-        return Ok(done?);
+        });
+        if let Some(done) = done {
+            return Ok(done?);
+        }
     }
     Ok(cache.attention(seq, layer, start, q, out, params, scratch)?)
 }
