@@ -36,7 +36,7 @@ impl Lanes {
             }
         }
         for (s, &v) in self.sums.iter_mut().zip(&aux32) {
-            *s += d * v as f32;
+            *s = lane_step(*s, d, v);
         }
     }
 
@@ -55,4 +55,13 @@ impl Lanes {
         }
         sumf
     }
+}
+
+/// One lane's `s += d · (f32)v`. Not inlined: the eight lanes stay scalar f32 operations. Inlined,
+/// the Cortex-M55 build vectorized them into Helium's `VMUL.F32` / `VADD.F32`, whose vector
+/// floats flush subnormals (the scalar FPU and the host do not), and the board's portable dot
+/// products differed from the host's (and from the kernels) at subnormal scales.
+#[inline(never)]
+fn lane_step(s: f32, d: f32, v: i32) -> f32 {
+    s + d * v as f32
 }
