@@ -35,9 +35,7 @@ impl Lanes {
                 }
             }
         }
-        for (s, &v) in self.sums.iter_mut().zip(&aux32) {
-            *s += d * v as f32;
-        }
+        add_scaled(&mut self.sums, &aux32, d);
     }
 
     /// Subtracts one super-block's minimum term `dmin · (f32)sumi`.
@@ -55,4 +53,23 @@ impl Lanes {
         }
         sumf
     }
+}
+
+/// `sums[l] += d · (f32)aux32[l]` for the eight lanes, one lane at a time ([`lane_step`]). Out
+/// of line, with the lanes in calls the compiler does not inline, so that the f32 steps stay
+/// scalar: inlined, the Cortex-M55 build vectorized them into Helium's `VMUL.F32` / `VADD.F32`,
+/// whose vector floats flush subnormals (the scalar FPU and the host do not), and the board's
+/// portable dot products differed from the host's (and from the kernels) at subnormal scales.
+/// The integer lanes before it stay free to vectorize (integers are exact).
+#[inline(never)]
+fn add_scaled(sums: &mut [f32; 8], aux32: &[i32; 8], d: f32) {
+    for (s, &v) in sums.iter_mut().zip(aux32) {
+        *s = lane_step(*s, d, v);
+    }
+}
+
+/// One lane's `s + d · (f32)v` (see [`add_scaled`]).
+#[inline(never)]
+fn lane_step(s: f32, d: f32, v: i32) -> f32 {
+    s + d * v as f32
 }

@@ -4,15 +4,22 @@
 //! its scales combined in the portable order (`VCVTB` for the f16 scales, exact): Q4_1 and
 //! Q8_0 combine the four rows in the four lanes of a vector where that is exact (`lanes`:
 //! Helium's vector floats flush subnormals, which these combinations never meet when the
-//! activation scales are f16 values), otherwise on the scalar FPU. One file per weight type,
-//! each one `asm!` loop (Rust has no Helium intrinsics).
+//! activation scales are f16 values), Q5_0 and the K-quants on the scalar FPU, which keeps
+//! subnormals. One file per weight type, each one `asm!` loop (Rust has no Helium
+//! intrinsics). The K-quants (Q4_K, Q6_K × Q8_K) take one weight row at a time: their per-lane
+//! integer sums (`k_lanes`) need two accumulators per row, and the f32 lane sums of the
+//! portable order another two registers.
 
+mod k_lanes;
 mod lanes;
 mod q4_1;
+mod q4_k;
+mod q5_0;
+mod q6_k;
 mod q8_0;
 
 use super::Acts;
-use super::rows::tiles;
+use super::rows::{tiles, tiles_k};
 use crate::gguf::TensorType;
 use crate::quant::{self, QuantRow};
 
@@ -21,8 +28,9 @@ pub(super) fn name() -> Option<&'static str> {
     Some("helium")
 }
 
-/// Q4_1 and Q8_0 weights by four weight rows at a time against one activation row
-/// ([`tiles`] with tiles of 4 × 1); other types decline.
+/// Q4_1, Q5_0 and Q8_0 weights by four weight rows at a time against one activation row
+/// ([`tiles`] with tiles of 4 × 1), Q4_K and Q6_K one row at a time ([`tiles_k`] with tiles of
+/// 1 × 1); other types decline.
 #[inline]
 pub(super) fn matmul(
     ty: TensorType,
@@ -56,14 +64,52 @@ pub(super) fn matmul(
             q8_0::dot4,
             quant::q8_0::dot_q8_0_q8_0,
         ),
+        TensorType::Q5_0 => tiles::<4, 1>(
+            w,
+            row_bytes,
+            rows,
+            a,
+            n,
+            out,
+            |w, a| q5_0::dot4(w, &a[0]).map(|v| [v]),
+            q5_0::dot4,
+            quant::q5_0::dot_q5_0_q8_0,
+        ),
+        TensorType::Q4_K => tiles_k::<1, 1>(
+            w,
+            row_bytes,
+            rows,
+            a,
+            n,
+            out,
+            |w, a| [[q4_k::dot(w[0], &a[0])]],
+            |w, a| [q4_k::dot(w[0], a)],
+            q4_k::dot,
+        ),
+        TensorType::Q6_K => tiles_k::<1, 1>(
+            w,
+            row_bytes,
+            rows,
+            a,
+            n,
+            out,
+            |w, a| [[q6_k::dot(w[0], &a[0])]],
+            |w, a| [q6_k::dot(w[0], a)],
+            q6_k::dot,
+        ),
         _ => false,
     }
 }
 
-/// Declines (one row at a time is the portable dot product's job: the kernels take four).
+/// Q4_K and Q6_K (their kernels take one row); the others decline (one row at a time is the
+/// portable dot product's job: their kernels take four).
 #[inline(always)]
-pub(super) fn dot(_: TensorType, _: &[u8], _: &QuantRow<'_>) -> Option<f32> {
-    None
+pub(super) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
+    match ty {
+        TensorType::Q4_K => Some(q4_k::dot(w, a)),
+        TensorType::Q6_K => Some(q6_k::dot(w, a)),
+        _ => None,
+    }
 }
 
 /// Blocks the four rows `w` and the activation row `a` have in common (the portable dot
