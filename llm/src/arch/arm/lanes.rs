@@ -19,6 +19,6 @@ const F16_TINIEST: u32 = 0x3380_0000;
 pub(super) fn exact_in_lanes(scales: &[f32]) -> bool {
     scales.iter().fold(true, |ok, v| {
         let m = v.to_bits() & 0x7fff_ffff;
-        ok & ((m == 0) | (m >= F16_TINIEST) & (m < 0x7f80_0000))
+        ok & ((m == 0) | (F16_TINIEST..0x7f80_0000).contains(&m))
     })
 }
