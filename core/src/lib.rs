@@ -61,7 +61,7 @@ pub use config::{CacheConfig, GroupWindow, LayerGroup, LayerGroups, Layers, MAX_
 pub use error::{ConfigError, Error, Result};
 pub use format::{Element, ElementFormat, MAX_ROTATED_DIM, Rotation};
 pub use grouped::{GroupedCache, GroupedPrefixHit};
-pub use numeric::exp::exp_in_place;
+pub use numeric::exp_in_place;
 #[allow(deprecated)]
 pub use plan::Pool;
 pub use plan::{

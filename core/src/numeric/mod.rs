@@ -9,6 +9,18 @@ pub(crate) mod widen;
 
 pub(crate) use widen::Widen;
 
+#[cfg(any(test, not(feature = "small-code")))]
+pub use exp::exp_in_place;
+
+/// `xs[i] = libm::expf(xs[i])` for every element: with the feature `small-code` (no vector
+/// lanes in the build) one `libm` call each, the same bits as the lanes of the other builds.
+#[cfg(all(not(test), feature = "small-code"))]
+pub fn exp_in_place(xs: &mut [f32]) {
+    for x in xs {
+        *x = libm::expf(*x);
+    }
+}
+
 /// Values per block of every decoder and kernel (one AVX2 register of f32).
 pub(crate) const LANES: usize = 8;
 
