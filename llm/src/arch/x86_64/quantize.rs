@@ -3,8 +3,9 @@
 //! `roundf(x · id)` eight lanes at a time (the product is the portable one; `roundf`'s half away
 //! from zero as truncation plus a step where the exact remainder reaches one half), packed to
 //! bytes with saturation (as Rust's `as i8`), the Q8_1 block sum exact in i32 lanes. The block's
-//! scale, its inverse and the f16 roundings are the portable scalar steps. A block holding an
-//! infinity or NaN takes the portable code (its `MAX` order and `as i8` of NaN decide there).
+//! scale and its inverse are the portable scalar steps, the f16 roundings F16C's (the same
+//! values). A block holding an infinity or NaN, or whose scale's inverse overflows, takes the
+//! portable code (its `MAX` order and `as i8` of NaN and infinities decide there).
 
 use core::arch::x86_64::{
     __m256, __m256i, _CMP_GE_OQ, _MM_FROUND_NO_EXC, _MM_FROUND_TO_ZERO, _mm_add_epi32,
@@ -83,8 +84,7 @@ unsafe fn block(x: &[f32; BLOCK], q: &mut [i8; BLOCK]) -> Option<(f32, i32)> {
         let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
         let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         let m = _mm_max_ps(m, _mm_shuffle_ps::<0b01>(m, m));
-        let amax =
-            f32::from_bits(_mm_cvtsi128_si32(core::arch::x86_64::_mm_castps_si128(m)) as u32);
+        let amax = _mm_cvtss_f32(m);
         let scale = amax / 127.0;
         let id = if scale != 0.0 { 1.0 / scale } else { 0.0 };
         if id.is_infinite() {
