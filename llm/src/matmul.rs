@@ -180,7 +180,9 @@ fn scale(b: &[u8], at: usize) -> f32 {
 /// `set_threads`' threads (the same bits).
 pub fn matmul_f32(m: &Matrix<'_>, x: &[f32], n: usize, out: &mut [f32]) {
     #[cfg(feature = "std")]
-    if threads::split(m, n, out, &|part, out| matmul_f32_rows(part, x, n, out)) {
+    if threads::split(&[m], n, &mut [&mut *out], &|part, out| {
+        matmul_f32_rows(part, x, n, out)
+    }) {
         return;
     }
     matmul_f32_rows(m, x, n, out);
@@ -195,6 +197,28 @@ fn matmul_f32_rows(m: &Matrix<'_>, x: &[f32], n: usize, out: &mut [f32]) {
         }
     }
 }
+
+/// `f` on every item of `items` (independent pieces of per-token work, e.g. one token's row):
+/// with the feature `std`, more than one matmul thread and at least [`MIN_SHARED_WORK`] in all
+/// (`work` per item, in multiply-accumulates or the like), shared between the threads;
+/// otherwise in order on this thread. The same results either way.
+#[cfg_attr(not(feature = "std"), allow(unused_variables))]
+pub(crate) fn for_each<I: Send>(
+    items: impl ExactSizeIterator<Item = I>,
+    work: usize,
+    f: impl Fn(I) + Sync,
+) {
+    #[cfg(feature = "std")]
+    if items.len() > 1 && items.len().saturating_mul(work) >= MIN_SHARED_WORK && threads() > 1 {
+        threads::each(items, &f);
+        return;
+    }
+    items.for_each(f);
+}
+
+/// Work (see [`for_each`]) below which per-token steps stay on one thread: a handoff to the
+/// team costs about a microsecond, some tens of thousands of simple operations.
+pub(crate) const MIN_SHARED_WORK: usize = 1 << 14;
 
 /// Dot product of one weight row of type `ty` with an activation row of its
 /// [`ActivationType::for_weights`] (0 for F32, which has none).
@@ -241,13 +265,32 @@ pub fn quantize_activation(
 /// whatever the tiles, and (feature `std`) however many threads share the weight rows
 /// (`set_threads`).
 pub fn matmul_quant(m: &Matrix<'_>, qs: &[i8], d: &[f32], s: &[f32], n: usize, out: &mut [f32]) {
+    matmul_quant_many([m], qs, d, s, n, [out]);
+}
+
+/// [`matmul_quant`] for several matrices of one activation type and width that share the
+/// activation rows (q, k and v; gate and up): `outs[i] = ms[i] · a`, `outs[i]` being
+/// `n × ms[i].rows`. The same bits as one [`matmul_quant`] per matrix; with the feature `std`
+/// and several threads, one split of all their rows (one handoff to the team, not one per
+/// matrix).
+#[cfg_attr(not(feature = "std"), allow(unused_mut))]
+pub(crate) fn matmul_quant_many<const M: usize>(
+    ms: [&Matrix<'_>; M],
+    qs: &[i8],
+    d: &[f32],
+    s: &[f32],
+    n: usize,
+    mut outs: [&mut [f32]; M],
+) {
     #[cfg(feature = "std")]
-    if threads::split(m, n, out, &|part, out| {
+    if threads::split(&ms, n, &mut outs, &|part, out| {
         rows::matmul_quant(part, qs, d, s, n, out)
     }) {
         return;
     }
-    rows::matmul_quant(m, qs, d, s, n, out);
+    for (m, out) in ms.into_iter().zip(outs) {
+        rows::matmul_quant(m, qs, d, s, n, out);
+    }
 }
 
 #[cfg(test)]

@@ -227,7 +227,8 @@ fn full_gpl3_fidelity() {
 /// The forward pass over a plain `KvCache` (every layer keeping every position, the window
 /// passed in the attention parameters) gives the bits of the grouped cache's on a prompt
 /// shorter than the window; a second request for the same prompt reuses its first chunk from the
-/// grouped cache's prefix index (every group) and gives the same bits.
+/// grouped cache's prefix index (every group) and gives the same bits; so does a run on two
+/// threads.
 #[test]
 fn plain_cache_equals_grouped_cache() {
     let Some(model) = gemma() else { return };
@@ -257,4 +258,12 @@ fn plain_cache_equals_grouped_cache() {
         one == grouped,
         "a plain KvCache differs from the grouped cache"
     );
+    // The same bits with the matmuls and the per-token steps shared by two threads.
+    edgekv_llm::matmul::set_threads(2);
+    let mut arenas = grouped_arenas(&model, ElementFormat::F16, prompt.len());
+    let mut cache: GroupedCache = arenas.cache();
+    let mut two = vec![0f32; vocab];
+    engine.start(&mut cache, &prompt, &mut two).unwrap();
+    edgekv_llm::matmul::set_threads(1);
+    assert!(two == grouped, "two threads differ from one");
 }

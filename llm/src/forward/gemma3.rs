@@ -25,6 +25,7 @@ use super::{Logits, MAX_HEAD_DIM, attend, project};
 use crate::config::Gemma3;
 use crate::error::{Error, Result};
 use crate::kv::KvStore;
+use crate::matmul::for_each;
 use crate::model::Llama;
 use crate::ops::{
     add, embed_q8_0, geglu, rms_norm, rms_norm_in_place, rope_angles, rope_neox, scale,
@@ -57,15 +58,14 @@ impl Llama<'_> {
         let q_scale = 1.0 / libm::sqrtf(hd as f32);
         let global = AttentionParams::new(c.shape()?, c.heads as u16).with_scale(1.0);
         let sliding = global.with_window(0, gemma.sliding_window);
-        let (mut cos, mut sin) = ([0f32; MAX_HEAD_DIM / 2], [0f32; MAX_HEAD_DIM / 2]);
-        let (cos, sin) = (&mut cos[..hd / 2], &mut sin[..hd / 2]);
         for layer in 0..c.layers {
             let missing = Error::Unsupported("missing block");
             let b = self.block(layer).ok_or(missing)?;
             let gn = self.gemma_norms(layer).ok_or(missing)?;
-            for (x, h) in p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e)) {
-                rms_norm(x, &b.attn_norm, c.rms_eps, h);
-            }
+            let rows = p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e));
+            for_each(rows, 2 * e, |(x, h)| {
+                rms_norm(x, &b.attn_norm, c.rms_eps, h)
+            });
             project(
                 a,
                 [&b.wq, &b.wk, &b.wv],
@@ -77,22 +77,27 @@ impl Llama<'_> {
                 [&mut *p.q, &mut *p.k, &mut *p.v],
             );
             let base = gemma.rope_base(layer, c.rope_base);
-            for (i, (q, k)) in
+            let rows =
                 p.q.chunks_exact_mut(q_dim)
-                    .zip(p.k.chunks_exact_mut(kv_dim))
-                    .enumerate()
-            {
-                for head in q.chunks_exact_mut(hd) {
-                    rms_norm_in_place(head, &gn.q_norm, c.rms_eps);
-                }
-                for head in k.chunks_exact_mut(hd) {
-                    rms_norm_in_place(head, &gn.k_norm, c.rms_eps);
-                }
-                rope_angles(start + i as u32, base, hd, cos, sin);
-                rope_neox(q, hd, cos, sin);
-                rope_neox(k, hd, cos, sin);
-                scale(q, q_scale);
-            }
+                    .zip(p.k.chunks_exact_mut(kv_dim));
+            for_each(
+                rows.enumerate(),
+                3 * (q_dim + kv_dim) + 8 * hd,
+                |(i, (q, k))| {
+                    let (mut cos, mut sin) = ([0f32; MAX_HEAD_DIM / 2], [0f32; MAX_HEAD_DIM / 2]);
+                    let (cos, sin) = (&mut cos[..hd / 2], &mut sin[..hd / 2]);
+                    for head in q.chunks_exact_mut(hd) {
+                        rms_norm_in_place(head, &gn.q_norm, c.rms_eps);
+                    }
+                    for head in k.chunks_exact_mut(hd) {
+                        rms_norm_in_place(head, &gn.k_norm, c.rms_eps);
+                    }
+                    rope_angles(start + i as u32, base, hd, cos, sin);
+                    rope_neox(q, hd, cos, sin);
+                    rope_neox(k, hd, cos, sin);
+                    scale(q, q_scale);
+                },
+            );
             let l = layer as u16;
             cache.write_kv(seq, l, start, &p.k[..n * kv_dim], &p.v[..n * kv_dim])?;
             let params = if gemma.is_global(layer) {
@@ -111,13 +116,13 @@ impl Llama<'_> {
                 p.attn_scratch,
             )?;
             project(a, [&b.wo], p.attn, n, p.qs, p.d, p.s, [&mut *p.h]);
-            for h in p.h[..n * e].chunks_exact_mut(e) {
-                rms_norm_in_place(h, &gn.post_attn, c.rms_eps);
-            }
+            let rows = p.h[..n * e].chunks_exact_mut(e);
+            for_each(rows, 2 * e, |h| {
+                rms_norm_in_place(h, &gn.post_attn, c.rms_eps)
+            });
             add(&mut p.x[..n * e], &p.h[..n * e]);
-            for (x, h) in p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e)) {
-                rms_norm(x, &b.ffn_norm, c.rms_eps, h);
-            }
+            let rows = p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e));
+            for_each(rows, 2 * e, |(x, h)| rms_norm(x, &b.ffn_norm, c.rms_eps, h));
             project(
                 a,
                 [&b.gate, &b.up],
@@ -128,11 +133,15 @@ impl Llama<'_> {
                 p.s,
                 [&mut *p.g, &mut *p.u],
             );
-            geglu(&mut p.g[..n * c.ffn], &p.u[..n * c.ffn]);
+            let rows = p.g[..n * c.ffn].chunks_exact_mut(c.ffn);
+            for_each(rows.zip(p.u.chunks_exact(c.ffn)), 8 * c.ffn, |(g, u)| {
+                geglu(g, u)
+            });
             project(a, [&b.down], p.g, n, p.qs, p.d, p.s, [&mut *p.h]);
-            for h in p.h[..n * e].chunks_exact_mut(e) {
-                rms_norm_in_place(h, &gn.post_ffn, c.rms_eps);
-            }
+            let rows = p.h[..n * e].chunks_exact_mut(e);
+            for_each(rows, 2 * e, |h| {
+                rms_norm_in_place(h, &gn.post_ffn, c.rms_eps)
+            });
             add(&mut p.x[..n * e], &p.h[..n * e]);
         }
         let first = match logits {

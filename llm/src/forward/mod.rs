@@ -9,7 +9,7 @@ use edgekv::attention::AttentionParams;
 use crate::config::Arch;
 use crate::error::{Error, Result};
 use crate::kv::KvStore;
-use crate::matmul::{Matrix, matmul_f32, matmul_quant, quantize_activation};
+use crate::matmul::{Matrix, for_each, matmul_f32, matmul_quant_many, quantize_activation};
 use crate::model::Activations;
 use crate::model::Llama;
 use crate::ops::{add, embed_q8_0, rms_norm, rope, rope_angles, swiglu};
@@ -57,28 +57,55 @@ pub(super) fn project<const M: usize>(
     s: &mut [f32],
     outs: [&mut [f32]; M],
 ) {
-    let mut quantized = None;
-    for (m, out) in ms.into_iter().zip(outs) {
-        if act == Activations::F32 {
+    if act == Activations::F32 {
+        for (m, out) in ms.into_iter().zip(outs) {
             matmul_f32(m, x, n, &mut out[..n * m.rows]);
-            continue;
         }
-        let Some(at) = m.activation() else {
-            out[..n * m.rows].fill(0.0);
-            continue;
-        };
-        let cols = m.cols;
-        if quantized != Some((at, cols)) {
-            let (blocks, sums) = (cols / at.block_values(), sums_len(cols));
-            for t in 0..n {
-                let row = &x[t * cols..][..cols];
-                let (q, dd) = (&mut qs[t * cols..][..cols], &mut d[t * blocks..][..blocks]);
-                quantize_activation(at, row, q, dd, &mut s[t * sums..][..sums]);
-            }
-            quantized = Some((at, cols));
-        }
-        matmul_quant(m, qs, d, s, n, &mut out[..n * m.rows]);
+        return;
     }
+    let first = ms[0];
+    let at = first.activation();
+    if !ms
+        .iter()
+        .all(|m| m.activation() == at && m.cols == first.cols)
+    {
+        // Matrices of different activation types: one at a time (one matrix always shares).
+        for (m, out) in ms.into_iter().zip(outs) {
+            project(act, [m], x, n, qs, d, s, [out]);
+        }
+        return;
+    }
+    let Some(at) = at else {
+        // F32 weights have no quantized product.
+        for (m, out) in ms.into_iter().zip(outs) {
+            out[..n * m.rows].fill(0.0);
+        }
+        return;
+    };
+    let cols = first.cols;
+    let (blocks, sums) = (cols / at.block_values(), sums_len(cols));
+    let rows = x[..n * cols].chunks_exact(cols).zip(
+        qs[..n * cols]
+            .chunks_exact_mut(cols)
+            .zip(d[..n * blocks].chunks_exact_mut(blocks)),
+    );
+    if sums == 0 {
+        for_each(rows, 4 * cols, |(row, (q, dd))| {
+            quantize_activation(at, row, q, dd, &mut []);
+        });
+    } else {
+        let rows = rows.zip(s[..n * sums].chunks_exact_mut(sums));
+        for_each(rows, 4 * cols, |((row, (q, dd)), ss)| {
+            quantize_activation(at, row, q, dd, ss);
+        });
+    }
+    let mut i = 0;
+    let outs = outs.map(|out| {
+        let rows = ms[i].rows;
+        i += 1;
+        &mut out[..n * rows]
+    });
+    matmul_quant_many(ms, qs, d, s, n, outs);
 }
 
 /// The layer's attention ([`KvStore::attention`]); with the feature `std` and more than one
@@ -190,15 +217,14 @@ impl Llama<'_> {
             embed_q8_0(self.embedding(), t as usize, x);
         }
         let params = AttentionParams::new(c.shape()?, c.heads as u16);
-        let (mut cos, mut sin) = ([0f32; MAX_HEAD_DIM / 2], [0f32; MAX_HEAD_DIM / 2]);
-        let (cos, sin) = (&mut cos[..hd / 2], &mut sin[..hd / 2]);
         for layer in 0..c.layers {
             let b = self
                 .block(layer)
                 .ok_or(Error::Unsupported("missing block"))?;
-            for (x, h) in p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e)) {
-                rms_norm(x, &b.attn_norm, c.rms_eps, h);
-            }
+            let rows = p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e));
+            for_each(rows, 2 * e, |(x, h)| {
+                rms_norm(x, &b.attn_norm, c.rms_eps, h)
+            });
             project(
                 a,
                 [&b.wq, &b.wk, &b.wv],
@@ -209,15 +235,16 @@ impl Llama<'_> {
                 p.s,
                 [&mut *p.q, &mut *p.k, &mut *p.v],
             );
-            for (i, (q, k)) in
+            let rows =
                 p.q.chunks_exact_mut(q_dim)
-                    .zip(p.k.chunks_exact_mut(kv_dim))
-                    .enumerate()
-            {
+                    .zip(p.k.chunks_exact_mut(kv_dim));
+            for_each(rows.enumerate(), q_dim + kv_dim + 8 * hd, |(i, (q, k))| {
+                let (mut cos, mut sin) = ([0f32; MAX_HEAD_DIM / 2], [0f32; MAX_HEAD_DIM / 2]);
+                let (cos, sin) = (&mut cos[..hd / 2], &mut sin[..hd / 2]);
                 rope_angles(start + i as u32, c.rope_base, hd, cos, sin);
                 rope(q, hd, cos, sin);
                 rope(k, hd, cos, sin);
-            }
+            });
             let l = layer as u16;
             cache.write_kv(seq, l, start, &p.k[..n * kv_dim], &p.v[..n * kv_dim])?;
             attend(
@@ -232,9 +259,8 @@ impl Llama<'_> {
             )?;
             project(a, [&b.wo], p.attn, n, p.qs, p.d, p.s, [&mut *p.h]);
             add(&mut p.x[..n * e], &p.h[..n * e]);
-            for (x, h) in p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e)) {
-                rms_norm(x, &b.ffn_norm, c.rms_eps, h);
-            }
+            let rows = p.x.chunks_exact(e).zip(p.h.chunks_exact_mut(e));
+            for_each(rows, 2 * e, |(x, h)| rms_norm(x, &b.ffn_norm, c.rms_eps, h));
             project(
                 a,
                 [&b.gate, &b.up],
@@ -245,7 +271,10 @@ impl Llama<'_> {
                 p.s,
                 [&mut *p.g, &mut *p.u],
             );
-            swiglu(&mut p.g[..n * c.ffn], &p.u[..n * c.ffn]);
+            let rows = p.g[..n * c.ffn].chunks_exact_mut(c.ffn);
+            for_each(rows.zip(p.u.chunks_exact(c.ffn)), 4 * c.ffn, |(g, u)| {
+                swiglu(g, u)
+            });
             project(a, [&b.down], p.g, n, p.qs, p.d, p.s, [&mut *p.h]);
             add(&mut p.x[..n * e], &p.h[..n * e]);
         }
