@@ -199,7 +199,7 @@ fn matmul_f32_rows(m: &Matrix<'_>, x: &[f32], n: usize, out: &mut [f32]) {
 }
 
 /// `f` on every item of `items` (independent pieces of per-token work, e.g. one token's row):
-/// with the feature `std`, more than one matmul thread and at least [`MIN_SHARED_WORK`] in all
+/// with the feature `std`, more than one matmul thread and at least `MIN_SHARED_WORK` in all
 /// (`work` per item, in multiply-accumulates or the like), shared between the threads;
 /// otherwise in order on this thread. The same results either way.
 #[cfg_attr(not(feature = "std"), allow(unused_variables))]
@@ -218,7 +218,8 @@ pub(crate) fn for_each<I: Send>(
 
 /// Work (see [`for_each`]) below which per-token steps stay on one thread: a handoff to the
 /// team costs about a microsecond, some tens of thousands of simple operations.
-pub(crate) const MIN_SHARED_WORK: usize = 1 << 14;
+#[cfg(feature = "std")]
+const MIN_SHARED_WORK: usize = 1 << 14;
 
 /// Dot product of one weight row of type `ty` with an activation row of its
 /// [`ActivationType::for_weights`] (0 for F32, which has none).

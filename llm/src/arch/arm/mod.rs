@@ -42,14 +42,14 @@ pub(super) fn matmul(
     out: &mut [f32],
 ) -> bool {
     match ty {
-        TensorType::Q4_1 => tiles::<4, 1>(
+        TensorType::Q4_1 => tiles::<4, 2>(
             w,
             row_bytes,
             rows,
             a,
             n,
             out,
-            |w, a| q4_1::dot4(w, &a[0]).map(|v| [v]),
+            q4_1::dot4x2,
             q4_1::dot4,
             quant::q4_1::dot_q4_1_q8_1,
         ),
