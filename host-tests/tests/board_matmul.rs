@@ -18,6 +18,13 @@ const CALLS: u32 = (5 * 5 + 3 * 2) * 4 * 6 * 6 * 2;
 /// Those of Q4_1 and Q8_0, the types with Helium and DSP kernels.
 const Q4_1_Q8_0: u32 = 2 * 5 * 4 * 6 * 6 * 2;
 
+/// Q4_1's and Q8_0's tiled-matmul calls of the extreme-scales case whose activation rows hold a
+/// scale Helium's vector lanes would not combine exactly (below 2⁻²⁴: f32 subnormals among
+/// them), out of 2 types × 5 widths × 6 × 6 = 360: the whole matmul declines there (the check is
+/// made once per matmul). Counted on the board (2026-11-30); the rows are the check's fixed
+/// random draws.
+const HELIUM_INEXACT: u32 = 337;
+
 /// Those of Q5_0 (Helium: the tiled matmul entry; its one-row entry declines, as Q4_1's).
 const Q5_0: u32 = 5 * 4 * 6 * 6 * 2;
 
@@ -63,8 +70,9 @@ fn kernel_check(board: qemu::Board, isa: &str) -> (u32, u32) {
 fn helium_matmul_kernels_equal_the_portable_dot_products() {
     // The one-row entry declines on Helium for Q4_1, Q8_0 and Q5_0 (four weight rows at a
     // time is their kernel), not for the K-quants (one row at a time); the other weight types
-    // decline (the portable code runs).
-    let compared = Q4_1_Q8_0 / 2 + Q5_0 / 2 + Q4_K_Q6_K;
+    // decline (the portable code runs), and so do Q4_1's and Q8_0's matmuls over activation
+    // scales the lanes would not combine exactly.
+    let compared = Q4_1_Q8_0 / 2 - HELIUM_INEXACT + Q5_0 / 2 + Q4_K_Q6_K;
     assert_eq!(
         kernel_check(qemu::Board::An547, "helium"),
         (compared, CALLS - compared)

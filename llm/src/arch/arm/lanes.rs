@@ -10,15 +10,31 @@
 //! is far above the smallest normal 2⁻¹²⁶ and lanes and scalar FPU round identically. Rows whose
 //! activation scales fail this (or are not finite) take the scalar combination.
 
+use crate::arch::Acts;
+use crate::quant::BLOCK;
+
 /// 2⁻²⁴ as f32 bits: the smallest nonzero f16 magnitude.
 const F16_TINIEST: u32 = 0x3380_0000;
 
 /// Whether every value of `scales` is zero, or finite with magnitude at least 2⁻²⁴ (a fold
 /// without early exit, which the compiler turns into vector compares).
 #[inline]
-pub(super) fn exact_in_lanes(scales: &[f32]) -> bool {
+fn exact_in_lanes(scales: &[f32]) -> bool {
     scales.iter().fold(true, |ok, v| {
         let m = v.to_bits() & 0x7fff_ffff;
         ok & ((m == 0) | (F16_TINIEST..0x7f80_0000).contains(&m))
     })
+}
+
+/// Whether [`exact_in_lanes`] holds for every activation row of a matmul over `n` rows (their
+/// scales, and with `sums` their block sums): checked once per matmul, so that the kernels,
+/// called once per four weight rows, need not check again. `false` when `a` does not hold `n`
+/// rows (the matmul then declines, as its row loop would).
+#[inline]
+pub(super) fn exact_acts(a: &Acts<'_>, n: usize, sums: bool) -> bool {
+    if !a.holds(n) {
+        return false;
+    }
+    let len = n * (a.cols / BLOCK);
+    exact_in_lanes(&a.d[..len]) & (!sums || exact_in_lanes(&a.s[..len]))
 }

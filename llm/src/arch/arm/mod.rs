@@ -22,15 +22,19 @@ use super::Acts;
 use super::rows::{tiles, tiles_k};
 use crate::gguf::TensorType;
 use crate::quant::{self, QuantRow};
+use lanes::exact_acts;
 
 /// This build's kernels.
 pub(super) fn name() -> Option<&'static str> {
     Some("helium")
 }
 
-/// Q4_1, Q5_0 and Q8_0 weights by four weight rows at a time against one activation row
-/// ([`tiles`] with tiles of 4 × 1), Q4_K and Q6_K one row at a time ([`tiles_k`] with tiles of
-/// 1 × 1); other types decline.
+/// Q4_1 weights by tiles of four weight rows × two activation rows (a prefill's; four rows
+/// against one for the rest), Q5_0 and Q8_0 by four weight rows at a time against one activation
+/// row ([`tiles`] with tiles of 4 × 1), Q4_K and Q6_K one row at a time ([`tiles_k`] with tiles
+/// of 1 × 1); other types decline. Q4_1 and Q8_0 decline too (the portable code runs) when an
+/// activation row's scales would not combine exactly in vector lanes ([`exact_acts`], checked
+/// once here rather than in each call of the kernels).
 #[inline]
 pub(super) fn matmul(
     ty: TensorType,
@@ -42,28 +46,34 @@ pub(super) fn matmul(
     out: &mut [f32],
 ) -> bool {
     match ty {
-        TensorType::Q4_1 => tiles::<4, 2>(
-            w,
-            row_bytes,
-            rows,
-            a,
-            n,
-            out,
-            q4_1::dot4x2,
-            q4_1::dot4,
-            quant::q4_1::dot_q4_1_q8_1,
-        ),
-        TensorType::Q8_0 => tiles::<4, 1>(
-            w,
-            row_bytes,
-            rows,
-            a,
-            n,
-            out,
-            |w, a| q8_0::dot4(w, &a[0]).map(|v| [v]),
-            q8_0::dot4,
-            quant::q8_0::dot_q8_0_q8_0,
-        ),
+        TensorType::Q4_1 => {
+            exact_acts(a, n, true)
+                && tiles::<4, 2>(
+                    w,
+                    row_bytes,
+                    rows,
+                    a,
+                    n,
+                    out,
+                    q4_1::dot4x2,
+                    q4_1::dot4,
+                    quant::q4_1::dot_q4_1_q8_1,
+                )
+        }
+        TensorType::Q8_0 => {
+            exact_acts(a, n, false)
+                && tiles::<4, 1>(
+                    w,
+                    row_bytes,
+                    rows,
+                    a,
+                    n,
+                    out,
+                    |w, a| q8_0::dot4(w, &a[0]).map(|v| [v]),
+                    q8_0::dot4,
+                    quant::q8_0::dot_q8_0_q8_0,
+                )
+        }
         TensorType::Q5_0 => tiles::<4, 1>(
             w,
             row_bytes,

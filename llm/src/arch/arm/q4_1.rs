@@ -5,7 +5,6 @@
 use core::arch::asm;
 
 use super::common_blocks;
-use super::lanes::exact_in_lanes;
 use crate::quant::QuantRow;
 use crate::quant::q4_1::{BYTES, dot_q4_1_q8_1};
 
@@ -31,9 +30,10 @@ macro_rules! row_block {
 
 /// `dot_q4_1_q8_1` of four weight rows with the activation row `a`, the same bits: each
 /// block's integer sum in Helium, `sumf += (d_w · d_a) · (f32)sumi + m_w · s_a` in block order,
-/// the four rows in the four lanes of `q2` (`VCVTB` widens the f16 scales exactly). Rows of
-/// different lengths or at odd addresses, and activation scales the lanes would not combine
-/// exactly, take the portable code.
+/// the four rows in the four lanes of `q2` (`VCVTB` widens the f16 scales exactly). The caller
+/// checked that the lanes combine the activation's scales and sums exactly
+/// ([`exact_acts`](super::lanes::exact_acts)). Rows of different lengths or at odd addresses
+/// take the portable code.
 #[inline]
 pub(super) fn dot4(w: [&[u8]; 4], a: &QuantRow<'_>) -> [f32; 4] {
     let Some(blocks) = common_blocks(&w, BYTES, a, true) else {
@@ -41,9 +41,6 @@ pub(super) fn dot4(w: [&[u8]; 4], a: &QuantRow<'_>) -> [f32; 4] {
     };
     if blocks == 0 {
         return [0.0; 4];
-    }
-    if !(exact_in_lanes(&a.d[..blocks]) & exact_in_lanes(&a.s[..blocks])) {
-        return w.map(|r| dot_q4_1_q8_1(r, a));
     }
     let (s0, s1, s2, s3): (f32, f32, f32, f32);
     // SAFETY: the loop runs `blocks` ≥ 1 times; each pass reads one 20-byte block of each
@@ -154,9 +151,10 @@ macro_rules! combine_x2 {
 /// [`dot4`] of four weight rows against two activation rows (a prefill's tile: each weight
 /// block loaded and unpacked once for both), the same bits as `dot_q4_1_q8_1` of each pair: the
 /// integer sums in Helium, each token's `sumf` in block order in the lanes. `out[row][token]`.
-/// Shapes [`dot4`] would not take, activation rows of different lengths or laid out other than
-/// as [`Acts`](crate::arch::Acts) lays them out (their scales and sums the same distance apart),
-/// and scales the lanes would not combine exactly, take the portable code.
+/// The caller checked the activations' scales as for [`dot4`]. Shapes [`dot4`] would not take,
+/// and activation rows of different lengths or laid out other than as
+/// [`Acts`](crate::arch::Acts) lays them out (their scales and sums the same distance apart),
+/// take the portable code.
 #[inline]
 pub(super) fn dot4x2(w: [&[u8]; 4], a: &[QuantRow<'_>; 2]) -> [[f32; 2]; 4] {
     // The portable code, not `dot4` (which would then be compiled out of line: its one other
@@ -170,26 +168,23 @@ pub(super) fn dot4x2(w: [&[u8]; 4], a: &[QuantRow<'_>; 2]) -> [[f32; 2]; 4] {
     };
     let stride = (a[1].d.as_ptr() as usize).wrapping_sub(a[0].d.as_ptr() as usize);
     let same = stride == (a[1].s.as_ptr() as usize).wrapping_sub(a[0].s.as_ptr() as usize);
-    if blocks == 0 || b1 != blocks || !same {
-        return per_token(w);
-    }
-    let exact = a
-        .iter()
-        .all(|r| exact_in_lanes(&r.d[..blocks]) & exact_in_lanes(&r.s[..blocks]));
-    if !exact {
+    // Each row's `d` and `m` are read as one word: rows at multiples of 4 (GGUF aligns its
+    // tensors to 32, and Q4_1 rows are whole 20-byte blocks).
+    let aligned = w.iter().all(|r| r.as_ptr() as usize % 4 == 0);
+    if blocks == 0 || b1 != blocks || !same || !aligned {
         return per_token(w);
     }
     let (x0, x1, x2, x3, y0, y1, y2, y3): (f32, f32, f32, f32, f32, f32, f32, f32);
     // SAFETY: the loop runs `blocks` ≥ 1 times; each pass reads one 20-byte block of each
     // weight row (the pointers start at the first block's codes, 4 bytes in; `blocks · 20` ≤
-    // every row's length; after the post-increment `d` and `m` are read back at −24 and −22,
-    // inside the block just read, at even addresses as `common_blocks` checked), 32 codes of
-    // each activation row (`blocks · 32` ≤ both `qs` lengths) and one f32 of each row's `d` and
-    // `s` (`blocks` ≤ those lengths; token B's at `stride` bytes from token A's, as checked;
-    // f32 slices are word-aligned). The four lanes of each token's sums live in 32 bytes below
-    // the stack pointer, reserved by the block and released before it ends (no `nostack`).
-    // Only the registers declared here and the flags are written (q0–q7 are s0–s31;
-    // `VMLADAV` needs the even r0 and lr).
+    // every row's length; after the post-increment `d` and `m` are read back as one word at
+    // −24, inside the block just read, word-aligned as checked above), 32 codes of each
+    // activation row (`blocks · 32` ≤ both `qs` lengths) and one f32 of each row's `d` and `s`
+    // (`blocks` ≤ those lengths; token B's `stride` bytes from token A's, as checked, read after
+    // token A's post-increment at `stride − 4`; f32 slices are word-aligned). The four lanes of
+    // each token's sums live in 32 bytes below the stack pointer, reserved by the block and
+    // released before it ends (no `nostack`). Only the registers declared here and the flags
+    // are written (q0–q7 are s0–s31; `VMLADAV` needs the even r0 and lr).
     unsafe {
         asm!(
             "sub sp, #32",
@@ -205,21 +200,18 @@ pub(super) fn dot4x2(w: [&[u8]; 4], a: &[QuantRow<'_>; 2]) -> [[f32; 2]; 4] {
             row_block_x2!("r2", "s9", "s13"),
             row_block_x2!("r3", "s10", "s14"),
             row_block_x2!("r4", "s11", "s15"),
-            // The four rows' d_w and m_w, widened exactly.
-            "vldr.16 s16, [r1, #-24]",
-            "vldr.16 s17, [r2, #-24]",
-            "vldr.16 s18, [r3, #-24]",
-            "vldr.16 s19, [r4, #-24]",
-            "vcvtb.f32.f16 q4, q4",
-            "vldr.16 s20, [r1, #-22]",
-            "vldr.16 s21, [r2, #-22]",
-            "vldr.16 s22, [r3, #-22]",
-            "vldr.16 s23, [r4, #-22]",
-            "vcvtb.f32.f16 q5, q5",
-            combine_x2!("q2", "[r8]", "[r10]", "0"),
+            // The four rows' d_w (bottom halves) and m_w (top halves), one word a row, widened
+            // exactly.
+            "vldr s20, [r1, #-24]",
+            "vldr s21, [r2, #-24]",
+            "vldr s22, [r3, #-24]",
+            "vldr s23, [r4, #-24]",
+            "vcvtb.f32.f16 q4, q5",
+            "vcvtt.f32.f16 q5, q5",
+            // Token A's scale and sum advance the pointers; token B's are `r11` past the new
+            // ones (its stride less the 4 bytes just stepped).
+            combine_x2!("q2", "[r8], #4", "[r10], #4", "0"),
             combine_x2!("q3", "[r8, r11]", "[r10, r11]", "16"),
-            "adds r8, #4",
-            "adds r10, #4",
             "subs r12, r12, #1",
             "bne 2b",
             "vldrw.u32 q0, [sp]",
@@ -233,7 +225,7 @@ pub(super) fn dot4x2(w: [&[u8]; 4], a: &[QuantRow<'_>; 2]) -> [[f32; 2]; 4] {
             inout("r9") a[1].qs.as_ptr() => _,
             inout("r8") a[0].d.as_ptr() => _,
             inout("r10") a[0].s.as_ptr() => _,
-            in("r11") stride,
+            in("r11") stride.wrapping_sub(4),
             inout("r12") blocks => _,
             out("r0") _,
             out("lr") _,

@@ -5,7 +5,6 @@
 use core::arch::asm;
 
 use super::common_blocks;
-use super::lanes::exact_in_lanes;
 use crate::quant::QuantRow;
 use crate::quant::q8_0::{BYTES, dot_q8_0_q8_0};
 
@@ -30,9 +29,9 @@ macro_rules! row_block {
 
 /// `dot_q8_0_q8_0` of four weight rows with the activation row `a`, the same bits: each block's
 /// integer sum in Helium, `sumf += (f32)sumi · (d_w · d_a)` in block order, the four rows in the
-/// four lanes of `q2` (`VCVTB` widens the f16 scales exactly). Rows of different lengths or at
-/// odd addresses, and activation scales the lanes would not combine exactly, take the portable
-/// code.
+/// four lanes of `q2` (`VCVTB` widens the f16 scales exactly). The caller checked that the
+/// lanes combine the activation's scales exactly ([`exact_acts`](super::lanes::exact_acts)).
+/// Rows of different lengths or at odd addresses take the portable code.
 #[inline]
 pub(super) fn dot4(w: [&[u8]; 4], a: &QuantRow<'_>) -> [f32; 4] {
     let Some(blocks) = common_blocks(&w, BYTES, a, false) else {
@@ -40,9 +39,6 @@ pub(super) fn dot4(w: [&[u8]; 4], a: &QuantRow<'_>) -> [f32; 4] {
     };
     if blocks == 0 {
         return [0.0; 4];
-    }
-    if !exact_in_lanes(&a.d[..blocks]) {
-        return w.map(|r| dot_q8_0_q8_0(r, a));
     }
     let (s0, s1, s2, s3): (f32, f32, f32, f32);
     // SAFETY: the loop runs `blocks` ≥ 1 times; each pass reads one 34-byte block of each
