@@ -68,11 +68,11 @@ struct Chunk {
 
 /// Runs `part` over the rows of every matrix of `ms` (they share one input of `n` activation
 /// rows) on [`threads`] threads, this one included, in chunks of whole groups of four rows (the
-/// kernels' widest row tile) that the threads take in turn, largest first: `part(sub, buf)` computes the rows
-/// of the sub-matrix `sub` for the `n` activation rows into `buf` (`n × sub.rows`,
-/// token-major). With one activation row, `buf` is the chunk's part of its `outs[i]` itself;
-/// with more, it is the chunk's part of a buffer, copied into `outs[i]` (`n × ms[i].rows`)
-/// when all chunks are done. One handoff to the team serves all of `ms` (q, k and v; gate and
+/// kernels' widest row tile) that the threads take in turn, largest first: `part(sub, buf)`
+/// computes the rows of the sub-matrix `sub` for the `n` activation rows into `buf`
+/// (`n × sub.rows`, token-major). With one activation row, `buf` is the chunk's part of its
+/// `outs[i]` itself; with more, it is the chunk's part of a buffer, copied into `outs[i]`
+/// (`n × ms[i].rows`) when all chunks are done. One handoff to the team serves all of `ms` (q, k and v; gate and
 /// up). `false` (nothing done) when one thread does it: one thread, not enough work for two,
 /// or an `outs[i]` shorter than `n × ms[i].rows`.
 pub(super) fn split(
