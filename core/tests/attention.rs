@@ -256,9 +256,9 @@ fn rotated_rows_attend_as_their_read_back_values() {
     );
 }
 
-/// Split over threads (scoped, or a `Workers` team kept between calls), attention gives the
-/// one-call bits, at every thread count, for prefill and decode rows, with and without a window,
-/// with rotated and quantized pages.
+/// Split over threads (scoped, or a `Workers` team kept between calls: a decode row's KV heads
+/// too), attention gives the one-call bits, at every thread count, for prefill and decode rows,
+/// with and without a window, with rotated and quantized pages of every kind.
 #[cfg(feature = "std")]
 #[test]
 fn threads_give_the_one_call_bits() {
@@ -269,6 +269,14 @@ fn threads_give_the_one_call_bits() {
         cfg(ElementFormat::F16, ElementFormat::F32),
         cfg(ElementFormat::Q4_0, ElementFormat::Q4_1)
             .with_rotations(Rotation::SignedHadamard, Rotation::Hadamard),
+        cfg(
+            ElementFormat::Int8 { group: 16 },
+            ElementFormat::Fp8Tile {
+                dv: 16,
+                tile: 8,
+                bf16: true,
+            },
+        ),
     ];
     let thread_counts: &[usize] = if cfg!(miri) {
         &[2]

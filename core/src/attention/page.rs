@@ -377,6 +377,7 @@ pub(crate) fn finish_row(l: &Layout, out_row: &mut [f32], sum: &[f32]) {
 }
 
 /// Formats and byte geometry of the rows `attend_page` reads.
+#[derive(Clone, Copy)]
 pub(crate) struct Layout {
     pub(crate) k_fmt: ElementFormat,
     pub(crate) v_fmt: ElementFormat,
@@ -404,6 +405,17 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
+    /// This layout for one KV head and its group of query heads ([`PageSlices::head`] gives
+    /// that head's page): each query head's bits are those of the whole row's call, since every
+    /// head is computed on its own.
+    #[cfg(feature = "std")]
+    pub(crate) fn one_head(&self) -> Self {
+        Layout {
+            kv_heads: 1,
+            ..*self
+        }
+    }
+
     /// KV head `kh` of token `r` of a K (`v == false`) or V page.
     #[inline(always)]
     pub(super) fn row<'p>(&self, kv: &PageSlices<'p>, v: bool, r: usize, kh: usize) -> Row<'p> {
@@ -491,4 +503,20 @@ pub(crate) struct PageSlices<'d> {
     pub(crate) ks: &'d [u8],
     pub(crate) v: &'d [u8],
     pub(crate) vs: &'d [u8],
+}
+
+impl<'d> PageSlices<'d> {
+    /// KV head `kh` of `l`'s page alone: the slices from that head's first row on, which a
+    /// layout of one KV head ([`Layout::one_head`]) reads as `l` reads head `kh` (rows keep
+    /// their stride; a format without per-head scales keeps them all).
+    #[cfg(feature = "std")]
+    pub(crate) fn head(&self, l: &Layout, kh: usize) -> Self {
+        let from = |b: &'d [u8], at: usize| &b[at.min(b.len())..];
+        PageSlices {
+            k: from(self.k, kh * l.k_head),
+            ks: from(self.ks, kh * l.k_shead),
+            v: from(self.v, kh * l.v_head),
+            vs: from(self.vs, kh * l.v_shead),
+        }
+    }
 }

@@ -200,6 +200,10 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
             if segments(&layout, start) > 1 && team.threads() > 1 {
                 return self.segments_on(&layout, params, start, q, out, team, &page);
             }
+            // On a kept team only: starting threads costs more than one short row's attention.
+            if layout.kv_heads > 1 && team.threads() > 1 && matches!(team, Team::Workers(_)) {
+                return self.heads_on(&layout, params, start, q, out, team, &page);
+            }
             // One row, one segment: nothing to split that would pay for a thread.
             let mut s = std::vec![0f32; need];
             return attend(&layout, params.window, start, q, out, &mut s, &page);
@@ -299,6 +303,48 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
         }
         finish_row(layout, &mut first.out, &first.sum);
         out.copy_from_slice(&first.out);
+        Ok(())
+    }
+
+    /// One query row within one key segment, its KV heads shared between up to
+    /// `team.threads()` threads (head `kh` on thread `kh mod n`), each head computed alone over
+    /// its part of every page ([`PageSlices::head`]), into the thread's buffer, then copied into
+    /// `out`: the one-call bits, since no head's arithmetic depends on another's.
+    #[cfg(feature = "std")]
+    #[allow(clippy::too_many_arguments)]
+    fn heads_on<'d>(
+        &self,
+        layout: &Layout,
+        params: &AttentionParams,
+        t: u32,
+        q: &[f32],
+        out: &mut [f32],
+        team: &mut Team<'_>,
+        page: &(dyn Fn(usize) -> Result<PageSlices<'d>> + Sync),
+    ) -> Result<()> {
+        let heads = layout.kv_heads;
+        let n = team.threads().clamp(1, heads);
+        let one = layout.one_head();
+        let run = layout.group * layout.head_dim;
+        let need = group_scratch_len(&self.config, params.q_heads);
+        let on = |k: usize| -> Result<std::vec::Vec<f32>> {
+            let mut s = std::vec![0f32; need];
+            let mut o = std::vec![0f32; heads.div_ceil(n) * run];
+            for (j, kh) in (k..heads).step_by(n).enumerate() {
+                let head_page = |i: usize| page(i).map(|p| p.head(layout, kh));
+                let (qh, oh) = (&q[kh * run..][..run], &mut o[j * run..][..run]);
+                attend(&one, params.window, t, qh, oh, &mut s, &head_page)?;
+            }
+            Ok(o)
+        };
+        // Every page was checked by the caller, so no thread fails; still, `out` is written only
+        // when all succeeded.
+        let parts = team.run(n, on)?;
+        for (k, o) in parts.iter().enumerate() {
+            for (j, kh) in (k..heads).step_by(n).enumerate() {
+                out[kh * run..][..run].copy_from_slice(&o[j * run..][..run]);
+            }
+        }
         Ok(())
     }
 
