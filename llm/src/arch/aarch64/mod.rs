@@ -4,14 +4,20 @@
 //! `SMULL` then `SADALP` without it), the four rows' sums side by side in one register, their
 //! f16 scales widened by `FCVTL` (exact), and the portable block term per row in four lanes
 //! (`FMUL`, `FADD`, never fused), added to each row's sum block after block. One file per
-//! weight type; `lanes` holds what both share.
+//! weight type; `lanes` holds what they share. Q5_0 takes the same four-row form. The K-quants
+//! (Q4_K, Q6_K × Q8_K) one weight row at a time, the portable code's eight integer lanes kept
+//! apart by `SMULL` / `SMLAL` and their f32 sums in two registers (`k_lanes`, shared).
 
+mod k_lanes;
 mod lanes;
 mod q4_1;
+mod q4_k;
+mod q5_0;
+mod q6_k;
 mod q8_0;
 
 use super::Acts;
-use super::rows::tiles;
+use super::rows::{tiles, tiles_k};
 use crate::gguf::TensorType;
 use crate::quant::QuantRow;
 
@@ -26,8 +32,9 @@ pub(super) fn name() -> Option<&'static str> {
     Some(if dot_ext() { "neon-dotprod" } else { "neon" })
 }
 
-/// Q4_1 and Q8_0 weights, four weight rows at a time against each activation row
-/// ([`tiles`] with tiles of 4 × 1); other types decline.
+/// Q4_1, Q8_0 and Q5_0 weights, four weight rows at a time against each activation row
+/// ([`tiles`] with tiles of 4 × 1); Q4_K and Q6_K one row at a time ([`tiles_k`], 1 × 1);
+/// other types decline.
 #[inline]
 pub(super) fn matmul(
     ty: TensorType,
@@ -79,11 +86,45 @@ fn matmul_with<const DOT: bool>(
             q8_0::dot4::<DOT>,
             |w, a| q8_0::dot4::<DOT>([w; 4], a)[0],
         ),
+        TensorType::Q5_0 => tiles::<4, 1>(
+            w,
+            row_bytes,
+            rows,
+            a,
+            n,
+            out,
+            |w, a| q5_0::dot4::<DOT>(w, &a[0]).map(|v| [v]),
+            q5_0::dot4::<DOT>,
+            |w, a| q5_0::dot4::<DOT>([w; 4], a)[0],
+        ),
+        TensorType::Q4_K => tiles_k::<1, 1>(
+            w,
+            row_bytes,
+            rows,
+            a,
+            n,
+            out,
+            |w, a| [[q4_k::dot(w[0], &a[0])]],
+            |w, a| [q4_k::dot(w[0], a)],
+            q4_k::dot,
+        ),
+        TensorType::Q6_K => tiles_k::<1, 1>(
+            w,
+            row_bytes,
+            rows,
+            a,
+            n,
+            out,
+            |w, a| [[q6_k::dot(w[0], &a[0])]],
+            |w, a| [q6_k::dot(w[0], a)],
+            q6_k::dot,
+        ),
         _ => false,
     }
 }
 
-/// One Q4_1 or Q8_0 row (the four-row kernel on the row four times); other types decline.
+/// One Q4_1, Q8_0 or Q5_0 row (the four-row kernel on the row four times), one Q4_K or Q6_K
+/// row; other types decline.
 #[inline]
 pub(super) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
     let dot = dot_ext();
@@ -92,6 +133,10 @@ pub(super) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
         TensorType::Q4_1 => Some(q4_1::dot4::<false>([w; 4], a)[0]),
         TensorType::Q8_0 if dot => Some(q8_0::dot4::<true>([w; 4], a)[0]),
         TensorType::Q8_0 => Some(q8_0::dot4::<false>([w; 4], a)[0]),
+        TensorType::Q5_0 if dot => Some(q5_0::dot4::<true>([w; 4], a)[0]),
+        TensorType::Q5_0 => Some(q5_0::dot4::<false>([w; 4], a)[0]),
+        TensorType::Q4_K => Some(q4_k::dot(w, a)),
+        TensorType::Q6_K => Some(q6_k::dot(w, a)),
         _ => None,
     }
 }
