@@ -76,14 +76,15 @@ mod aarch64_detect;
 pub use aarch64_detect::dotprod as aarch64_dotprod;
 
 /// This build's quantizer kernels (`format::QuantKernels`): none here, the reference loops run.
-#[cfg(not(edgekv_x86_kernels))]
+#[cfg(not(any(edgekv_x86_kernels, edgekv_aarch64_kernels)))]
 pub(crate) struct NativeQuant;
 
-#[cfg(not(edgekv_x86_kernels))]
+#[cfg(not(any(edgekv_x86_kernels, edgekv_aarch64_kernels)))]
 impl crate::format::QuantKernels for NativeQuant {}
 
-/// This build's quantizer kernels (`format::QuantKernels`): AVX2 and F16C where the CPU has them.
-#[cfg(edgekv_x86_kernels)]
+/// This build's quantizer kernels (`format::QuantKernels`): AVX2 and F16C where the CPU has them;
+/// NEON on AArch64.
+#[cfg(any(edgekv_x86_kernels, edgekv_aarch64_kernels))]
 pub(crate) use native::NativeQuant;
 
 /// Lays a quantized query's codes (groups of `g`) out as this build's int8 score kernels read

@@ -490,6 +490,11 @@ mod tests {
         // x86-64's AVX2 has a kernel for every type; elsewhere Q4_1 and Q8_0 at least.
         if super::super::kernels().is_some() && cfg!(target_arch = "x86_64") {
             assert_eq!(sum.compared, calls, "{sum:?}");
+        } else if super::super::kernels().is_some() && cfg!(target_arch = "aarch64") {
+            // NEON: Q4_1, Q8_0, Q5_0; Q4_K, Q6_K.
+            let neon = 3 * COLS.len() + 2 * COLS_K.len();
+            let want = (neon * Case::ALL.len() * ROWS.len() * ACTS.len() * 2) as u32;
+            assert_eq!(sum.compared, want, "{sum:?}");
         } else if super::super::kernels().is_some() {
             let old = (2 * COLS.len() * Case::ALL.len() * ROWS.len() * ACTS.len() * 2) as u32;
             assert!(sum.compared >= old, "{sum:?}");

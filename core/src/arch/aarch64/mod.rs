@@ -1,8 +1,11 @@
 //! AArch64 (Cortex-A: NEON on every core; the dot-product extension, where the core has it,
 //! detected at run time by `detect`): the [`Isa`](super::Isa) of the attention page loop's
 //! AArch64 build (`isa`: f16 widening with `FCVTL`, lane sums with `FADDP`), its Q8_0 page
-//! kernels (`int8`: scores with `SDOT` or `SMLAL`, values) and f16 page kernels (`f16`). The
-//! quantizers take the portable loops, which LLVM already vectorizes for NEON.
+//! kernels (`int8`: scores with `SDOT` or `SMLAL`, values) and f16 page kernels (`f16`), and
+//! the page quantizers ([`NativeQuant`]: Q8 groups in `quantize_int8`, FP8 E4M3 tiles in
+//! `quantize_fp8`, sharing `quantize_lanes`; groups and tiles of a multiple of 16 values). The
+//! Q4 encoder has no kernel hook (`format::int4` takes no `QuantKernels`) and keeps the portable
+//! loop, which LLVM vectorizes.
 //!
 //! Every kernel gives the portable code's bits: integer sums are exact (any order), float steps
 //! are those of the portable kernels in their order, with no fused multiply-add (Rust never
@@ -14,15 +17,66 @@ mod exp;
 mod f16;
 mod int8;
 mod isa;
+mod quantize_fp8;
+mod quantize_int8;
+mod quantize_lanes;
+#[cfg(test)]
+mod quantize_tests;
 #[cfg(test)]
 mod tests;
 mod values;
+
+use half::f16 as F16;
+
+use crate::format::QuantKernels;
 
 pub(crate) use isa::Neon;
 #[cfg(test)]
 pub(crate) use tests::force;
 
 pub(crate) use super::aarch64_dotprod as dotprod;
+
+/// The quantizer kernels with NEON (every AArch64 core has it), for groups (tiles) of a multiple
+/// of 16 values; other sizes decline (the reference loop runs).
+pub(crate) struct NativeQuant;
+
+impl QuantKernels for NativeQuant {
+    #[inline]
+    fn q8_f32(x: &[f32], g: usize, codes: &mut [i8], scales: &mut [F16]) -> bool {
+        let take = g != 0 && g % quantize_lanes::W == 0;
+        if take {
+            quantize_int8::quantize_groups(x, g, codes, scales);
+        }
+        take
+    }
+
+    #[inline]
+    fn q8_f16(x: &[F16], g: usize, codes: &mut [i8], scales: &mut [F16]) -> bool {
+        let take = g != 0 && g % quantize_lanes::W == 0;
+        if take {
+            quantize_int8::quantize_groups(x, g, codes, scales);
+        }
+        take
+    }
+
+    #[inline]
+    fn fp8_f32(x: &[f32], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
+        let take = tile != 0 && tile % quantize_lanes::W == 0;
+        if take {
+            quantize_fp8::quantize_tiles(x, tile, codes, scales);
+        }
+        take
+    }
+
+    #[inline]
+    fn fp8_f16(x: &[F16], tile: usize, codes: &mut [u8], scales: &mut [u8]) -> bool {
+        let take = tile != 0 && tile % quantize_lanes::W == 0;
+        if take {
+            quantize_fp8::quantize_tiles(x, tile, codes, scales);
+        }
+        take
+    }
+}
 
 /// The `Isa` of `small-code` builds' one page loop (`attention::small`): the portable one.
 #[cfg(feature = "small-code")]

@@ -4,14 +4,21 @@
 //! `SMULL` then `SADALP` without it), the four rows' sums side by side in one register, their
 //! f16 scales widened by `FCVTL` (exact), and the portable block term per row in four lanes
 //! (`FMUL`, `FADD`, never fused), added to each row's sum block after block. One file per
-//! weight type; `lanes` holds what both share.
+//! weight type; `lanes` holds what they share. Q5_0 takes the same four-row form. The K-quants
+//! (Q4_K, Q6_K × Q8_K) one weight row at a time, the portable code's eight integer lanes kept
+//! apart by `SMULL` / `SMLAL` and their f32 sums in two registers (`k_lanes`, shared).
 
+mod k_lanes;
 mod lanes;
 mod q4_1;
+mod q4_k;
+mod q5_0;
+mod q6_k;
 mod q8_0;
+mod quantize;
 
 use super::Acts;
-use super::rows::tiles;
+use super::rows::{tiles, tiles_k};
 use crate::gguf::TensorType;
 use crate::quant::QuantRow;
 
@@ -26,8 +33,9 @@ pub(super) fn name() -> Option<&'static str> {
     Some(if dot_ext() { "neon-dotprod" } else { "neon" })
 }
 
-/// Q4_1 and Q8_0 weights, four weight rows at a time against each activation row
-/// ([`tiles`] with tiles of 4 × 1); other types decline.
+/// Q4_1, Q8_0 and Q5_0 weights, four weight rows at a time against each activation row
+/// ([`tiles`] with tiles of 4 × 1); Q4_K and Q6_K one row at a time ([`tiles_k`], 1 × 1);
+/// other types decline.
 #[inline]
 pub(super) fn matmul(
     ty: TensorType,
@@ -79,11 +87,45 @@ fn matmul_with<const DOT: bool>(
             q8_0::dot4::<DOT>,
             |w, a| q8_0::dot4::<DOT>([w; 4], a)[0],
         ),
+        TensorType::Q5_0 => tiles::<4, 1>(
+            w,
+            row_bytes,
+            rows,
+            a,
+            n,
+            out,
+            |w, a| q5_0::dot4::<DOT>(w, &a[0]).map(|v| [v]),
+            q5_0::dot4::<DOT>,
+            |w, a| q5_0::dot4::<DOT>([w; 4], a)[0],
+        ),
+        TensorType::Q4_K => tiles_k::<1, 1>(
+            w,
+            row_bytes,
+            rows,
+            a,
+            n,
+            out,
+            |w, a| [[q4_k::dot(w[0], &a[0])]],
+            |w, a| [q4_k::dot(w[0], a)],
+            q4_k::dot,
+        ),
+        TensorType::Q6_K => tiles_k::<1, 1>(
+            w,
+            row_bytes,
+            rows,
+            a,
+            n,
+            out,
+            |w, a| [[q6_k::dot(w[0], &a[0])]],
+            |w, a| [q6_k::dot(w[0], a)],
+            q6_k::dot,
+        ),
         _ => false,
     }
 }
 
-/// One Q4_1 or Q8_0 row (the four-row kernel on the row four times); other types decline.
+/// One Q4_1, Q8_0 or Q5_0 row (the four-row kernel on the row four times), one Q4_K or Q6_K
+/// row; other types decline.
 #[inline]
 pub(super) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
     let dot = dot_ext();
@@ -92,26 +134,39 @@ pub(super) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
         TensorType::Q4_1 => Some(q4_1::dot4::<false>([w; 4], a)[0]),
         TensorType::Q8_0 if dot => Some(q8_0::dot4::<true>([w; 4], a)[0]),
         TensorType::Q8_0 => Some(q8_0::dot4::<false>([w; 4], a)[0]),
+        TensorType::Q5_0 if dot => Some(q5_0::dot4::<true>([w; 4], a)[0]),
+        TensorType::Q5_0 => Some(q5_0::dot4::<false>([w; 4], a)[0]),
+        TensorType::Q4_K => Some(q4_k::dot(w, a)),
+        TensorType::Q6_K => Some(q6_k::dot(w, a)),
         _ => None,
     }
 }
 
-/// Declines: the portable activation quantizer runs.
-#[inline(always)]
+/// Q8_0 and Q8_1 activation rows (`quantize`, NEON on every AArch64 core); Q8_K declines (the
+/// portable quantizer runs).
+#[inline]
 pub(super) fn quantize(
-    _: crate::quant::ActivationType,
-    _: &[f32],
-    _: &mut [i8],
-    _: &mut [f32],
-    _: &mut [f32],
+    act: crate::quant::ActivationType,
+    x: &[f32],
+    qs: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
 ) -> bool {
-    false
+    use crate::quant::ActivationType;
+    match act {
+        ActivationType::Q8_0 => quantize::q8(x, qs, d, None),
+        ActivationType::Q8_1 => quantize::q8(x, qs, d, Some(s)),
+        ActivationType::Q8_K => return false,
+    }
+    true
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::{BLOCK, q4_1 as portable_q4_1, q8_0 as portable_q8_0, quantize_q8_1};
+    use crate::quant::{
+        BLOCK, q4_1 as portable_q4_1, q8_0 as portable_q8_0, quantize_q8_0, quantize_q8_1,
+    };
 
     /// Both builds (with `SDOT` where this CPU has it) of both kernels against the portable dot
     /// products on rows of 1 to 48 blocks with edge codes: the same bits.
@@ -180,6 +235,77 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// The NEON activation quantizer against the portable Q8_0 and Q8_1 quantizers, bit for bit:
+    /// random blocks at every magnitude (subnormal to near `f32::MAX`), exact halves (`±0.5`,
+    /// `±2.5`, `126.5` with a scale of 1), zeros of both signs, blocks holding an infinity or a NaN
+    /// (which take the portable code), and buffers of unequal lengths (the blocks all of them hold).
+    #[test]
+    fn activation_quantizer_has_the_portable_bits() {
+        let mut seed = 0x9e37_79b9u32;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        };
+        let mut blocks: Vec<[f32; BLOCK]> = Vec::new();
+        for e in (0..254).step_by(3) {
+            // Random mantissas and signs at exponent `e` (subnormals at 0).
+            blocks.push(core::array::from_fn(|_| {
+                let r = next();
+                f32::from_bits((r & 0x8000_0000) | (e << 23) | (r & 0x007f_ffff))
+            }));
+            // Mixed exponents around `e`.
+            blocks.push(core::array::from_fn(|_| {
+                let r = next();
+                let ee = (e + (r >> 28)).min(254);
+                f32::from_bits((r & 0x8000_0000) | (ee << 23) | (r & 0x007f_ffff))
+            }));
+        }
+        let mut halves = [0f32; BLOCK];
+        halves[..8].copy_from_slice(&[127.0, 0.5, -0.5, 2.5, -2.5, 126.5, -126.5, 1.5]);
+        halves[8] = -0.0;
+        blocks.push(halves);
+        blocks.push([0.0; BLOCK]);
+        blocks.push([-0.0; BLOCK]);
+        for special in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN] {
+            let mut b: [f32; BLOCK] = core::array::from_fn(|i| i as f32 - 9.25);
+            b[(next() % 32) as usize] = special;
+            blocks.push(b);
+        }
+        let x: Vec<f32> = blocks.iter().flatten().copied().collect();
+        let n = blocks.len();
+        for (qs_len, d_len, s_len) in [(n, n, n), (n, n - 1, n), (n - 2, n, n), (n, n, n - 3)] {
+            let run = |kernel: bool, sums: bool| {
+                let (mut qs, mut d, mut s) = (
+                    vec![0x55i8; qs_len * BLOCK],
+                    vec![7.0f32; d_len],
+                    vec![9.0f32; s_len],
+                );
+                match (kernel, sums) {
+                    (true, true) => super::quantize::q8(&x, &mut qs, &mut d, Some(&mut s)),
+                    (true, false) => super::quantize::q8(&x, &mut qs, &mut d, None),
+                    (false, true) => quantize_q8_1(&x, &mut qs, &mut d, &mut s),
+                    (false, false) => quantize_q8_0(&x, &mut qs, &mut d),
+                }
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                (qs, bits(&d), bits(&s))
+            };
+            for sums in [false, true] {
+                let (want, got) = (run(false, sums), run(true, sums));
+                for (b, block) in blocks.iter().enumerate() {
+                    let codes = |v: &[i8]| v.get(b * BLOCK..(b + 1) * BLOCK).map(<[i8]>::to_vec);
+                    assert_eq!(
+                        codes(&got.0),
+                        codes(&want.0),
+                        "codes of block {b} {block:?}"
+                    );
+                }
+                assert_eq!(got, want, "sums {sums}, lengths {qs_len} {d_len} {s_len}");
             }
         }
     }
