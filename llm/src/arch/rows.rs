@@ -45,8 +45,7 @@ impl<'s> Acts<'s> {
     }
 }
 
-// The K-quant kernels' rows: x86-64 and Helium have such kernels, AArch64 not yet.
-#[cfg_attr(edgekv_llm_aarch64, allow(dead_code))]
+// The K-quant kernels' rows.
 impl<'s> Acts<'s> {
     /// Whether the buffers hold `n` Q8_K rows.
     pub(crate) fn holds_k(&self, n: usize) -> bool {
@@ -72,7 +71,6 @@ impl<'s> Acts<'s> {
 
 /// [`tiles`] over Q8_K activation rows ([`Acts::row_k`]): the K-quants' kernels.
 #[allow(clippy::too_many_arguments)]
-#[cfg_attr(edgekv_llm_aarch64, allow(dead_code))]
 #[inline(always)]
 pub(super) fn tiles_k<const W: usize, const A: usize>(
     w: &[u8],
