@@ -5,13 +5,13 @@
 use core::fmt;
 use core::mem::MaybeUninit;
 
-use crate::{Arenas, CASES, Error, STEP_KEYS, STEP_SHAPES, decode_step_of, run};
+use crate::{Arenas, CASES, Error, STEP_KEYS, STEP_SHAPES, decode_step_of, run, tiny_pages};
 
 /// The committed listing (`parity/digests.txt`).
 pub const DIGESTS: &str = include_str!("../digests.txt");
 
 /// Passes each line of the listing (without its newline) to `line`: the cases in [`CASES`]
-/// order run in `arenas`, then the decode step of every shape in [`STEP_SHAPES`] over
+/// order run in `arenas`, the [`tiny_pages`] digest, then the decode step of every shape in [`STEP_SHAPES`] over
 /// [`STEP_KEYS`] keys in `step_arena` and `step_work` (sized
 /// [`STEP_SHAPES_ARENA_BYTES`](crate::STEP_SHAPES_ARENA_BYTES) and
 /// [`STEP_SHAPES_WORK_F32`](crate::STEP_SHAPES_WORK_F32)). The first error stops it.
@@ -25,6 +25,7 @@ pub fn digest_listing(
         let digest = run(case, arenas, &mut |_| {})?;
         line(format_args!("{digest}"));
     }
+    line(format_args!("tiny_pages crc32 {:08x}", tiny_pages(arenas)?));
     for shape in &STEP_SHAPES {
         let step = decode_step_of(shape, step_arena, step_work, &mut || 0)?;
         line(format_args!(

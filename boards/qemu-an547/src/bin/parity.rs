@@ -54,6 +54,14 @@ fn main() -> ! {
             }
         }
     }
+    // The subnormal cases' stored pages (with their outputs) in one digest.
+    match edgekv_parity::tiny_pages(&mut arenas) {
+        Ok(crc) => defmt::println!("tiny_pages crc32 {=u32:08x}", crc),
+        Err(e) => {
+            failed += 1;
+            defmt::println!("tiny_pages failed: {}", defmt::Debug2Format(&e));
+        }
+    }
     defmt::println!("parity: {=usize} cases, {=u32} failed", CASES.len(), failed);
     marks.log();
     semihosting::process::exit(if failed == 0 { 0 } else { 1 })
