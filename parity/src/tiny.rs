@@ -66,7 +66,11 @@ fn head_row(r: &mut Rng, head: usize, k: bool, row: &mut [f32]) {
 pub(crate) fn tiny_kv_rows(seed: u64, k: &mut [f32], v: &mut [f32]) {
     let hd = SHAPE.head_dim as usize;
     let mut r = Rng::new(seed);
-    for (h, (kh, vh)) in k.chunks_exact_mut(hd).zip(v.chunks_exact_mut(hd)).enumerate() {
+    for (h, (kh, vh)) in k
+        .chunks_exact_mut(hd)
+        .zip(v.chunks_exact_mut(hd))
+        .enumerate()
+    {
         head_row(&mut r, h % 3, true, kh);
         head_row(&mut r, h % 3, false, vh);
     }
