@@ -519,11 +519,17 @@ fn fnv(h: &mut u32, v: &[f32]) {
 /// scales), [`edgekv::exp_in_place`] at its range ends, and [`embed_q8_0`](crate::ops::embed_q8_0)
 /// with extreme scales. The boards' `matmul-check` firmware prints it; the host recomputes it.
 pub fn subnormal_digest(work: &mut Work) -> u32 {
+    subnormal_parts(work, &mut |_, _| {})
+}
+
+/// [`subnormal_digest`], passing `report` each part's name and the digest after it (to find
+/// a part that differs).
+pub fn subnormal_parts(work: &mut Work, report: &mut dyn FnMut(&'static str, u32)) -> u32 {
     use crate::matmul::{Matrix, matmul_f32, matmul_quant, quantize_activation};
     let mut h = 0x811c_9dc5u32;
     let mut rng = Rng(0x5eed_7135);
     let (rows, n) = (4, 3);
-    for (ty, _) in TYPES.iter().copied().chain([(TensorType::F32, "f32")]) {
+    for (ty, name) in TYPES.iter().copied().chain([(TensorType::F32, "f32")]) {
         let cols = match ActivationType::for_weights(ty) {
             Some(ActivationType::Q8_K) => QK_K,
             _ => 96,
@@ -558,6 +564,7 @@ pub fn subnormal_digest(work: &mut Work) -> u32 {
             let got = &mut work.got[..n * rows];
             matmul_f32(&m, &work.x[..n * cols], n, got);
             fnv(&mut h, got);
+            report(name, h);
             let Some(act) = ActivationType::for_weights(ty) else {
                 continue;
             };
@@ -587,6 +594,7 @@ pub fn subnormal_digest(work: &mut Work) -> u32 {
             );
             matmul_quant(&m, qs, d, s, n, &mut work.got[..n * rows]);
             fnv(&mut h, &work.got[..n * rows]);
+            report("matmul_quant", h);
         }
     }
     // exp: its lanes' range ends (|x| up to 87.3), the libm ranges beyond, subnormals and zeros.
@@ -608,6 +616,7 @@ pub fn subnormal_digest(work: &mut Work) -> u32 {
     }
     edgekv::exp_in_place(x);
     fnv(&mut h, x);
+    report("exp_in_place", h);
     // The embedding rows with extreme scales.
     let (cols, row_bytes) = (96, 3 * q8_0::BYTES);
     weights(
@@ -628,6 +637,7 @@ pub fn subnormal_digest(work: &mut Work) -> u32 {
         crate::ops::embed_q8_0(&m, t, &mut work.x[..cols]);
         fnv(&mut h, &work.x[..cols]);
     }
+    report("embed_q8_0", h);
     h
 }
 
@@ -639,7 +649,7 @@ mod tests {
     #[test]
     fn subnormal_digest_is_the_committed_one() {
         let mut work = Box::new(Work::new());
-        let got = subnormal_digest(&mut work);
+        let got = subnormal_parts(&mut work, &mut |part, h| println!("{part} {h:08x}"));
         assert_eq!(got, SUBNORMAL_DIGEST, "{got:08x}");
     }
 
