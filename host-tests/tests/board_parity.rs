@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use edgekv_parity::{
     Arenas, CASES, Case, DATA_BYTES, META_BYTES, STEP_SHAPES, STEP_SHAPES_ARENA_BYTES,
-    STEP_SHAPES_WORK_F32, WORK_F32, decode_step_of, snapshot,
+    STEP_SHAPES_WORK_F32, TINY_CASES, WORK_F32, decode_step_of, snapshot, stored_pages,
 };
 use edgekv_xtask::qemu;
 
@@ -61,6 +61,7 @@ fn m55_case_digests_equal_the_hosts() {
     let mut buffers = HostBuffers::new();
     let digests = run.digests();
     assert_case_digests(&digests, &mut buffers.arenas(), "M55", &text);
+    assert_stored_pages(&run, &mut buffers.arenas(), "M55", &text);
     assert_stack(&run, M55_STACK_BUDGET, "M55", &text);
 }
 
@@ -202,6 +203,7 @@ fn assert_m4_digests(run: &qemu::Run, arenas: &mut Arenas<'_>, who: &str, log: &
     let (name, restored) = board.pop().expect("digests");
     assert_eq!(name, "snapshot_restored", "log:\n{log}");
     let cold = assert_case_digests(&board, arenas, who, log);
+    assert_stored_pages(run, arenas, who, log);
     assert_eq!(Some(restored), cold, "{who}: restored == cold prefill");
     assert_stack(run, M4_STACK_BUDGET, who, log);
     let step = run
@@ -216,6 +218,25 @@ fn assert_m4_digests(run: &qemu::Run, arenas: &mut Arenas<'_>, who: &str, log: &
         "{who} decode step: {step}"
     );
     restored
+}
+
+/// Asserts that a board printed the stored pages of every case of [`TINY_CASES`] (`pages <case>
+/// crc32 <hex>`, subnormal inputs), each the host's.
+fn assert_stored_pages(run: &qemu::Run, arenas: &mut Arenas<'_>, who: &str, log: &str) {
+    let board: Vec<&str> = run
+        .lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("pages "))
+        .map(str::trim)
+        .collect();
+    let host: Vec<String> = TINY_CASES
+        .iter()
+        .map(|&c| {
+            let crc = stored_pages(c, arenas).expect("host pages");
+            format!("{} crc32 {crc:08x}", c.name())
+        })
+        .collect();
+    assert_eq!(board, host, "{who}: stored pages; log:\n{log}");
 }
 
 /// The host's buffers for the parity cases.

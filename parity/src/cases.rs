@@ -66,7 +66,45 @@ pub enum Case {
     /// ([`snapshot::decode_after_image`]): the same digest. Not in [`CASES`] (it needs the
     /// image); [`run`] refuses it with [`Error::NeedsImage`].
     SnapshotRestored,
+    /// f32 pages with K/V rows and queries at and around the subnormal range (the `tiny`
+    /// inputs: per KV head, normal keys with values of 2^-124 … 2^-100, subnormal keys and
+    /// values, and values of 2^-70 … 2^-40; queries sharp, plain and scaled to 2^-100 …
+    /// 2^-60): prefill 40 tokens in chunks of 32, decode 4 more; every output, then the stored
+    /// pages' bytes.
+    TinyF32,
+    /// [`TinyF32`](Case::TinyF32)'s script and inputs over f16 pages.
+    TinyF16,
+    /// The same over bf16 pages.
+    TinyBf16,
+    /// The same over int8 pages, groups of 32 (Q8_0).
+    TinyQ8_0,
+    /// The same over int8 pages, one scale per token and head.
+    TinyInt8Head,
+    /// The same over FP8 E4M3 tile pages ([`FP8_TILE`]).
+    TinyFp8Tile,
+    /// The same over Q4_0 pages.
+    TinyQ4_0,
+    /// The same over Q4_1 pages.
+    TinyQ4_1,
+    /// The same over f32 pages, K and V rotated (signed Hadamard).
+    TinyF32Rot,
+    /// The same, K in Q8_0 pages and V in Q4_0 pages rotated (signed Hadamard).
+    TinyQ8KQ4VRot,
 }
+
+/// The cases whose inputs reach f32's subnormal range.
+pub const TINY_CASES: &[Case] = &[
+    Case::TinyF32,
+    Case::TinyF16,
+    Case::TinyBf16,
+    Case::TinyQ8_0,
+    Case::TinyInt8Head,
+    Case::TinyFp8Tile,
+    Case::TinyQ4_0,
+    Case::TinyQ4_1,
+    Case::TinyF32Rot,
+    Case::TinyQ8KQ4VRot,
+];
 
 /// Every case, in the order firmware runs and prints them.
 pub const CASES: &[Case] = &[
@@ -91,6 +129,16 @@ pub const CASES: &[Case] = &[
     Case::WindowSinks,
     Case::WindowSlide,
     Case::SnapshotCold,
+    Case::TinyF32,
+    Case::TinyF16,
+    Case::TinyBf16,
+    Case::TinyQ8_0,
+    Case::TinyInt8Head,
+    Case::TinyFp8Tile,
+    Case::TinyQ4_0,
+    Case::TinyQ4_1,
+    Case::TinyF32Rot,
+    Case::TinyQ8KQ4VRot,
 ];
 
 /// The FP8 tile format of [`Case::PagedFp8Tile`].
@@ -141,6 +189,16 @@ impl Case {
             Case::WindowSlide => "window_slide",
             Case::SnapshotCold => "snapshot_cold",
             Case::SnapshotRestored => "snapshot_restored",
+            Case::TinyF32 => "tiny_f32",
+            Case::TinyF16 => "tiny_f16",
+            Case::TinyBf16 => "tiny_bf16",
+            Case::TinyQ8_0 => "tiny_q8_0",
+            Case::TinyInt8Head => "tiny_int8_head",
+            Case::TinyFp8Tile => "tiny_fp8_tile",
+            Case::TinyQ4_0 => "tiny_q4_0",
+            Case::TinyQ4_1 => "tiny_q4_1",
+            Case::TinyF32Rot => "tiny_f32_rot",
+            Case::TinyQ8KQ4VRot => "tiny_q8_0_k_q4_0_v_rot",
         }
     }
 
@@ -152,16 +210,18 @@ impl Case {
     /// The K and V page formats.
     pub const fn formats(self) -> (ElementFormat, ElementFormat) {
         let f = match self {
-            Case::PagedF16 | Case::PrefixWarm | Case::PrefixCold => ElementFormat::F16,
-            Case::PagedBf16 => ElementFormat::Bf16,
-            Case::PagedQ8_0 | Case::PagedQ8_0Sharp => ElementFormat::Q8_0,
-            Case::PagedInt8Head => ElementFormat::Int8 {
+            Case::PagedF16 | Case::PrefixWarm | Case::PrefixCold | Case::TinyF16 => {
+                ElementFormat::F16
+            }
+            Case::PagedBf16 | Case::TinyBf16 => ElementFormat::Bf16,
+            Case::PagedQ8_0 | Case::PagedQ8_0Sharp | Case::TinyQ8_0 => ElementFormat::Q8_0,
+            Case::PagedInt8Head | Case::TinyInt8Head => ElementFormat::Int8 {
                 group: SHAPE.head_dim,
             },
-            Case::PagedFp8Tile => FP8_TILE,
-            Case::PagedQ4_0 | Case::PagedQ4_0Rot => ElementFormat::Q4_0,
-            Case::PagedQ4_1 => ElementFormat::Q4_1,
-            Case::PagedQ8KQ4V | Case::PagedQ8KQ4VRot => {
+            Case::PagedFp8Tile | Case::TinyFp8Tile => FP8_TILE,
+            Case::PagedQ4_0 | Case::PagedQ4_0Rot | Case::TinyQ4_0 => ElementFormat::Q4_0,
+            Case::PagedQ4_1 | Case::TinyQ4_1 => ElementFormat::Q4_1,
+            Case::PagedQ8KQ4V | Case::PagedQ8KQ4VRot | Case::TinyQ8KQ4VRot => {
                 return (ElementFormat::Q8_0, ElementFormat::Q4_0);
             }
             Case::Chunked | Case::OnePass | Case::SnapshotCold | Case::SnapshotRestored => {
@@ -188,6 +248,16 @@ impl Case {
             Case::Chunked | Case::OnePass | Case::SnapshotCold | Case::SnapshotRestored => {
                 "q8_0 K, f16 V"
             }
+            Case::TinyF32 => "f32, subnormal inputs",
+            Case::TinyF16 => "f16, subnormal inputs",
+            Case::TinyBf16 => "bf16, subnormal inputs",
+            Case::TinyQ8_0 => "q8_0, subnormal inputs",
+            Case::TinyInt8Head => "int8 a scale per head, subnormal inputs",
+            Case::TinyFp8Tile => "fp8 tiles, subnormal inputs",
+            Case::TinyQ4_0 => "q4_0, subnormal inputs",
+            Case::TinyQ4_1 => "q4_1, subnormal inputs",
+            Case::TinyF32Rot => "f32 rotated, subnormal inputs",
+            Case::TinyQ8KQ4VRot => "q8_0 K, q4_0 V rotated, subnormal inputs",
             _ => "f32",
         }
     }
@@ -196,7 +266,10 @@ impl Case {
     pub const fn rotations(self) -> (Rotation, Rotation) {
         match self {
             Case::PagedQ4_0Rot => (Rotation::SignedHadamard, Rotation::SignedHadamard),
-            Case::PagedQ8KQ4VRot => (Rotation::None, Rotation::SignedHadamard),
+            Case::PagedQ8KQ4VRot | Case::TinyQ8KQ4VRot => {
+                (Rotation::None, Rotation::SignedHadamard)
+            }
+            Case::TinyF32Rot => (Rotation::SignedHadamard, Rotation::SignedHadamard),
             _ => (Rotation::None, Rotation::None),
         }
     }

@@ -109,6 +109,11 @@ impl OutputCrc {
         self.values = self.values.wrapping_add(values.len() as u32);
     }
 
+    /// Adds raw bytes (a cache's stored pages), not counted as values.
+    pub fn update_bytes(&mut self, bytes: &[u8]) {
+        self.digest.update(bytes);
+    }
+
     /// Values added so far.
     pub fn values(&self) -> u32 {
         self.values

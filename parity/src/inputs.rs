@@ -57,10 +57,36 @@ pub(crate) enum Src {
     /// As `Stream`, queries × [`SHARP`]: scores hundreds apart, so that many weights are
     /// subnormal or zero (`exp` of less than −87).
     Sharp(u64),
+    /// The `tiny` rows and queries (module `tiny`): values at and around the subnormal range.
+    Tiny(u64),
 }
 
 /// Factor of the queries of [`Case::PagedQ8_0Sharp`].
 pub const SHARP: f32 = 24.0;
+
+impl Src {
+    /// Position `pos`'s K and V rows of `layer`.
+    pub(crate) fn kv_rows(self, layer: u16, pos: u32, k: &mut [f32], v: &mut [f32]) {
+        let seed = self.seed(layer, pos, KIND_KV);
+        match self {
+            Src::Tiny(_) => tiny_kv_rows(seed, k, v),
+            _ => kv_rows(seed, k, v),
+        }
+    }
+
+    /// Position `pos`'s query row of `layer`.
+    pub(crate) fn query_row(self, layer: u16, pos: u32, q: &mut [f32]) {
+        let seed = self.seed(layer, pos, KIND_Q);
+        match self {
+            Src::Tiny(_) => tiny_query_row(seed, q),
+            Src::Sharp(_) => {
+                query_row(seed, q);
+                q.iter_mut().for_each(|x| *x *= SHARP);
+            }
+            _ => query_row(seed, q),
+        }
+    }
+}
 
 pub(crate) const KIND_KV: u64 = 1;
 pub(crate) const KIND_Q: u64 = 2;
@@ -68,7 +94,7 @@ pub(crate) const KIND_Q: u64 = 2;
 impl Src {
     pub(crate) fn seed(self, layer: u16, pos: u32, kind: u64) -> u64 {
         let word = match self {
-            Src::Stream(s) | Src::Sharp(s) => mix(s),
+            Src::Stream(s) | Src::Sharp(s) | Src::Tiny(s) => mix(s),
             Src::Tokens(tokens) => tokens
                 .iter()
                 .take(pos as usize + 1)

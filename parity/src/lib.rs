@@ -61,6 +61,7 @@ mod inputs;
 mod listing;
 mod memory;
 mod runner;
+mod tiny;
 
 pub use cases::*;
 pub use decode_step::*;
@@ -69,3 +70,4 @@ pub use inputs::*;
 pub use listing::*;
 pub use memory::*;
 pub use runner::*;
+pub(crate) use tiny::*;

@@ -5,13 +5,15 @@
 use core::fmt;
 use core::mem::MaybeUninit;
 
-use crate::{Arenas, CASES, Error, STEP_KEYS, STEP_SHAPES, decode_step_of, run};
+use crate::{
+    Arenas, CASES, Error, STEP_KEYS, STEP_SHAPES, TINY_CASES, decode_step_of, run, stored_pages,
+};
 
 /// The committed listing (`parity/digests.txt`).
 pub const DIGESTS: &str = include_str!("../digests.txt");
 
 /// Passes each line of the listing (without its newline) to `line`: the cases in [`CASES`]
-/// order run in `arenas`, then the decode step of every shape in [`STEP_SHAPES`] over
+/// order run in `arenas`, the stored pages of each of [`TINY_CASES`](crate::TINY_CASES) ([`stored_pages`]), then the decode step of every shape in [`STEP_SHAPES`] over
 /// [`STEP_KEYS`] keys in `step_arena` and `step_work` (sized
 /// [`STEP_SHAPES_ARENA_BYTES`](crate::STEP_SHAPES_ARENA_BYTES) and
 /// [`STEP_SHAPES_WORK_F32`](crate::STEP_SHAPES_WORK_F32)). The first error stops it.
@@ -24,6 +26,10 @@ pub fn digest_listing(
     for &case in CASES {
         let digest = run(case, arenas, &mut |_| {})?;
         line(format_args!("{digest}"));
+    }
+    for &case in TINY_CASES {
+        let crc = stored_pages(case, arenas)?;
+        line(format_args!("pages {} crc32 {crc:08x}", case.name()));
     }
     for shape in &STEP_SHAPES {
         let step = decode_step_of(shape, step_arena, step_work, &mut || 0)?;

@@ -18,7 +18,7 @@ use cortex_m_rt::{ExceptionFrame, entry, exception};
 use defmt_semihosting as _;
 use edgekv_board_clock as clock;
 use edgekv_board_stack::{self as stack, Marks, Painter};
-use edgekv_parity::{Arenas, CASES, DATA_BYTES, META_BYTES, WORK_F32};
+use edgekv_parity::{Arenas, CASES, DATA_BYTES, META_BYTES, TINY_CASES, WORK_F32};
 use static_cell::ConstStaticCell;
 
 /// The system prompt's snapshot image, written by the build script on the host, in flash.
@@ -66,6 +66,16 @@ fn main() -> ! {
                     case.name(),
                     defmt::Debug2Format(&e)
                 );
+            }
+        }
+    }
+    // The stored pages of the cases with subnormal inputs.
+    for &case in TINY_CASES {
+        match edgekv_parity::stored_pages(case, &mut arenas) {
+            Ok(crc) => defmt::println!("pages {=str} crc32 {=u32:08x}", case.name(), crc),
+            Err(e) => {
+                failed += 1;
+                defmt::println!("pages {=str} failed: {}", case.name(), defmt::Debug2Format(&e));
             }
         }
     }

@@ -9,6 +9,7 @@ use half::{bf16, f16};
 use super::decode::{Decode, LANES, f32_at, u16_at};
 use super::{Element, ElementFormat};
 use crate::numeric::Widen;
+use crate::numeric::floor::value;
 #[cfg(test)]
 use crate::numeric::widen::f16_to_f32;
 
@@ -128,7 +129,9 @@ fn decode_f32_slice<T: Element>(fmt: ElementFormat, src: &[u8], dst: &mut [T]) -
     true
 }
 
-/// Little-endian f32 elements.
+/// Little-endian f32 elements, those below 2^-42 in magnitude read as zeros of their sign
+/// (`floor::value`: no product with a weight is subnormal, so vector floats that flush
+/// subnormals give the same bits).
 #[derive(Clone, Copy)]
 pub(crate) struct F32s;
 
@@ -137,14 +140,19 @@ impl Decode<{ 4 * LANES }> for F32s {
     fn block(self, b: &[u8; 4 * LANES]) -> [f32; LANES] {
         let mut x = [0f32; LANES];
         for l in 0..LANES {
-            x[l] = f32::from_le_bytes([b[4 * l], b[4 * l + 1], b[4 * l + 2], b[4 * l + 3]]);
+            x[l] = value(f32::from_le_bytes([
+                b[4 * l],
+                b[4 * l + 1],
+                b[4 * l + 2],
+                b[4 * l + 3],
+            ]));
         }
         x
     }
 
     #[inline(always)]
     fn one(self, bytes: &[u8], i: usize) -> f32 {
-        f32_at(bytes, i)
+        value(f32_at(bytes, i))
     }
 }
 
@@ -171,7 +179,7 @@ impl<D: Widen> Decode<{ 2 * LANES }> for F16s<D> {
     }
 }
 
-/// Little-endian bf16 elements.
+/// Little-endian bf16 elements, widened exactly, those below 2^-42 read as zeros (as [`F32s`]).
 #[derive(Clone, Copy)]
 pub(crate) struct Bf16s;
 
@@ -180,14 +188,14 @@ impl Decode<{ 2 * LANES }> for Bf16s {
     fn block(self, b: &[u8; 2 * LANES]) -> [f32; LANES] {
         let mut x = [0f32; LANES];
         for l in 0..LANES {
-            x[l] = bf16_to_f32(u16::from_le_bytes([b[2 * l], b[2 * l + 1]]));
+            x[l] = value(bf16_to_f32(u16::from_le_bytes([b[2 * l], b[2 * l + 1]])));
         }
         x
     }
 
     #[inline(always)]
     fn one(self, bytes: &[u8], i: usize) -> f32 {
-        bf16_to_f32(u16_at(bytes, i))
+        value(bf16_to_f32(u16_at(bytes, i)))
     }
 }
 

@@ -13,6 +13,7 @@
 
 use super::{Element, ElementFormat, QuantKernels, decode_rows, encode_rows};
 use crate::error::{ConfigError, Result};
+use crate::numeric::floor::state;
 
 /// The largest head_dim a rotation accepts (rows are rotated in a stack buffer of this many f32).
 pub const MAX_ROTATED_DIM: usize = 256;
@@ -184,23 +185,30 @@ fn flip_signs(x: &mut [f32]) {
 
 /// The orthonormal Walsh–Hadamard transform of `x` (a power-of-two length), in place: butterfly
 /// rounds of span 1, 2, 4, …, then one multiplication by `1 / √n`.
+///
+/// Every input, butterfly result and product below 2^-125 in magnitude is a zero of its sign
+/// (`floor::state`): no operand or result is subnormal, so vector floats that flush subnormals
+/// (Helium's) give the scalar FPU's and the host's bits.
 fn hadamard(x: &mut [f32]) {
     let n = x.len();
+    for v in x.iter_mut() {
+        *v = state(*v);
+    }
     let mut h = 1;
     while h < n {
         for block in x.chunks_exact_mut(2 * h) {
             let (a, b) = block.split_at_mut(h);
             for (a, b) in a.iter_mut().zip(b) {
                 let (u, v) = (*a, *b);
-                *a = u + v;
-                *b = u - v;
+                *a = state(u + v);
+                *b = state(u - v);
             }
         }
         h *= 2;
     }
     let s = 1.0 / libm::sqrtf(n as f32);
     for v in x.iter_mut() {
-        *v *= s;
+        *v = state(*v * s);
     }
 }
 

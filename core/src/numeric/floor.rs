@@ -17,10 +17,14 @@
 //! at least 2^-85 and so multiples of 2^-108): nothing subnormal arises. A state product rounded
 //! by IEEE rules and the same product flushed when it is tiny before rounding agree once results
 //! below 2^-125 (not 2^-126) become zero. For int8 keys, query groups below 2^-60 quantize to
-//! zero (`query`), so query scale × key scale is normal. Not covered: f32, bf16 and FP8 values
-//! below 2^-42 (a product with a small weight may then be subnormal), query elements that small
-//! against float keys, and outputs rotated back (`Rotation`) whose butterflies nearly cancel below
-//! 2^-100.
+//! zero (`query`), so query scale × key scale is normal. f32 and bf16 values (and FP8 tails)
+//! below [`VALUE_FLOOR`] (2^-42) read as zero, and FP8 tiles whose `max|x|` is below 2^-24 are
+//! stored as zero tiles (`format::fp8`), so a weight times a value is zero or at least 2^-102,
+//! rounded to a multiple of 2^-125; an accumulator plus such a product that nearly cancels is
+//! a multiple of 2^-126, hence zero or normal. The rotation (`Rotation`) floors its input and
+//! every butterfly's result as the state is floored. Tiny scores (query elements that small
+//! against float keys) may differ, but only where every score of the row is below 2^-100, and
+//! then every weight `exp(score − max)` is 1 either way.
 //!
 //! What it costs: terms below 2^-60 of the largest, at most 2^-47 of the sum at 8,192 keys, well
 //! under f32's rounding of the sum itself.
@@ -30,6 +34,35 @@ pub(crate) const WEIGHT_FLOOR: f32 = f32::from_bits(0x2180_0000);
 
 /// State elements smaller than this (2^-125) in magnitude are a zero of their sign.
 pub(crate) const STATE_FLOOR: f32 = f32::from_bits(0x0100_0000);
+
+/// Decoded f32 and bf16 values (and FP8 tails) smaller than this (2^-42) in magnitude are a
+/// zero of their sign: with weights of at least [`WEIGHT_FLOOR`], a product of a weight and a
+/// value is then zero or at least 2^-102 (see the module doc).
+pub(crate) const VALUE_FLOOR: f32 = f32::from_bits(0x2a80_0000);
+
+/// `x`, or a zero of its sign if its magnitude is below [`VALUE_FLOOR`] (NaN and infinities
+/// stay): how the f32 and bf16 decoders read a stored value. Integer steps only (vectorizes).
+#[inline(always)]
+pub(crate) fn value(x: f32) -> f32 {
+    let b = x.to_bits();
+    let small = b & 0x7fff_ffff < VALUE_FLOOR.to_bits();
+    f32::from_bits(if small { b & 0x8000_0000 } else { b })
+}
+
+/// The block quantizers (int8 groups, Q4_0, Q4_1) read inputs smaller than this (2^-100) in
+/// magnitude as zeros: their f16 scale would round to zero anyway (the decoded values are
+/// ggml's), and every scale, inverse and product they form is then zero or normal, so vector
+/// floats that flush subnormals write the same codes.
+pub(crate) const QUANT_FLOOR: f32 = f32::from_bits(0x0d80_0000);
+
+/// `x`, or a zero of its sign if its magnitude is below [`QUANT_FLOOR`] (NaN and infinities
+/// stay). Integer steps only.
+#[inline(always)]
+pub(crate) fn quant_input(x: f32) -> f32 {
+    let b = x.to_bits();
+    let small = b & 0x7fff_ffff < QUANT_FLOOR.to_bits();
+    f32::from_bits(if small { b & 0x8000_0000 } else { b })
+}
 
 /// `w`, or zero if it is below [`WEIGHT_FLOOR`] (NaN stays NaN).
 #[inline(always)]
@@ -71,6 +104,28 @@ mod tests {
     fn floors_are_the_powers_of_two() {
         assert_eq!(WEIGHT_FLOOR, libm::exp2f(-60.0));
         assert_eq!(STATE_FLOOR, libm::exp2f(-125.0));
+    }
+
+    #[test]
+    fn values_below_the_floor_are_zero_of_their_sign() {
+        assert_eq!(VALUE_FLOOR, libm::exp2f(-42.0));
+        let below = f32::from_bits(VALUE_FLOOR.to_bits() - 1);
+        assert_eq!(value(below).to_bits(), 0);
+        assert_eq!(value(-below).to_bits(), 0x8000_0000);
+        assert_eq!(value(f32::from_bits(1)).to_bits(), 0);
+        assert_eq!(value(VALUE_FLOOR), VALUE_FLOOR);
+        assert_eq!(value(-1.5), -1.5);
+        assert!(value(f32::NAN).is_nan());
+        assert_eq!(value(f32::NEG_INFINITY), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn quantizer_inputs_below_the_floor_are_zero() {
+        assert_eq!(QUANT_FLOOR, libm::exp2f(-100.0));
+        let below = f32::from_bits(QUANT_FLOOR.to_bits() - 1);
+        assert_eq!(quant_input(-below).to_bits(), 0x8000_0000);
+        assert_eq!(quant_input(QUANT_FLOOR), QUANT_FLOOR);
+        assert_eq!(quant_input(f32::INFINITY), f32::INFINITY);
     }
 
     #[test]

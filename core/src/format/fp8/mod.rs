@@ -9,8 +9,11 @@
 //! [dv codes][dv / tile scales, f32 LE][d − dv tail values, raw bf16 or f32 LE]
 //! ```
 //!
-//! Deliberate difference from the reference: a tile whose scale is 0 (all zeros) gets codes 0,
-//! where the reference writes NaN codes (0/0).
+//! Deliberate differences from the reference: a tile whose scale is 0 (all zeros) gets codes 0,
+//! where the reference writes NaN codes (0/0); a tile whose `max|x|` is below 2^-24
+//! ([`TILE_FLOOR`]) is stored as such a zero tile too, so that no weight × scale × code
+//! product of attention is subnormal (Helium's vector floats flush those; see
+//! `numeric::floor`).
 //!
 //! This module holds the format's byte layout ([`fp8_tile_row_bytes`]), its reference codec and the
 //! decoders that attention fuses into its dot products ([`E4m3Scaled`], [`E4m3s`]).
@@ -35,6 +38,8 @@ pub(crate) const TWO_POW_M120: f32 = f32::from_bits((127 - 120) << 23);
 const MIN_NORMAL: f32 = 0.015_625;
 /// The largest finite e4m3fn value.
 const MAX: f32 = 448.0;
+/// Tiles whose `max|x|` is below this (2^-24) are stored as zero tiles (scale 0, codes 0).
+pub(crate) const TILE_FLOOR: f32 = f32::from_bits(0x3380_0000);
 
 /// The code of `r`, a value of the e4m3 grid in `[0, 448]`: normal values by rebiasing the
 /// exponent in integer arithmetic (127 → 7, three mantissa bits kept), subnormal ones (multiples
@@ -239,6 +244,11 @@ pub(crate) fn quantize_tiles<L: Load>(
 pub(crate) fn tile_scale(amax: f32, bf16_scale: bool) -> f32 {
     if amax.is_nan() {
         return f32::NAN;
+    }
+    // A tile below 2^-24 is a zero tile: its scale would be below 2^-33, and a weight times
+    // it times a code could be subnormal (see `numeric::floor`).
+    if amax < TILE_FLOOR {
+        return 0.0;
     }
     let s = amax / MAX;
     if bf16_scale {

@@ -214,15 +214,20 @@ fn subnormal_codes_and_saturation() {
     assert!(row[1] > 0 && row[1] < 8, "{:#x}", row[1]);
     assert_eq!(row[0], 0x7E);
     assert_eq!(row[5], 0xFE);
-    // A subnormal f32 scale: x / s can exceed 448 and saturates.
+    // A tile below 2^-24 (here with a subnormal scale, where x / s would saturate) is a zero
+    // tile: scale 0, codes 0 (so no weight × scale × code product of attention is subnormal).
     let t = f32::from_bits(1_000);
     let x = [t, -t, t * 0.5, 0.0];
     let row = quant(&x, 4, 4, false);
-    let s = t / 448.0;
-    assert_eq!(scale(&row, 4, 0), s);
-    for i in 0..4 {
-        assert_eq!(row[i], e4m3_from_f32(x[i] / s));
-    }
+    assert_eq!(scale(&row, 4, 0), 0.0);
+    assert_eq!(&row[..4], &[0; 4]);
+    let below = f32::from_bits(TILE_FLOOR.to_bits() - 1);
+    let row = quant(&[below, -1e-9, 0.0, 1e-30], 4, 4, false);
+    assert_eq!((scale(&row, 4, 0), &row[..4]), (0.0, &[0u8; 4][..]));
+    // At the floor the tile is quantized: its largest value is 448 · s.
+    let row = quant(&[-TILE_FLOOR, 1e-9, 0.0, 1e-30], 4, 4, false);
+    assert_eq!(scale(&row, 4, 0), TILE_FLOOR / 448.0);
+    assert_eq!(row[0], 0xFE);
 }
 
 #[test]
@@ -394,6 +399,8 @@ mod props {
         let mut scales = Vec::new();
         for xt in x[..dv].chunks(tile) {
             let amax = xt.iter().fold(0f32, |m, v| m.max(v.abs()));
+            // Tiles below 2^-24 are zero tiles (`TILE_FLOOR`).
+            let amax = if amax < TILE_FLOOR { 0.0 } else { amax };
             let s = amax / 448.0;
             codes.extend(
                 xt.iter()
@@ -474,7 +481,7 @@ mod props {
         #[test]
         fn requantize_power_of_two_scale(
             codes in prop::collection::vec(any::<u8>().prop_filter("finite", |c| c & 0x7F != 0x7F), 1..40),
-            exp in -100i32..100,
+            exp in -32i32..100, // amax = 448 · 2^exp at least 2^-24 (`TILE_FLOOR`)
             tail in prop::collection::vec(-1e3f32..1e3, 0..4),
             bf16 in any::<bool>(),
         ) {

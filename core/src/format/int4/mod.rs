@@ -23,6 +23,7 @@ use half::f16;
 use super::Element;
 use super::decode::{Decode, LANES, u16_at};
 use crate::error::{ConfigError, Error, Result};
+use crate::numeric::floor::quant_input;
 use crate::numeric::widen::{Soft, Widen};
 
 /// Values per block.
@@ -229,7 +230,16 @@ fn pack(q: impl Fn(usize) -> u8, out: &mut [u8]) {
     }
 }
 
+/// The block with inputs below 2^-100 read as zeros (`floor::quant_input`): the block's f16
+/// scale would be zero anyway, and no scale, inverse or product formed from it is subnormal (so
+/// Helium's vector floats, which flush subnormals, write the host's codes).
+#[inline(always)]
+fn floored(x: &[f32; Q4_BLOCK]) -> [f32; Q4_BLOCK] {
+    x.map(quant_input)
+}
+
 fn encode_q4_0(x: &[f32; Q4_BLOCK], out: &mut [u8]) {
+    let x = &floored(x);
     // The first value of largest magnitude (`argmax(|x|)`), sign kept.
     let mut max = x[0];
     for &v in &x[1..] {
@@ -244,6 +254,7 @@ fn encode_q4_0(x: &[f32; Q4_BLOCK], out: &mut [u8]) {
 }
 
 fn encode_q4_1(x: &[f32; Q4_BLOCK], out: &mut [u8]) {
+    let x = &floored(x);
     let (mut min, mut max) = (x[0], x[0]);
     for &v in &x[1..] {
         if v < min {

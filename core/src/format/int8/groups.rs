@@ -6,6 +6,7 @@
 use half::f16;
 
 use crate::format::load::{Load, select};
+use crate::numeric::floor::quant_input;
 
 /// `0.5 - 2^-25`, the largest f32 below one half.
 ///
@@ -132,7 +133,10 @@ pub(crate) fn block_scales<L: Load>(keys: &[L::K; NB]) -> BlockScales {
 /// [`quantize_codes_fast`] applies, and the stored scale's f16 bits.
 #[inline(always)]
 fn group_scale<L: Load>(k: L::K) -> (f32, f32, bool, u16) {
-    let a = L::key_f32(k);
+    // A group below 2^-100 is a zero group (`floor::quant_input`: its f16 scale is zero anyway;
+    // otherwise `1 / d` and the codes of subnormal values could differ where vector floats
+    // flush subnormals). At or above it, a subnormal x gives |x · id| < 2^-19: code 0.
+    let a = quant_input(L::key_f32(k));
     let d = a / 127.0;
     let id = f32::from_bits(select(d == 0.0, 0, (1.0 / d).to_bits()));
     // d normal (or 0) and finite: the vectorized codes apply.

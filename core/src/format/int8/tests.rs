@@ -34,6 +34,8 @@ fn reference(x: &[f32], g: usize) -> (Vec<i8>, Vec<f16>) {
             .fold(0f32, |m, v| if v.abs() > m { v.abs() } else { m });
         let amax = if xg.iter().any(|v| v.is_nan()) {
             f32::NAN
+        } else if amax < libm::exp2f(-100.0) {
+            0.0 // a group below 2^-100 is a zero group (`floor::QUANT_FLOOR`)
         } else {
             amax
         };
@@ -129,11 +131,19 @@ fn f16_scale_overflow_is_inf() {
 }
 
 #[test]
-fn subnormal_amax_saturates_not_panics() {
-    // d is a tiny f32 subnormal: 1/d overflows to inf, codes saturate.
+fn groups_below_the_floor_are_zero_groups() {
+    // Below 2^-100 (here subnormal: 1/d would overflow to inf, codes saturate) a group is a
+    // zero group: codes 0, scale 0, as vector floats that flush subnormals write it too.
     let tiny = f32::from_bits(200);
     let x = [tiny, -tiny, 0.0, f32::from_bits(1)];
     let (q, s) = q8(&x, 4);
+    assert_eq!(q, [0; 4]);
+    assert_eq!(q, reference(&x, 4).0);
+    assert_eq!(s[0].to_bits(), 0);
+    // Just above the floor: d = 2^-100 / 127 is normal, codes as ggml's.
+    let x = [libm::exp2f(-100.0), -tiny, 0.0, -libm::exp2f(-101.0)];
+    let (q, s) = q8(&x, 4);
+    assert_eq!(q, [127, 0, 0, -64]);
     assert_eq!(q, reference(&x, 4).0);
     assert_eq!(s[0].to_bits(), 0);
 }
