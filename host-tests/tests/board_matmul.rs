@@ -35,7 +35,7 @@ const Q4_K_Q6_K: u32 = 2 * 2 * 4 * 6 * 6 * 2;
 /// matmuls; measured 2026-11-29, FIGURES.md).
 const PORTABLE_CRC: &str = "ddd296e8";
 
-/// `edgekv_llm::matmul::kernel_check::SUBNORMAL_DIGEST`, the host's digest of the f32 loops
+/// `edgekv_llm::subnormal_check::SUBNORMAL_DIGEST`, the host's digest of the f32 loops
 /// around the matmuls on subnormal inputs (its unit test recomputes it on the host).
 const SUBNORMAL_DIGEST: u32 = 0x6ebf_b47d;
 

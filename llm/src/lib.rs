@@ -54,6 +54,10 @@ pub mod quant;
 mod role;
 mod sample;
 mod session;
+/// The f32 loops around the matmuls on subnormal inputs, as a digest the boards must equal
+/// (feature `matmul-check`).
+#[cfg(feature = "matmul-check")]
+pub mod subnormal_check;
 
 pub use config::{Arch, Gemma3, LlamaConfig};
 pub use error::{Error, Result};

@@ -43,12 +43,12 @@ pub const ACTS: &[usize] = if cfg!(miri) {
     &[1, 2, 3, 4, 5, 9]
 };
 
-const MAX_COLS: usize = 576;
-const MAX_ROWS: usize = 9;
-const MAX_ACTS: usize = 9;
-const MAX_BLOCKS: usize = MAX_COLS / BLOCK;
+pub(crate) const MAX_COLS: usize = 576;
+pub(crate) const MAX_ROWS: usize = 9;
+pub(crate) const MAX_ACTS: usize = 9;
+pub(crate) const MAX_BLOCKS: usize = MAX_COLS / BLOCK;
 /// Q8_0 has the widest block (34 bytes); two Q6_K super-blocks (420 bytes) fit too.
-const MAX_ROW_BYTES: usize = MAX_BLOCKS * q8_0::BYTES;
+pub(crate) const MAX_ROW_BYTES: usize = MAX_BLOCKS * q8_0::BYTES;
 const _: () = assert!(2 * q6_k::BYTES <= MAX_ROW_BYTES && 2 * q4_k::BYTES <= MAX_ROW_BYTES);
 
 /// The inputs of one comparison.
@@ -120,12 +120,12 @@ pub struct Summary {
 /// The buffers of [`run`] (about 32 KB: a static on a board).
 #[derive(Debug)]
 pub struct Work {
-    w: [u8; MAX_ROWS * MAX_ROW_BYTES],
-    x: [f32; MAX_ACTS * MAX_COLS],
-    qs: [i8; MAX_ACTS * MAX_COLS],
-    d: [f32; MAX_ACTS * MAX_BLOCKS],
-    s: [f32; MAX_ACTS * MAX_BLOCKS],
-    got: [f32; MAX_ACTS * MAX_ROWS],
+    pub(crate) w: [u8; MAX_ROWS * MAX_ROW_BYTES],
+    pub(crate) x: [f32; MAX_ACTS * MAX_COLS],
+    pub(crate) qs: [i8; MAX_ACTS * MAX_COLS],
+    pub(crate) d: [f32; MAX_ACTS * MAX_BLOCKS],
+    pub(crate) s: [f32; MAX_ACTS * MAX_BLOCKS],
+    pub(crate) got: [f32; MAX_ACTS * MAX_ROWS],
 }
 
 impl Work {
@@ -149,10 +149,10 @@ impl Default for Work {
 }
 
 /// A small deterministic generator (SplitMix64).
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -160,24 +160,24 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 
     /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
+    pub(crate) fn unit(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
 }
 
 /// f16 bit patterns at the ends of the range: zero, the smallest subnormal, the largest
 /// subnormal, the smallest normal, ±65504, one, a negative zero.
-const EDGE_F16: [u16; 8] = [
+pub(crate) const EDGE_F16: [u16; 8] = [
     0x0000, 0x0001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0x8000,
 ];
 
 /// An f16 scale for `case`: a random one in ±[2^-10, 2^2) (or positive), or an edge pattern.
-fn scale(rng: &mut Rng, case: Case, positive: bool) -> u16 {
+pub(crate) fn scale(rng: &mut Rng, case: Case, positive: bool) -> u16 {
     if case == Case::ExtremeScales {
         return EDGE_F16[rng.below(EDGE_F16.len() as u64) as usize];
     }
@@ -191,7 +191,7 @@ fn scale(rng: &mut Rng, case: Case, positive: bool) -> u16 {
 }
 
 /// Fills `rows` weight rows of `ty` (`cols` values each) for `case`.
-fn weights(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], cols: usize) {
+pub(crate) fn weights(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], cols: usize) {
     if !matches!(ty, TensorType::Q4_1 | TensorType::Q8_0) {
         return weights_more(rng, ty, case, w, cols);
     }
@@ -222,7 +222,7 @@ fn weights(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], cols: usize)
 
 /// [`weights`] of Q4_0, Q5_0, Q5_1 and the K-quants: f16 scales as [`scale`] gives them, random
 /// (or edge) codes, the K-quants' packed scales random (edge: 63, or i8 −128 / 127).
-fn weights_more(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], cols: usize) {
+pub(crate) fn weights_more(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], cols: usize) {
     let (bytes, values) = match ty {
         TensorType::Q4_0 => (q4_0::BYTES, BLOCK),
         TensorType::Q5_0 => (q5_0::BYTES, BLOCK),
@@ -274,7 +274,14 @@ fn weights_more(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], cols: u
 
 /// Quantizes `n` random activation rows of `cols` values for `ty` with the reference
 /// quantizers, then applies `case`.
-fn activations(rng: &mut Rng, ty: TensorType, case: Case, work: &mut Work, cols: usize, n: usize) {
+pub(crate) fn activations(
+    rng: &mut Rng,
+    ty: TensorType,
+    case: Case,
+    work: &mut Work,
+    cols: usize,
+    n: usize,
+) {
     let blocks = cols / BLOCK;
     let x = &mut work.x[..n * cols];
     for v in x.iter_mut() {
@@ -320,7 +327,7 @@ fn activations(rng: &mut Rng, ty: TensorType, case: Case, work: &mut Work, cols:
 
 /// [`activations`] in Q8_K (the K-quants' partner): the 16-value sums as i16 in `s`, kept the
 /// codes' sums when a case changes the codes.
-fn activations_k(rng: &mut Rng, case: Case, work: &mut Work, cols: usize, n: usize) {
+pub(crate) fn activations_k(rng: &mut Rng, case: Case, work: &mut Work, cols: usize, n: usize) {
     let (blocks, sums) = (n * cols / QK_K, n * sums_len(cols));
     let (qs, d) = (&mut work.qs[..n * cols], &mut work.d[..blocks]);
     let bsums: &mut [i16] = bytemuck::cast_slice_mut(&mut work.s[..sums]);
@@ -352,7 +359,7 @@ fn activations_k(rng: &mut Rng, case: Case, work: &mut Work, cols: usize, n: usi
 }
 
 /// The weight types compared (those with a kernel on some target) and their names.
-const TYPES: [(TensorType, &str); 8] = [
+pub(crate) const TYPES: [(TensorType, &str); 8] = [
     (TensorType::Q4_1, "q4_1"),
     (TensorType::Q8_0, "q8_0"),
     (TensorType::Q4_0, "q4_0"),
@@ -366,7 +373,7 @@ const TYPES: [(TensorType, &str); 8] = [
 /// A portable dot product.
 type Dot = fn(&[u8], &QuantRow<'_>) -> f32;
 
-fn same(a: f32, b: f32) -> bool {
+pub(crate) fn same(a: f32, b: f32) -> bool {
     a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
 }
 
@@ -470,188 +477,9 @@ pub fn run(work: &mut Work, report: &mut dyn FnMut(&Mismatch)) -> Summary {
     sum
 }
 
-/// [`subnormal_digest`] as the host computes it (x86-64 with AVX2 and without, the portable
-/// build): a board must print the same.
-pub const SUBNORMAL_DIGEST: u32 = 0x6ebf_b47d;
-
-/// A value with a random sign and mantissa and a magnitude in [2^lo, 2^(hi + 1)), put together
-/// as bits (subnormal below 2^-126), so that no float operation forms it.
-fn tiny(rng: &mut Rng, lo: i32, hi: i32) -> f32 {
-    let bits = rng.next();
-    let e = lo + (bits % (hi - lo + 1) as u64) as i32;
-    let mant = (bits >> 16) as u32 & 0x007f_ffff;
-    let sign = ((bits >> 40) as u32 & 1) << 31;
-    let magnitude = if e >= -126 {
-        ((e + 127) as u32) << 23 | mant
-    } else {
-        (0x0080_0000 | mant) >> ((-126 - e) as u32).min(31)
-    };
-    f32::from_bits(sign | magnitude)
-}
-
-/// Activation row `t` of [`subnormal_digest`]: all subnormal, all in 2^-126 … 2^-90, or mixed
-/// (subnormals, tiny normals, ±0 and plain values), by `t mod 3`.
-fn tiny_row(rng: &mut Rng, t: usize, x: &mut [f32]) {
-    for (i, v) in x.iter_mut().enumerate() {
-        *v = match (t % 3, i % 4) {
-            (0, _) | (2, 0) => tiny(rng, -160, -127),
-            (1, _) | (2, 1) => tiny(rng, -126, -90),
-            (2, 2) => f32::from_bits((rng.next() as u32) & 0x8000_0000),
-            _ => rng.unit() * 4.0,
-        };
-    }
-}
-
-/// FNV-1a over the bits of `v`, into `h`.
-fn fnv(h: &mut u32, v: &[f32]) {
-    for x in v {
-        for b in x.to_bits().to_le_bytes() {
-            *h = (*h ^ b as u32).wrapping_mul(0x0100_0193);
-        }
-    }
-}
-
-/// A digest (FNV-1a over the result bits) of the f32 loops around the matmuls on inputs at and
-/// around f32's subnormal range, which a board must give with the host's bits: the activation
-/// quantizers ([`quantize_activation`](crate::matmul::quantize_activation) for Q8_0, Q8_1 and
-/// Q8_K), every weight type's matmul over quantized activations (its kernel where the build has
-/// one) and over f32 activations ([`matmul_f32`](crate::matmul::matmul_f32), random and extreme
-/// scales), [`edgekv::exp_in_place`] at its range ends, and [`embed_q8_0`](crate::ops::embed_q8_0)
-/// with extreme scales. The boards' `matmul-check` firmware prints it; the host recomputes it.
-pub fn subnormal_digest(work: &mut Work) -> u32 {
-    subnormal_parts(work, &mut |_, _| {})
-}
-
-/// [`subnormal_digest`], passing `report` each part's name and the digest after it (to find
-/// a part that differs).
-pub fn subnormal_parts(work: &mut Work, report: &mut dyn FnMut(&'static str, u32)) -> u32 {
-    use crate::matmul::{Matrix, matmul_f32, matmul_quant, quantize_activation};
-    let mut h = 0x811c_9dc5u32;
-    let mut rng = Rng(0x5eed_7135);
-    let (rows, n) = (4, 3);
-    for (ty, name) in TYPES.iter().copied().chain([(TensorType::F32, "f32")]) {
-        let cols = match ActivationType::for_weights(ty) {
-            Some(ActivationType::Q8_K) => QK_K,
-            _ => 96,
-        };
-        let Some(row_bytes) = ty.row_bytes(cols) else {
-            continue;
-        };
-        for t in 0..n {
-            tiny_row(&mut rng, t, &mut work.x[t * cols..][..cols]);
-        }
-        for case in [Case::Random, Case::ExtremeScales] {
-            let w = &mut work.w[..rows * row_bytes];
-            if ty == TensorType::F32 {
-                for (i, b) in w.chunks_exact_mut(4).enumerate() {
-                    let v = match i % 3 {
-                        0 => tiny(&mut rng, -149, -127),
-                        1 => tiny(&mut rng, -126, -60),
-                        _ => rng.unit(),
-                    };
-                    b.copy_from_slice(&v.to_le_bytes());
-                }
-            } else {
-                weights(&mut rng, ty, case, w, cols);
-            }
-            let m = Matrix {
-                data: &work.w[..rows * row_bytes],
-                ty,
-                cols,
-                rows,
-                row_bytes,
-            };
-            let got = &mut work.got[..n * rows];
-            matmul_f32(&m, &work.x[..n * cols], n, got);
-            fnv(&mut h, got);
-            report(name, h);
-            let Some(act) = ActivationType::for_weights(ty) else {
-                continue;
-            };
-            let (blocks, sums) = (cols / act.block_values(), sums_len(cols));
-            for t in 0..n {
-                quantize_activation(
-                    act,
-                    &work.x[t * cols..][..cols],
-                    &mut work.qs[t * cols..][..cols],
-                    &mut work.d[t * blocks..][..blocks],
-                    &mut work.s[t * sums..][..sums],
-                );
-            }
-            fnv(&mut h, &work.d[..n * blocks]);
-            fnv(&mut h, &work.s[..n * sums]);
-            let codes: &[u8] = bytemuck::cast_slice(&work.qs[..n * cols]);
-            for c in codes.chunks_exact(4) {
-                fnv(
-                    &mut h,
-                    &[f32::from_bits(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))],
-                );
-            }
-            let (qs, d, s) = (
-                &work.qs[..n * cols],
-                &work.d[..n * blocks],
-                &work.s[..n * sums],
-            );
-            matmul_quant(&m, qs, d, s, n, &mut work.got[..n * rows]);
-            fnv(&mut h, &work.got[..n * rows]);
-            report("matmul_quant", h);
-        }
-    }
-    // exp: its lanes' range ends (|x| up to 87.3), the libm ranges beyond, subnormals and zeros.
-    let x = &mut work.x[..512];
-    for (i, v) in x.iter_mut().enumerate() {
-        let edge = [
-            0x42ae_ac50u32,
-            0x3eb1_7218,
-            0x3f85_1592,
-            0x3900_0000,
-            0x42b1_7218,
-        ][i % 5];
-        *v = match i % 8 {
-            0..=3 => f32::from_bits((edge - 32 + (i / 8 % 64) as u32) | (i as u32 & 1) << 31),
-            4 => tiny(&mut rng, -149, -100),
-            5 => f32::from_bits((i as u32 & 1) << 31),
-            _ => (rng.unit() - 0.5) * 180.0,
-        };
-    }
-    edgekv::exp_in_place(x);
-    fnv(&mut h, x);
-    report("exp_in_place", h);
-    // The embedding rows with extreme scales.
-    let (cols, row_bytes) = (96, 3 * q8_0::BYTES);
-    weights(
-        &mut rng,
-        TensorType::Q8_0,
-        Case::ExtremeScales,
-        &mut work.w[..2 * row_bytes],
-        cols,
-    );
-    let m = Matrix {
-        data: &work.w[..2 * row_bytes],
-        ty: TensorType::Q8_0,
-        cols,
-        rows: 2,
-        row_bytes,
-    };
-    for t in 0..2 {
-        crate::ops::embed_q8_0(&m, t, &mut work.x[..cols]);
-        fnv(&mut h, &work.x[..cols]);
-    }
-    report("embed_q8_0", h);
-    h
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The committed digest of the f32 loops on subnormal inputs (see [`SUBNORMAL_DIGEST`]).
-    #[test]
-    fn subnormal_digest_is_the_committed_one() {
-        let mut work = Box::new(Work::new());
-        let got = subnormal_parts(&mut work, &mut |part, h| println!("{part} {h:08x}"));
-        assert_eq!(got, SUBNORMAL_DIGEST, "{got:08x}");
-    }
 
     /// On the host (AVX2 where the CPU has it; the portable code, trivially, elsewhere and under
     /// Miri).

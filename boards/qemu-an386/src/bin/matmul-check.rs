@@ -3,7 +3,7 @@
 //! values, each differing kernel and shape printed (`matmul_check mismatch …`), then
 //! `matmul_check kernels … compared N declined N mismatches N`; the exit code is nonzero on any
 //! mismatch; then the digest of the f32 loops on subnormal inputs
-//! (`kernel_check::subnormal_digest`) and the host's. `cargo run --release --bin
+//! (`subnormal_check::subnormal_digest`) and the host's. `cargo run --release --bin
 //! matmul-check`; CI runs it
 //! (`host-tests/tests/board_matmul.rs`).
 #![no_std]
@@ -13,6 +13,7 @@ use cortex_m as _; // critical-section implementation for defmt
 use cortex_m_rt::entry;
 use defmt_semihosting as _;
 use edgekv_llm::matmul::{kernel_check, kernels};
+use edgekv_llm::subnormal_check;
 
 static WORK: static_cell::ConstStaticCell<kernel_check::Work> =
     static_cell::ConstStaticCell::new(kernel_check::Work::new());
@@ -42,11 +43,11 @@ fn main() -> ! {
         sum.mismatches
     );
     // The f32 loops around the matmuls on subnormal inputs: the host's bits.
-    let subnormal = kernel_check::subnormal_digest(work);
+    let subnormal = subnormal_check::subnormal_digest(work);
     defmt::println!(
         "matmul_check subnormal crc {=u32:08x} host {=u32:08x}",
         subnormal,
-        kernel_check::SUBNORMAL_DIGEST
+        subnormal_check::SUBNORMAL_DIGEST
     );
     // A different subnormal digest is reported (the host test compares), not an exit code:
     // the M55's portable `matmul_f32` is a known open difference.

@@ -2,7 +2,7 @@
 //! this build against the portable dot products on random rows and edge values, each differing
 //! kernel and shape printed (`matmul_check mismatch …`), then `matmul_check kernels … compared N
 //! declined N mismatches N`, then the digest of the f32 loops on subnormal inputs
-//! (`kernel_check::subnormal_digest`) and the host's; the exit code is nonzero on any kernel
+//! (`subnormal_check::subnormal_digest`) and the host's; the exit code is nonzero on any kernel
 //! mismatch. `cargo run --release --bin matmul-check`; CI runs it (`host-tests/tests/board_matmul.rs`).
 #![no_std]
 #![no_main]
@@ -11,6 +11,7 @@ use cortex_m as _; // critical-section implementation for defmt
 use cortex_m_rt::entry;
 use defmt_semihosting as _;
 use edgekv_llm::matmul::{kernel_check, kernels};
+use edgekv_llm::subnormal_check;
 
 static WORK: static_cell::ConstStaticCell<kernel_check::Work> =
     static_cell::ConstStaticCell::new(kernel_check::Work::new());
@@ -40,13 +41,13 @@ fn main() -> ! {
         sum.mismatches
     );
     // The f32 loops around the matmuls on subnormal inputs: the host's bits.
-    let subnormal = kernel_check::subnormal_parts(work, &mut |part, h| {
+    let subnormal = subnormal_check::subnormal_parts(work, &mut |part, h| {
         defmt::println!("matmul_check subnormal part {=str} {=u32:08x}", part, h)
     });
     defmt::println!(
         "matmul_check subnormal crc {=u32:08x} host {=u32:08x}",
         subnormal,
-        kernel_check::SUBNORMAL_DIGEST
+        subnormal_check::SUBNORMAL_DIGEST
     );
     // A different subnormal digest is reported (the host test compares), not an exit code:
     // the M55's portable `matmul_f32` is a known open difference.
