@@ -25,6 +25,7 @@ use half::f16;
 use super::quantize_lanes::{Lanes, W, low_bytes};
 use crate::format::int8::groups::quantize_codes_slow;
 use crate::format::load::Load;
+use crate::numeric::floor::quant_input;
 
 /// Groups whose scales [`scales4`] computes at a time.
 const G4: usize = 4;
@@ -78,7 +79,8 @@ pub(super) fn quantize_groups<T: Lanes>(x: &[T], g: usize, codes: &mut [i8], sca
     {
         let mut amax = [0f32; G4];
         for (a, xg) in amax.iter_mut().zip(xb.chunks_exact(g)) {
-            *a = T::L::key_f32(T::amax_key(xg));
+            // The portable `group_scale`'s floor: a group below 2^-100 is a zero group.
+            *a = quant_input(T::L::key_f32(T::amax_key(xg)));
         }
         let (ids, fast, bits) = scales4(amax);
         for (s, &bits) in sb.iter_mut().zip(&bits) {
