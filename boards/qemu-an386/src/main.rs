@@ -46,7 +46,7 @@ fn main() -> ! {
         work: PARITY_WORK.take(),
     };
     let mut failed = 0u32;
-    let mut marks = Marks::<24>::new();
+    let mut marks = Marks::<48>::new();
     // Before any call: the firmware's own frames (an upper bound, to the painted window's top).
     marks.record("main, before any call", "", Painter::paint().deepest());
     for &case in CASES {

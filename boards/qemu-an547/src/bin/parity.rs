@@ -33,7 +33,7 @@ fn main() -> ! {
     let data = unsafe { &mut *addr_of_mut!(DATA) };
     let mut arenas = Arenas { data, meta, work };
     let mut failed = 0u32;
-    let mut marks = Marks::<24>::new();
+    let mut marks = Marks::<48>::new();
     for &case in CASES {
         let (result, deepest) = stack::laps(&mut marks, |lap| {
             edgekv_parity::run(case, &mut arenas, &mut |e| {
