@@ -92,20 +92,6 @@ pub enum Case {
     TinyQ8KQ4VRot,
 }
 
-/// The cases whose inputs reach f32's subnormal range.
-pub const TINY_CASES: &[Case] = &[
-    Case::TinyF32,
-    Case::TinyF16,
-    Case::TinyBf16,
-    Case::TinyQ8_0,
-    Case::TinyInt8Head,
-    Case::TinyFp8Tile,
-    Case::TinyQ4_0,
-    Case::TinyQ4_1,
-    Case::TinyF32Rot,
-    Case::TinyQ8KQ4VRot,
-];
-
 /// Every case, in the order firmware runs and prints them.
 pub const CASES: &[Case] = &[
     Case::PagedF32,
@@ -140,6 +126,12 @@ pub const CASES: &[Case] = &[
     Case::TinyF32Rot,
     Case::TinyQ8KQ4VRot,
 ];
+
+/// Cases at the end of [`CASES`] whose inputs reach f32's subnormal range.
+const TINY_COUNT: usize = 10;
+
+/// The cases whose inputs reach f32's subnormal range: the last [`TINY_COUNT`] of [`CASES`].
+pub const TINY_CASES: &[Case] = CASES.split_at(CASES.len() - TINY_COUNT).1;
 
 /// The FP8 tile format of [`Case::PagedFp8Tile`].
 pub const FP8_TILE: ElementFormat = ElementFormat::Fp8Tile {
@@ -287,6 +279,24 @@ impl Case {
         match self {
             Case::WindowSinks | Case::WindowSlide => p.with_window(WINDOW.0, WINDOW.1),
             _ => p,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`TINY_CASES`] is exactly the `tiny_*` cases.
+    #[test]
+    fn tiny_cases_are_the_tiny_ones() {
+        for &case in CASES {
+            assert_eq!(
+                TINY_CASES.contains(&case),
+                case.name().starts_with("tiny_"),
+                "{}",
+                case.name()
+            );
         }
     }
 }

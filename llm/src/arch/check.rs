@@ -43,12 +43,12 @@ pub const ACTS: &[usize] = if cfg!(miri) {
     &[1, 2, 3, 4, 5, 9]
 };
 
-pub(crate) const MAX_COLS: usize = 576;
-pub(crate) const MAX_ROWS: usize = 9;
-pub(crate) const MAX_ACTS: usize = 9;
-pub(crate) const MAX_BLOCKS: usize = MAX_COLS / BLOCK;
+const MAX_COLS: usize = 576;
+const MAX_ROWS: usize = 9;
+const MAX_ACTS: usize = 9;
+const MAX_BLOCKS: usize = MAX_COLS / BLOCK;
 /// Q8_0 has the widest block (34 bytes); two Q6_K super-blocks (420 bytes) fit too.
-pub(crate) const MAX_ROW_BYTES: usize = MAX_BLOCKS * q8_0::BYTES;
+const MAX_ROW_BYTES: usize = MAX_BLOCKS * q8_0::BYTES;
 const _: () = assert!(2 * q6_k::BYTES <= MAX_ROW_BYTES && 2 * q4_k::BYTES <= MAX_ROW_BYTES);
 
 /// The inputs of one comparison.
@@ -172,12 +172,12 @@ impl Rng {
 
 /// f16 bit patterns at the ends of the range: zero, the smallest subnormal, the largest
 /// subnormal, the smallest normal, ±65504, one, a negative zero.
-pub(crate) const EDGE_F16: [u16; 8] = [
+const EDGE_F16: [u16; 8] = [
     0x0000, 0x0001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0x8000,
 ];
 
 /// An f16 scale for `case`: a random one in ±[2^-10, 2^2) (or positive), or an edge pattern.
-pub(crate) fn scale(rng: &mut Rng, case: Case, positive: bool) -> u16 {
+fn scale(rng: &mut Rng, case: Case, positive: bool) -> u16 {
     if case == Case::ExtremeScales {
         return EDGE_F16[rng.below(EDGE_F16.len() as u64) as usize];
     }
@@ -222,7 +222,7 @@ pub(crate) fn weights(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], c
 
 /// [`weights`] of Q4_0, Q5_0, Q5_1 and the K-quants: f16 scales as [`scale`] gives them, random
 /// (or edge) codes, the K-quants' packed scales random (edge: 63, or i8 −128 / 127).
-pub(crate) fn weights_more(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], cols: usize) {
+fn weights_more(rng: &mut Rng, ty: TensorType, case: Case, w: &mut [u8], cols: usize) {
     let (bytes, values) = match ty {
         TensorType::Q4_0 => (q4_0::BYTES, BLOCK),
         TensorType::Q5_0 => (q5_0::BYTES, BLOCK),
@@ -327,7 +327,7 @@ pub(crate) fn activations(
 
 /// [`activations`] in Q8_K (the K-quants' partner): the 16-value sums as i16 in `s`, kept the
 /// codes' sums when a case changes the codes.
-pub(crate) fn activations_k(rng: &mut Rng, case: Case, work: &mut Work, cols: usize, n: usize) {
+fn activations_k(rng: &mut Rng, case: Case, work: &mut Work, cols: usize, n: usize) {
     let (blocks, sums) = (n * cols / QK_K, n * sums_len(cols));
     let (qs, d) = (&mut work.qs[..n * cols], &mut work.d[..blocks]);
     let bsums: &mut [i16] = bytemuck::cast_slice_mut(&mut work.s[..sums]);
