@@ -130,7 +130,7 @@ pub const CASES: &[Case] = &[
 /// Cases at the end of [`CASES`] whose inputs reach f32's subnormal range.
 const TINY_COUNT: usize = 10;
 
-/// The cases whose inputs reach f32's subnormal range: the last [`TINY_COUNT`] of [`CASES`].
+/// The cases whose inputs reach f32's subnormal range: the last ten of [`CASES`].
 pub const TINY_CASES: &[Case] = CASES.split_at(CASES.len() - TINY_COUNT).1;
 
 /// The FP8 tile format of [`Case::PagedFp8Tile`].
