@@ -37,11 +37,7 @@ const PORTABLE_CRC: &str = "ddd296e8";
 
 /// `edgekv_llm::subnormal_check::SUBNORMAL_DIGEST`, the host's digest of the f32 loops
 /// around the matmuls on subnormal inputs (its unit test recomputes it on the host).
-const SUBNORMAL_DIGEST: u32 = 0x6ebf_b47d;
-
-/// The Cortex-M55's digest on subnormal inputs while its portable `matmul_f32` keeps Helium's
-/// flushing vector floats (a known open difference; measured 2026-11-29).
-const M55_OPEN_SUBNORMAL: &str = "4ee51ec7";
+const SUBNORMAL_DIGEST: u32 = 0x995a_3a8a;
 
 /// Builds and runs `board`'s `matmul-check`: no mismatch, the host's digest on subnormal
 /// inputs, exit code 0, its kernels named `isa`.
@@ -78,14 +74,9 @@ fn kernel_check(board: qemu::Board, isa: &str) -> (u32, u32) {
         .find_map(|l| l.strip_prefix("matmul_check subnormal crc "))
         .unwrap_or_else(|| panic!("a subnormal digest line; log:\n{text}"));
     let (board_crc, host_crc) = subnormal.split_once(" host ").expect("crc and host crc");
-    // Known open on the Cortex-M55: its portable `matmul_f32` (`dot_dequantized`'s eight f32
-    // lanes, vectorized into Helium's flushing `VMUL.F32` / `VADD.F32`) differs from the host
-    // on subnormal activations (FIGURES, "Cortex-M55 subnormal audit"); pinned, so any change
-    // shows. Elsewhere the host's digest.
-    let want = match board {
-        qemu::Board::An547 => M55_OPEN_SUBNORMAL,
-        _ => host_crc,
-    };
+    // Every board the host's digest: the Cortex-M55's `matmul_f32` too (`dot_dequantized`'s
+    // lanes, on Helium's flushing vector floats, take operands floored at 2^-42).
+    let want = host_crc;
     eprintln!(
         "{}: subnormal digest {board_crc} (host {host_crc})",
         board.name()

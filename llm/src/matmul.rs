@@ -96,12 +96,13 @@ pub fn dot_f32(w: &[u8], x: &[f32]) -> f32 {
     s
 }
 
-/// Adds `v · x` into eight fixed lanes (lane `l` takes values `l`, `l + 8`, …).
+/// Adds `v · x` into eight fixed lanes (lane `l` takes values `l`, `l + 8`, …), the
+/// activations `x` floored ([`floor::operand`](quant::floor::operand)).
 #[inline(always)]
 fn add_lanes(lanes: &mut [f32; 8], v: &[f32], x: &[f32]) {
     for (vk, xk) in v.chunks_exact(8).zip(x.chunks_exact(8)) {
         for l in 0..8 {
-            lanes[l] += vk[l] * xk[l];
+            lanes[l] += vk[l] * quant::floor::operand(xk[l]);
         }
     }
 }
@@ -127,8 +128,9 @@ fn lanes_of<const B: usize, const N: usize>(
 /// Dot product of one weight row (any [`TensorType`]) with an f32 activation row, without
 /// quantizing the activations: each weight block dequantized in f32 as its `dequantize_row_*`
 /// does (Q4_1 `q · d + m`, Q8_0 `q · d`, …), its products added into eight fixed lanes (lane `l`
-/// takes values `l`, `l + 8`, …), the lanes summed in a fixed tree. The same bits on every
-/// target.
+/// takes values `l`, `l + 8`, …), the lanes summed in a fixed tree. Activations and F32
+/// weights below 2^-42 in magnitude count as zeros ([`floor`](quant::floor)), so that the bits are the same
+/// on every target, vector floats that flush subnormals included.
 #[inline]
 pub fn dot_dequantized(w: &[u8], ty: TensorType, x: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
@@ -154,7 +156,12 @@ pub fn dot_dequantized(w: &[u8], ty: TensorType, x: &[f32]) -> f32 {
         TensorType::F32 => {
             for (wb, xb) in w.chunks_exact(4 * BLOCK).zip(x.chunks_exact(BLOCK)) {
                 let v: [f32; BLOCK] = core::array::from_fn(|j| {
-                    f32::from_le_bytes([wb[4 * j], wb[4 * j + 1], wb[4 * j + 2], wb[4 * j + 3]])
+                    quant::floor::operand(f32::from_le_bytes([
+                        wb[4 * j],
+                        wb[4 * j + 1],
+                        wb[4 * j + 2],
+                        wb[4 * j + 3],
+                    ]))
                 });
                 add_lanes(&mut lanes, &v, xb);
             }

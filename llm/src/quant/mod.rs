@@ -6,6 +6,7 @@
 //! Which activation type a weight type's dot product takes is ggml's `vec_dot_type`
 //! (`type_traits_cpu` in `ggml-cpu.c`): [`ActivationType::for_weights`].
 
+pub mod floor;
 mod k_lanes;
 pub mod q4_0;
 pub mod q4_1;

@@ -9,7 +9,7 @@
 
 use half::f16;
 
-use super::BLOCK;
+use super::{BLOCK, floor};
 
 /// Rounds `x` through f16 (nearest even), returned as f32.
 #[inline]
@@ -21,7 +21,7 @@ pub(crate) fn through_f16(x: f32) -> f32 {
 fn block_scale(x: &[f32]) -> (f32, f32) {
     let mut amax = 0.0f32;
     for &v in x {
-        let a = libm::fabsf(v);
+        let a = libm::fabsf(floor::input(v));
         // C's MAX(amax, a): `amax > a ? amax : a`.
         amax = if amax > a { amax } else { a };
     }
@@ -41,7 +41,7 @@ pub fn quantize_q8_0(x: &[f32], qs: &mut [i8], d: &mut [f32]) {
         let (scale, id) = block_scale(xb);
         *db = through_f16(scale);
         for (q, &v) in qb.iter_mut().zip(xb) {
-            *q = libm::roundf(v * id) as i8;
+            *q = libm::roundf(floor::input(v) * id) as i8;
         }
     }
 }
@@ -59,7 +59,7 @@ pub fn quantize_q8_1(x: &[f32], qs: &mut [i8], d: &mut [f32], s: &mut [f32]) {
         *db = through_f16(scale);
         let mut sum = 0i32;
         for (q, &v) in qb.iter_mut().zip(xb) {
-            *q = libm::roundf(v * id) as i8;
+            *q = libm::roundf(floor::input(v) * id) as i8;
             sum += *q as i32;
         }
         *sb = through_f16(sum as f32 * scale);

@@ -7,6 +7,7 @@
 //! `nearest_int` (add 1.5·2²³ and read the mantissa: round half to even), the sixteen 16-value
 //! sums `bsums` (i16, exact) and `d = 1 / iscale` kept in f32 (not rounded through f16).
 
+use super::floor;
 use crate::gguf::QK_K;
 
 /// ggml's `nearest_int`: `x + 12582912` in f32, then the low 23 mantissa bits minus 2²² (round
@@ -29,6 +30,7 @@ pub fn quantize_q8_k(x: &[f32], qs: &mut [i8], d: &mut [f32], bsums: &mut [i16])
     {
         let (mut max, mut amax) = (0.0f32, 0.0f32);
         for &v in xb {
+            let v = floor::input(v);
             let a = libm::fabsf(v);
             if a > amax {
                 amax = a;
@@ -43,7 +45,7 @@ pub fn quantize_q8_k(x: &[f32], qs: &mut [i8], d: &mut [f32], bsums: &mut [i16])
         }
         let iscale = -127.0 / max;
         for (q, &v) in qb.iter_mut().zip(xb) {
-            *q = nearest_int(iscale * v).min(127) as i8;
+            *q = nearest_int(iscale * floor::input(v)).min(127) as i8;
         }
         for (s, q16) in sb.iter_mut().zip(qb.chunks_exact(16)) {
             *s = q16.iter().map(|&q| q as i16).sum();

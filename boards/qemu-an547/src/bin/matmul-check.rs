@@ -49,7 +49,7 @@ fn main() -> ! {
         subnormal,
         subnormal_check::SUBNORMAL_DIGEST
     );
-    // A different subnormal digest is reported (the host test compares), not an exit code:
-    // the M55's portable `matmul_f32` is a known open difference.
+    // A different subnormal digest is reported (the host test compares and names the part),
+    // not an exit code.
     semihosting::process::exit(i32::from(sum.mismatches != 0))
 }

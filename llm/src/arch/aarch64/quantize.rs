@@ -6,17 +6,18 @@
 //! the Q8_1 block sum exact in i32 lanes. The block's scale and its inverse are the portable
 //! scalar steps, the f16 roundings `FCVT` (nearest even, subnormals kept: the same values as
 //! the portable software conversion for every finite value). A block holding an infinity or
-//! NaN, or whose scale's inverse overflows, takes the portable code (its `MAX` order and `as
+//! NaN, or a nonzero value below the inputs' floor (`quant::floor`), or whose scale's inverse
+//! overflows, takes the portable code (its `MAX` order and `as
 //! i8` of NaN and infinities decide there).
 
 use core::arch::aarch64::{
     int32x4_t, vaddq_s32, vaddvq_s32, vandq_u32, vcombine_s8, vcombine_s16, vcvtaq_s32_f32,
-    vdupq_n_f32, vdupq_n_u32, vld1q_f32, vmaxq_u32, vmaxvq_u32, vmulq_f32, vqmovn_s16, vqmovn_s32,
-    vreinterpretq_u32_f32, vst1q_s8,
+    vdupq_n_f32, vdupq_n_u32, vld1q_f32, vmaxq_u32, vmaxvq_u32, vminq_u32, vminvq_u32, vmulq_f32,
+    vqmovn_s16, vqmovn_s32, vreinterpretq_u32_f32, vst1q_s8, vsubq_u32,
 };
 use core::arch::asm;
 
-use crate::quant::{BLOCK, q8_act};
+use crate::quant::{BLOCK, floor, q8_act};
 
 /// Quantizes `x` to Q8_0 (`s` `None`) or Q8_1 (`s` the block sums) with the portable code's
 /// bits, over as many blocks as every buffer holds (the portable `zip`).
@@ -61,8 +62,15 @@ fn block(x: &[f32; BLOCK], q: &mut [i8; BLOCK]) -> Option<(f32, i32)> {
         let m01 = vmaxq_u32(vmaxq_u32(m[0], m[1]), vmaxq_u32(m[2], m[3]));
         let m23 = vmaxq_u32(vmaxq_u32(m[4], m[5]), vmaxq_u32(m[6], m[7]));
         let bits = vmaxvq_u32(vmaxq_u32(m01, m23));
+        // A nonzero |x| below the inputs' floor (the portable code reads it as zero): the
+        // smallest of the magnitudes' bits minus one (zeros wrap to the largest).
+        let one = vdupq_n_u32(1);
+        let n = m.map(|m| vsubq_u32(m, one));
+        let n01 = vminq_u32(vminq_u32(n[0], n[1]), vminq_u32(n[2], n[3]));
+        let n23 = vminq_u32(vminq_u32(n[4], n[5]), vminq_u32(n[6], n[7]));
+        let tiny = vminvq_u32(vminq_u32(n01, n23)) < floor::INPUT_FLOOR.to_bits() - 1;
         // Infinity or NaN: |x|'s bits above the largest finite value's.
-        if bits > 0x7f7f_ffff {
+        if bits > 0x7f7f_ffff || tiny {
             return None;
         }
         let amax = f32::from_bits(bits);

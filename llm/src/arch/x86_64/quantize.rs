@@ -11,15 +11,15 @@ use core::arch::x86_64::{
     __m256, __m256i, _CMP_GE_OQ, _MM_FROUND_NO_EXC, _MM_FROUND_TO_ZERO, _mm_add_epi32,
     _mm_cvtph_ps, _mm_cvtps_ph, _mm_cvtsi128_si32, _mm_cvtss_f32, _mm_max_ps, _mm_movehl_ps,
     _mm_set_ss, _mm_shuffle_epi32, _mm_shuffle_ps, _mm256_add_epi32, _mm256_add_ps, _mm256_and_ps,
-    _mm256_andnot_ps, _mm256_castps_si256, _mm256_castps256_ps128, _mm256_castsi256_si128,
-    _mm256_cmp_ps, _mm256_cmpgt_epi32, _mm256_cvttps_epi32, _mm256_extractf128_ps,
-    _mm256_extracti128_si256, _mm256_loadu_ps, _mm256_max_ps, _mm256_movemask_epi8, _mm256_mul_ps,
-    _mm256_or_ps, _mm256_or_si256, _mm256_packs_epi16, _mm256_packs_epi32,
-    _mm256_permutevar8x32_epi32, _mm256_round_ps, _mm256_set1_epi32, _mm256_set1_ps,
-    _mm256_setr_epi32, _mm256_storeu_si256, _mm256_sub_ps,
+    _mm256_and_si256, _mm256_andnot_ps, _mm256_castps_si256, _mm256_castps256_ps128,
+    _mm256_castsi256_si128, _mm256_cmp_ps, _mm256_cmpgt_epi32, _mm256_cvttps_epi32,
+    _mm256_extractf128_ps, _mm256_extracti128_si256, _mm256_loadu_ps, _mm256_max_ps,
+    _mm256_movemask_epi8, _mm256_mul_ps, _mm256_or_ps, _mm256_or_si256, _mm256_packs_epi16,
+    _mm256_packs_epi32, _mm256_permutevar8x32_epi32, _mm256_round_ps, _mm256_set1_epi32,
+    _mm256_set1_ps, _mm256_setr_epi32, _mm256_storeu_si256, _mm256_sub_ps,
 };
 
-use crate::quant::{BLOCK, q8_act};
+use crate::quant::{BLOCK, floor, q8_act};
 
 /// Quantizes `x` to Q8_0 (`s` `None`) or Q8_1 (`s` the block sums) with the portable code's
 /// bits, over as many blocks as every buffer holds (the portable `zip`).
@@ -71,12 +71,20 @@ unsafe fn block(x: &[f32; BLOCK], q: &mut [i8; BLOCK]) -> Option<(f32, i32)> {
         let v: [__m256; 4] = core::array::from_fn(|i| _mm256_loadu_ps(x.as_ptr().add(8 * i)));
         let sign = _mm256_set1_ps(-0.0);
         let a = v.map(|v| _mm256_andnot_ps(sign, v));
-        // Infinity or NaN: |x|'s bits above the largest finite value's.
+        // Infinity or NaN: |x|'s bits above the largest finite value's; a nonzero |x| below
+        // the inputs' floor (the portable code reads it as zero).
         let big = _mm256_set1_epi32(0x7f7f_ffff);
+        let floor = _mm256_set1_epi32(floor::INPUT_FLOOR.to_bits() as i32);
+        let zero = _mm256_set1_epi32(0);
         let over = a
             .iter()
-            .map(|&a| _mm256_cmpgt_epi32(_mm256_castps_si256(a), big))
-            .fold(_mm256_set1_epi32(0), |m, o| _mm256_or_si256(m, o));
+            .map(|&a| {
+                let a = _mm256_castps_si256(a);
+                let tiny =
+                    _mm256_and_si256(_mm256_cmpgt_epi32(floor, a), _mm256_cmpgt_epi32(a, zero));
+                _mm256_or_si256(_mm256_cmpgt_epi32(a, big), tiny)
+            })
+            .fold(zero, |m, o| _mm256_or_si256(m, o));
         if _mm256_movemask_epi8(over) != 0 {
             return None;
         }
