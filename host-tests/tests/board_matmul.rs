@@ -25,10 +25,11 @@ const Q4_1_Q8_0: u32 = 2 * 5 * 4 * 6 * 6 * 2;
 /// random draws.
 const HELIUM_INEXACT: u32 = 337;
 
-/// Those of Q5_0 (Helium: the tiled matmul entry; its one-row entry declines, as Q4_1's).
+/// Those of Q5_0 (Helium: the tiled matmul entry; its one-row entry declines, as Q4_1's; DSP:
+/// both entries).
 const Q5_0: u32 = 5 * 4 * 6 * 6 * 2;
 
-/// Those of Q4_K and Q6_K (Helium: both entries, one weight row at a time).
+/// Those of Q4_K and Q6_K (Helium and DSP: both entries).
 const Q4_K_Q6_K: u32 = 2 * 2 * 4 * 6 * 6 * 2;
 
 /// The CRC-32 of every output of `block-matmuls` built with `--features portable` (the portable
@@ -116,8 +117,9 @@ fn helium_matmul_kernels_equal_the_portable_dot_products() {
 #[test]
 fn dsp_matmul_kernels_equal_the_portable_dot_products() {
     let board = qemu::Board::An386;
-    // The DSP kernels decline none of Q4_1's and Q8_0's calls.
-    assert_eq!(kernel_check(board, "dsp"), (Q4_1_Q8_0, CALLS - Q4_1_Q8_0));
+    // The DSP kernels decline none of Q4_1's, Q8_0's, Q5_0's, Q4_K's and Q6_K's calls.
+    let compared = Q4_1_Q8_0 + Q5_0 + Q4_K_Q6_K;
+    assert_eq!(kernel_check(board, "dsp"), (compared, CALLS - compared));
 
     // The bench, built with the check (`qemu::build` builds every binary of the board).
     let elf = qemu::bin_path(&qemu::repo_root(), board, "block-matmuls");
