@@ -16,6 +16,30 @@ use super::k_lanes::{self, Lanes, WORDS};
 use crate::quant::QuantRow;
 use crate::quant::q4_k::{BYTES, packed_scales, scale_min};
 
+/// Lane `l`'s two pairs of each of a chunk's sub-blocks into `acc`: `a` and `b` hold in their
+/// halves' low bytes the nibble bytes `(i, i + 8)` and `(16 + i, 24 + i)`; `x` holds the
+/// chunk's four groups (32 words); `scales` the two sub-blocks' scales.
+#[inline(always)]
+fn lane(acc: &mut i32, a: u32, b: u32, x: &[u32], l: usize, scales: (i32, i32), nibble: u32) {
+    let lo = smlad(b & nibble, x[8 + l], smuad(a & nibble, x[l]));
+    let hi = smlad((b >> 4) & nibble, x[24 + l], smuad((a >> 4) & nibble, x[16 + l]));
+    *acc += scales.0 * lo + scales.1 * hi;
+}
+
+/// Lanes `l..l + 4` of a 64-value chunk `q` (32 bytes; `l` 0 or 4) into `aux`.
+#[inline(always)]
+fn quad(aux: &mut [i32; 8], q: &[u8], x: &[u32], l: usize, scales: (i32, i32), nibble: u32) {
+    let first = halves(word(q, l), word(q, l + 8));
+    let second = halves(word(q, l + 16), word(q, l + 24));
+    let [a0, a1, a2, a3] = &mut aux[l..l + 4] else {
+        return;
+    };
+    lane(a0, first[0], second[0], x, l, scales, nibble);
+    lane(a1, first[0] >> 8, second[0] >> 8, x, l + 1, scales, nibble);
+    lane(a2, first[1], second[1], x, l + 2, scales, nibble);
+    lane(a3, first[1] >> 8, second[1] >> 8, x, l + 3, scales, nibble);
+}
+
 /// One weight super-block `b` into `lanes`, against its expanded activation super-block `x`
 /// (scale `da`, 16-value sums `bsums`): the eight integer lanes, `sums[l] += (d · d_a) ·
 /// (f32)aux32[l]`, then the minimums `Σ bsums[j] · m[j / 2]` and `sumf −= (dmin · d_a) ·
@@ -26,25 +50,14 @@ fn super_block(lanes: &mut Lanes, b: &[u8; BYTES], x: &[u32; WORDS], da: f32, bs
     let pairs: [(u8, u8); 8] = core::array::from_fn(|j| scale_min(j, &sc));
     let nibble = in_register(0x000f_000f);
     let mut aux = [0i32; 8];
-    for c in 0..4 {
-        let q = &b[16 + 32 * c..][..32];
-        let (s_lo, s_hi) = (i32::from(pairs[2 * c].0), i32::from(pairs[2 * c + 1].0));
-        let xg = |g: usize, l: usize| x[8 * g + l];
-        for h in 0..2 {
-            // Group 4c (bytes 0..16) and 4c + 1 (bytes 16..32), lanes 4h..4h + 4.
-            let first = halves(word(q, 4 * h), word(q, 4 * h + 8));
-            let second = halves(word(q, 4 * h + 16), word(q, 4 * h + 24));
-            for p in 0..2 {
-                for s in 0..2 {
-                    let (l, sh) = (4 * h + 2 * p + s, 8 * s);
-                    let lo = smuad((first[p] >> sh) & nibble, xg(4 * c, l));
-                    let lo = smlad((second[p] >> sh) & nibble, xg(4 * c + 1, l), lo);
-                    let hi = smuad((first[p] >> (sh + 4)) & nibble, xg(4 * c + 2, l));
-                    let hi = smlad((second[p] >> (sh + 4)) & nibble, xg(4 * c + 3, l), hi);
-                    aux[l] += s_lo * lo + s_hi * hi;
-                }
-            }
-        }
+    for ((q, x), s) in b[16..]
+        .chunks_exact(32)
+        .zip(x.chunks_exact(32))
+        .zip(pairs.chunks_exact(2))
+    {
+        let scales = (i32::from(s[0].0), i32::from(s[1].0));
+        quad(&mut aux, q, x, 0, scales, nibble);
+        quad(&mut aux, q, x, 4, scales, nibble);
     }
     lanes.add(&aux, f16_to_f32(u16::from_le_bytes([b[0], b[1]])) * da);
     let sumi: i32 = bsums
