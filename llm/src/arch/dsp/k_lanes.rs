@@ -137,7 +137,11 @@ pub(super) fn rows<const BYTES: usize>(
                     else {
                         continue;
                     };
-                    let sums = if bsums { &a.bsums[b * 16..][..16] } else { &[][..] };
+                    let sums = if bsums {
+                        &a.bsums[b * 16..][..16]
+                    } else {
+                        &[][..]
+                    };
                     block(lanes, wb, xb, a.d[b], sums);
                 }
             }

@@ -22,7 +22,11 @@ use crate::quant::q4_k::{BYTES, packed_scales, scale_min};
 #[inline(always)]
 fn lane(acc: &mut i32, a: u32, b: u32, x: &[u32], l: usize, scales: (i32, i32), nibble: u32) {
     let lo = smlad(b & nibble, x[8 + l], smuad(a & nibble, x[l]));
-    let hi = smlad((b >> 4) & nibble, x[24 + l], smuad((a >> 4) & nibble, x[16 + l]));
+    let hi = smlad(
+        (b >> 4) & nibble,
+        x[24 + l],
+        smuad((a >> 4) & nibble, x[16 + l]),
+    );
     *acc += scales.0 * lo + scales.1 * hi;
 }
 

@@ -58,7 +58,11 @@ fn block(b: &[u8; BYTES], x: &[u32; WORDS]) -> i32 {
     // Bit j of ¬qh to bit 4 (and bit j + 16 to bit 20).
     let mut ones = smuad((not_qh << 4) & sixteen, x[1]);
     for j in 1..16 {
-        let at4 = if j < 4 { not_qh << (4 - j) } else { not_qh >> (j - 4) };
+        let at4 = if j < 4 {
+            not_qh << (4 - j)
+        } else {
+            not_qh >> (j - 4)
+        };
         ones = smlad(at4 & sixteen, x[1 + j], ones);
     }
     let mut sum = 0;
@@ -98,7 +102,8 @@ pub(super) fn rows(w: &[u8], row_bytes: usize, a: &QuantRow<'_>, out: &mut [f32]
             let row = &w[o * row_bytes + from * BYTES..][..nb * BYTES];
             let mut s = *sumf;
             for (wb, xb) in row.chunks_exact(BYTES).zip(x.chunks_exact(WORDS)) {
-                let (Ok(wb), Ok(xb)) = (<&[u8; BYTES]>::try_from(wb), <&[u32; WORDS]>::try_from(xb))
+                let (Ok(wb), Ok(xb)) =
+                    (<&[u8; BYTES]>::try_from(wb), <&[u32; WORDS]>::try_from(xb))
                 else {
                     continue;
                 };
