@@ -1,7 +1,7 @@
 //! The DSP extension's instructions Rust cannot reach on stable (its Arm DSP intrinsics are
 //! unstable), each one `asm!` instruction the compiler places and allocates like any other
-//! operation: the kernels written in Rust around them (`q5_0`, `q4_k`, `q6_k`) keep their
-//! loops, unpacking and f32 steps in plain Rust, where LLVM already emits `PKHBT` / `PKHTB`,
+//! operation: the kernels written in Rust around them (`q4_k`, `q6_k`, and `q5_0`'s activation
+//! expansion) keep their loops, unpacking and f32 steps in plain Rust, where LLVM already emits `PKHBT` / `PKHTB`,
 //! shifted-operand `AND`s, `MLA` and the scalar FPU's separate `VMUL` / `VADD` (no fused
 //! multiply-add: Rust does not contract).
 //!

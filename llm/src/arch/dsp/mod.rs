@@ -12,10 +12,11 @@
 //! then load a word at a time instead of two). One file per weight type, each one `asm!` loop
 //! (the DSP intrinsics are unstable).
 //!
-//! The types Gemma 3 adds (Q5_0 × Q8_0; Q4_K, Q6_K × Q8_K) are Rust around single-instruction
-//! `asm!` helpers (`insn`: `SMLAD`, `SMUAD`, `VCVTB`), the activation row likewise expanded
-//! once per call into the pairs their weight unpacking gives (`q5_0`; `k_lanes` for the
-//! K-quants, whose eight integer lanes per super-block stay apart, as the portable order needs).
+//! Of the types Gemma 3 adds, Q5_0 × Q8_0 is one `asm!` loop as these; the K-quants (Q4_K, Q6_K
+//! × Q8_K) are Rust around single-instruction `asm!` helpers (`insn`: `SMLAD`, `SMUAD`,
+//! `SSUB16`, `SXTB16`, `VCVTB`). Each expands the activation row once per call into the pairs its
+//! weight unpacking gives (`k_lanes` for the K-quants, whose eight integer lanes per super-block
+//! stay apart, as the portable order needs).
 
 mod insn;
 mod k_lanes;

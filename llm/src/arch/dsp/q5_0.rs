@@ -1,18 +1,19 @@
 //! Q5_0 weights × Q8_0 activations with the DSP extension: every weight row against one
-//! activation row, expanded once per call ([`expand`]).
+//! activation row, expanded once per call ([`expand`]), then one `asm!` loop over the rows and
+//! blocks (about 94 instructions per block and row).
 //!
 //! A block's value is `q − 16` with `q = nibble + 16 · h` (`h` the block's `qh` bit), so
 //! `Σ (q − 16) · x = Σ nibble · x − Σ 16 · (1 − h) · x`: the nibbles by pairs as the Q4_1
 //! kernel takes them (one `AND` with `0x000f000f` and a shift per pair, then `SMLAD`), and the
 //! fifth bits by pairs `(j, j + 16)`, whose `qh` bits are 16 apart as two halves are: one `AND`
 //! of `¬qh` (shifted) with `0x00100010` gives the pair `(16 · (1 − h_j), 16 · (1 − h_{j+16}))`,
-//! multiplied by `SMLAD` with the expanded `(x_j, x_{j+16})` into a second sum, subtracted at
-//! the end. Exact in an `i32` (at most 32 · 16 · 128 each), then
+//! multiplied by `SMLAD` with the expanded `(x_j, x_{j+16})`; that sum is negated and the
+//! nibbles' added to it. Exact in an `i32` (at most 32 · 16 · 128 each), then
 //! `sumf += (d_w · d_a) · (f32)sumi` in block order, as the portable code.
 
-use super::insn::{
-    code_word, f16_to_f32, halves, in_register, smlad, smuad, sxtb16, sxtb16_ror8, word,
-};
+use core::arch::asm;
+
+use super::insn::{code_word, halves, sxtb16, sxtb16_ror8};
 use crate::quant::q5_0::BYTES;
 use crate::quant::{BLOCK, QuantRow};
 
@@ -49,32 +50,136 @@ fn expand(a: &QuantRow<'_>, from: usize, out: &mut [u32]) {
     }
 }
 
-/// One weight block `b` against its expanded activation block `x`: the exact `Σ (q − 16) · x`.
+// The block layout the `asm!` below reads: `d` (f16) at 0, `qh` (u32) at 2, the 16 nibble bytes
+// at 6, 22 bytes in all.
+const _: () = assert!(BYTES == 22);
+
+/// Four fifth-bit pairs `(j, j + 16)` (`¬qh` in r4, shifted by `$s0`..`$s3` to put bit `j` at
+/// bit 4; mask `0x00100010` in r12) against their expanded activation pairs (loaded into
+/// r8–r11), multiplied and added into lr (`$first`: `SMUAD` for the block's first pair).
+#[rustfmt::skip]
+macro_rules! bit_pairs {
+    ($s0:literal, $s1:literal, $s2:literal, $s3:literal, $first:literal) => {
+        concat!(
+            "ldmia r2!, {{r8, r9, r10, r11}}\n",
+            "and r0, r12, r4", $s0, "\n",
+            $first, "\n",
+            "and r0, r12, r4", $s1, "\n",
+            "smlad lr, r0, r9, lr\n",
+            "and r0, r12, r4", $s2, "\n",
+            "smlad lr, r0, r10, lr\n",
+            "and r0, r12, r4", $s3, "\n",
+            "smlad lr, r0, r11, lr\n",
+        )
+    };
+}
+
+/// One nibble word of a weight block (in `$w`) against its four expanded activation pairs
+/// (loaded into r8–r11), as the Q4_1 kernel's: each pair cut out by one `AND` with `0x000f000f`
+/// (in r12) and a shift, into r0, then multiplied and added into lr.
+#[rustfmt::skip]
+macro_rules! nibble_word {
+    ($w:literal) => {
+        concat!(
+            "ldmia r2!, {{r8, r9, r10, r11}}\n",
+            "and r0, r12, ", $w, "\n",
+            "smlad lr, r0, r8, lr\n",
+            "and r0, r12, ", $w, ", lsr #8\n",
+            "smlad lr, r0, r9, lr\n",
+            "and r0, r12, ", $w, ", lsr #4\n",
+            "smlad lr, r0, r10, lr\n",
+            "and r0, r12, ", $w, ", lsr #12\n",
+            "smlad lr, r0, r11, lr\n",
+        )
+    };
+}
+
+/// `out[o] +=` (in block order) `blocks` blocks of weight row `o` (the first at `w`, each
+/// `blocks · 22 + skip` bytes after the previous one) against the expanded activation blocks at
+/// `x`, one block at a time: `−Σ 16 · (1 − h) · x` by `SMUAD` / `SMLAD` and a negation, then
+/// `Σ nibble · x` added by `SMLAD`, then `sum += (d · d_a) · (f32)sumi` on the scalar FPU
+/// (`VCVTB` converts the f16 `d` exactly, subnormals included), separate multiplications and
+/// additions in the portable order. The row loop is in the `asm!` too, its counters in FPU
+/// registers (s8–s12) while the block loop takes every core register.
+///
+/// # Safety
+///
+/// `blocks` ≥ 1 and `out.len()` ≥ 1; for every `o < out.len()`, `w + o · (blocks · 22 + skip)`
+/// readable for `blocks · 22` bytes (any alignment); `x` 4-byte aligned and readable for
+/// `blocks · 33` words.
 #[inline(always)]
-fn block(b: &[u8; BYTES], x: &[u32; WORDS]) -> i32 {
-    let sixteen = in_register(0x0010_0010);
-    let nibble = in_register(0x000f_000f);
-    let not_qh = !word(b, 2);
-    // Bit j of ¬qh to bit 4 (and bit j + 16 to bit 20).
-    let mut ones = smuad((not_qh << 4) & sixteen, x[1]);
-    for j in 1..16 {
-        let at4 = if j < 4 {
-            not_qh << (4 - j)
-        } else {
-            not_qh >> (j - 4)
-        };
-        ones = smlad(at4 & sixteen, x[1 + j], ones);
+unsafe fn dot_rows(w: *const u8, skip: usize, x: *const u32, blocks: usize, out: &mut [f32]) {
+    // SAFETY: the caller's contract: for each of the `out.len()` rows the block loop runs
+    // `blocks` times, reading one 22-byte weight block (`LDRH` of `d`, `LDR`s of `qh` and the
+    // four nibble words, which ARMv7-M and ARMv8-M Mainline allow unaligned: the Cortex-M reset
+    // state does not trap them) and 33 words of `x`, then the row's sum is read from and
+    // written back to `out` (`VLDR`, `VSTM`: f32, aligned). Only the registers declared here
+    // and the flags are written (lr holds the block's integer sum, at most 32 · 31 · 128 in
+    // magnitude: exact).
+    unsafe {
+        asm!(
+            "vmov s8, r2",
+            "vmov s9, r3",
+            "vmov s10, r4",
+            "vmov s11, r5",
+            "vmov s12, r0",
+            "3:",
+            "vmov r0, s12",
+            "vldr s7, [r0]",
+            "vmov r2, s8",
+            "vmov r3, s9",
+            "2:",
+            "ldrh r0, [r1]",
+            "vmov s0, r0",
+            "vcvtb.f32.f16 s4, s0",
+            "vldmia r2!, {{s2}}",
+            "ldr r4, [r1, #2]",
+            "mvns r4, r4",
+            "mov.w r12, #0x00100010",
+            bit_pairs!(", lsl #4", ", lsl #3", ", lsl #2", ", lsl #1", "smuad lr, r0, r8"),
+            bit_pairs!("", ", lsr #1", ", lsr #2", ", lsr #3", "smlad lr, r0, r8, lr"),
+            bit_pairs!(", lsr #4", ", lsr #5", ", lsr #6", ", lsr #7", "smlad lr, r0, r8, lr"),
+            bit_pairs!(", lsr #8", ", lsr #9", ", lsr #10", ", lsr #11", "smlad lr, r0, r8, lr"),
+            "rsb lr, lr, #0",
+            "mov.w r12, #0x000f000f",
+            "ldr r4, [r1, #6]",
+            "ldr r5, [r1, #10]",
+            nibble_word!("r4"),
+            nibble_word!("r5"),
+            "ldr r4, [r1, #14]",
+            "ldr r5, [r1, #18]",
+            nibble_word!("r4"),
+            nibble_word!("r5"),
+            "adds r1, r1, #22",
+            "vmov s6, lr",
+            "vcvt.f32.s32 s6, s6",
+            "vmul.f32 s4, s4, s2",
+            "vmul.f32 s4, s4, s6",
+            "vadd.f32 s7, s7, s4",
+            "subs r3, r3, #1",
+            "bne 2b",
+            "vmov r0, s12",
+            "vstmia r0!, {{s7}}",
+            "vmov s12, r0",
+            "vmov r4, s10",
+            "add r1, r1, r4",
+            "vmov r5, s11",
+            "subs r5, r5, #1",
+            "vmov s11, r5",
+            "bne 3b",
+            inout("r0") out.as_mut_ptr() => _,
+            inout("r1") w => _,
+            inout("r2") x => _,
+            inout("r3") blocks => _,
+            inout("r4") skip => _,
+            inout("r5") out.len() => _,
+            out("r8") _, out("r9") _, out("r10") _, out("r11") _,
+            out("r12") _, out("lr") _,
+            out("s0") _, out("s2") _, out("s4") _, out("s6") _, out("s7") _,
+            out("s8") _, out("s9") _, out("s10") _, out("s11") _, out("s12") _,
+            options(nostack),
+        );
     }
-    let mut sum = 0;
-    for k in 0..4 {
-        let w = word(b, 6 + 4 * k);
-        let p = &x[17 + 4 * k..][..4];
-        sum = smlad(w & nibble, p[0], sum);
-        sum = smlad((w >> 8) & nibble, p[1], sum);
-        sum = smlad((w >> 4) & nibble, p[2], sum);
-        sum = smlad((w >> 12) & nibble, p[3], sum);
-    }
-    sum - ones
 }
 
 /// `out[o] = dot_q5_0_q8_0(W[o], a)` for every row `o` of `w` (rows of `row_bytes` bytes, as
@@ -92,26 +197,27 @@ pub(super) fn rows(w: &[u8], row_bytes: usize, a: &QuantRow<'_>, out: &mut [f32]
     let blocks = (row_bytes / BYTES).min(a.qs.len() / BLOCK).min(a.d.len());
     // +0.0, as the portable `sumf` starts.
     out.fill(0.0);
+    if out.is_empty() {
+        return true;
+    }
     let mut x = [0u32; CHUNK * WORDS];
     let mut from = 0;
     while from < blocks {
         let nb = (blocks - from).min(CHUNK);
         let x = &mut x[..nb * WORDS];
         expand(a, from, x);
-        for (o, sumf) in out.iter_mut().enumerate() {
-            let row = &w[o * row_bytes + from * BYTES..][..nb * BYTES];
-            let mut s = *sumf;
-            for (wb, xb) in row.chunks_exact(BYTES).zip(x.chunks_exact(WORDS)) {
-                let (Ok(wb), Ok(xb)) =
-                    (<&[u8; BYTES]>::try_from(wb), <&[u32; WORDS]>::try_from(xb))
-                else {
-                    continue;
-                };
-                let sumi = block(wb, xb);
-                let d = f16_to_f32(u16::from_le_bytes([wb[0], wb[1]]));
-                s += (d * f32::from_bits(xb[0])) * sumi as f32;
-            }
-            *sumf = s;
+        // SAFETY: every row's chunk, `row_bytes` after the previous one's start, holds `nb` ≥ 1
+        // blocks from byte `from · 22` (`(from + nb) · 22` ≤ `row_bytes`, and `w` holds
+        // `out.len()` rows, as checked above); `x` holds `nb` expanded blocks (a `u32` array:
+        // aligned); `out` is written once per row.
+        unsafe {
+            dot_rows(
+                w[from * BYTES..].as_ptr(),
+                row_bytes - nb * BYTES,
+                x.as_ptr(),
+                nb,
+                out,
+            );
         }
         from += nb;
     }
