@@ -1,7 +1,7 @@
 //! The DSP extension's instructions Rust cannot reach on stable (its Arm DSP intrinsics are
 //! unstable), each one `asm!` instruction the compiler places and allocates like any other
-//! operation: the kernels written in Rust around them (`q4_k`, `q6_k`, and `q5_0`'s activation
-//! expansion) keep their loops, unpacking and f32 steps in plain Rust, where LLVM already emits `PKHBT` / `PKHTB`,
+//! operation: the code written in Rust around them (`q6_k`, and the activation expansions of
+//! `q5_0` and `k_lanes`) keeps its loops, unpacking and f32 steps in plain Rust, where LLVM already emits `PKHBT` / `PKHTB`,
 //! shifted-operand `AND`s, `MLA` and the scalar FPU's separate `VMUL` / `VADD` (no fused
 //! multiply-add: Rust does not contract).
 //!
@@ -10,26 +10,6 @@
 //! an input.
 
 use core::arch::asm;
-
-/// `acc + lo(a) · lo(b) + hi(a) · hi(b)`, the halves signed 16-bit (`SMLAD`; the sum wraps as
-/// an `i32`, which the kernels' sums never reach).
-#[inline(always)]
-pub(super) fn smlad(a: u32, b: u32, acc: i32) -> i32 {
-    let r: i32;
-    // SAFETY: one register-only instruction (it may set the sticky `Q` flag, which nothing
-    // reads); no memory, no stack.
-    unsafe {
-        asm!(
-            "smlad {r}, {a}, {b}, {acc}",
-            r = lateout(reg) r,
-            a = in(reg) a,
-            b = in(reg) b,
-            acc = in(reg) acc,
-            options(pure, nomem, nostack),
-        );
-    }
-    r
-}
 
 /// `lo(a) · lo(b) + hi(a) · hi(b)`, the halves signed 16-bit (`SMUAD`).
 #[inline(always)]
