@@ -26,7 +26,7 @@ use crate::quant::q4_k::{BYTES, packed_scales, scale_min};
 /// `SMLAD` with the activation pairs (`LDR`), then `MLA` by the sub-block's 6-bit scale (`LDRB`).
 macro_rules! lane_pair {
     ($name:ident, $($line:literal,)*) => {
-        /// See [`lane_pair`]'s rule: `(aux32[l], aux32[l + 1])`.
+        /// `(aux32[l], aux32[l + 1])` (see the rule `lane_pair` above).
         #[inline(always)]
         fn $name(q: &[u8; 128], x: &[u32; WORDS], scales: &[u8; 8]) -> (i32, i32) {
             let (a, b): (i32, i32);
