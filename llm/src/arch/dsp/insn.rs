@@ -1,50 +1,14 @@
 //! The DSP extension's instructions Rust cannot reach on stable (its Arm DSP intrinsics are
-//! unstable), each one `asm!` instruction the compiler places and allocates like any other
-//! operation: the code written in Rust around them (`q6_k`, and the activation expansions of
-//! `q5_0` and `k_lanes`) keeps its loops, unpacking and f32 steps in plain Rust, where LLVM already emits `PKHBT` / `PKHTB`,
-//! shifted-operand `AND`s, `MLA` and the scalar FPU's separate `VMUL` / `VADD` (no fused
-//! multiply-add: Rust does not contract).
+//! unstable) for the Rust code around the `asm!` loops: the activation expansions of `q5_0` and
+//! `k_lanes` (`SXTB16`; LLVM emits the `PKHBT` / `PKHTB` of [`halves`] itself) and the f16
+//! scales of the K-quants (`VCVTB`). Each is one `asm!` the compiler places and allocates like
+//! any other operation.
 //!
 //! Each `asm!` reads all its inputs before it writes its output (one instruction, or a chain
 //! whose last instruction alone writes the output), so a `lateout` may share a register with
 //! an input.
 
 use core::arch::asm;
-
-/// `lo(a) · lo(b) + hi(a) · hi(b)`, the halves signed 16-bit (`SMUAD`).
-#[inline(always)]
-pub(super) fn smuad(a: u32, b: u32) -> i32 {
-    let r: i32;
-    // SAFETY: one register-only instruction (it may set the sticky `Q` flag, which nothing
-    // reads); no memory, no stack.
-    unsafe {
-        asm!(
-            "smuad {r}, {a}, {b}",
-            r = lateout(reg) r,
-            a = in(reg) a,
-            b = in(reg) b,
-            options(pure, nomem, nostack),
-        );
-    }
-    r
-}
-
-/// `a − b` in each signed 16-bit half (`SSUB16`; it sets the `GE` flags, which nothing reads).
-#[inline(always)]
-pub(super) fn ssub16(a: u32, b: u32) -> u32 {
-    let r: u32;
-    // SAFETY: one register-only instruction; no memory, no stack.
-    unsafe {
-        asm!(
-            "ssub16 {r}, {a}, {b}",
-            r = lateout(reg) r,
-            a = in(reg) a,
-            b = in(reg) b,
-            options(pure, nomem, nostack),
-        );
-    }
-    r
-}
 
 /// Bytes 0 and 2 of `a`, each sign-extended into a 16-bit half (`SXTB16`).
 #[inline(always)]
@@ -105,23 +69,6 @@ pub(super) fn f16_to_f32(h: u16) -> f32 {
         );
     }
     f32::from_bits(bits)
-}
-
-/// `v`, hidden from the optimizer (no instruction): a mask constant kept in a register, so that
-/// `AND`s with a shifted operand (`and r0, mask, w, lsr #8`) take it in one instruction instead
-/// of a shift and an `AND` with an immediate.
-#[inline(always)]
-pub(super) fn in_register(v: u32) -> u32 {
-    let r: u32;
-    // SAFETY: no instruction (a comment); the value passes through one register.
-    unsafe {
-        asm!(
-            "/* {r} */",
-            r = inlateout(reg) v => r,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    r
 }
 
 /// The little-endian word at byte `at` of `b` (an `LDR`, which ARMv7-M and ARMv8-M Mainline

@@ -12,10 +12,9 @@
 //! then load a word at a time instead of two). One file per weight type, each one `asm!` loop
 //! (the DSP intrinsics are unstable).
 //!
-//! Of the types Gemma 3 adds, Q5_0 × Q8_0 is one `asm!` loop as these, Q4_K × Q8_K one `asm!`
-//! loop per two of a super-block's eight integer lanes (its f32 steps in Rust); Q6_K × Q8_K is
-//! Rust around single-instruction `asm!` helpers (`insn`: `SMUAD`, `SSUB16`, `SXTB16`,
-//! `VCVTB`). Each expands the activation row once per call into the pairs its
+//! Of the types Gemma 3 adds, Q5_0 × Q8_0 is one `asm!` loop as these; Q4_K and Q6_K × Q8_K
+//! one `asm!` block per two of a super-block's eight integer lanes, their f32 steps in Rust
+//! (`k_lanes`), with small `asm!` helpers for the expansions and f16 scales (`insn`). Each expands the activation row once per call into the pairs its
 //! weight unpacking gives (`k_lanes` for the K-quants, whose eight integer lanes per super-block
 //! stay apart, as the portable order needs).
 

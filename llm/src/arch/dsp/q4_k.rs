@@ -253,7 +253,9 @@ lane_pair!(
 /// (scale `da`, 16-value sums `bsums`): the eight integer lanes, `sums[l] += (d · d_a) ·
 /// (f32)aux32[l]`, then the minimums `Σ bsums[j] · m[j / 2]` and `sumf −= (dmin · d_a) ·
 /// (f32)sumi`.
-#[inline(always)]
+// Out of line: one copy for the matmul and the one-row entry (its unrolled `asm!` blocks
+// are several KB); the call costs a few instructions per super-block.
+#[inline(never)]
 fn super_block(lanes: &mut Lanes, b: &[u8; BYTES], x: &[u32; WORDS], da: f32, bsums: &[i16]) {
     let sc = packed_scales(b);
     let pairs: [(u8, u8); 8] = core::array::from_fn(|j| scale_min(j, &sc));
