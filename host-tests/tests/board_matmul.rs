@@ -3,8 +3,9 @@
 //! the DSP extension's `SMLAD` on the Cortex-M4 (qemu-an386) — against the portable dot products
 //! on random rows and edge values must give the same bits; any kernel and shape that differs is
 //! named in the log. The Cortex-M4's `block-matmuls` bench (one SmolLM2-135M block's seven
-//! matmuls over synthetic weights, the 1,536-value FFN rows in two of the kernels' chunks) must
-//! print the CRC-32 the portable build prints. Needs qemu-system-arm (as `board_parity`).
+//! matmuls over synthetic weights, the 1,536-value FFN rows in two of the kernels' chunks; then
+//! one Gemma 3 270M block's, its 2,048-value Q6_K / Q4_K rows in two chunks) must print the
+//! CRC-32s the portable build prints. Needs qemu-system-arm (as `board_parity`).
 
 use std::time::Duration;
 
@@ -25,15 +26,19 @@ const Q4_1_Q8_0: u32 = 2 * 5 * 4 * 6 * 6 * 2;
 /// random draws.
 const HELIUM_INEXACT: u32 = 337;
 
-/// Those of Q5_0 (Helium: the tiled matmul entry; its one-row entry declines, as Q4_1's).
+/// Those of Q5_0 (Helium: the tiled matmul entry; its one-row entry declines, as Q4_1's; DSP:
+/// both entries).
 const Q5_0: u32 = 5 * 4 * 6 * 6 * 2;
 
-/// Those of Q4_K and Q6_K (Helium: both entries, one weight row at a time).
+/// Those of Q4_K and Q6_K (Helium and DSP: both entries).
 const Q4_K_Q6_K: u32 = 2 * 2 * 4 * 6 * 6 * 2;
 
 /// The CRC-32 of every output of `block-matmuls` built with `--features portable` (the portable
 /// matmuls; measured 2026-11-29, FIGURES.md).
 const PORTABLE_CRC: &str = "ddd296e8";
+
+/// The same for its Gemma 3 270M block (Q5_0, Q8_0, Q4_K, Q6_K; measured 2026-11-30, FIGURES.md).
+const GEMMA_PORTABLE_CRC: &str = "d379ee7a";
 
 /// `edgekv_llm::subnormal_check::SUBNORMAL_DIGEST`, the host's digest of the f32 loops
 /// around the matmuls on subnormal inputs (its unit test recomputes it on the host).
@@ -107,8 +112,9 @@ fn helium_matmul_kernels_equal_the_portable_dot_products() {
 #[test]
 fn dsp_matmul_kernels_equal_the_portable_dot_products() {
     let board = qemu::Board::An386;
-    // The DSP kernels decline none of Q4_1's and Q8_0's calls.
-    assert_eq!(kernel_check(board, "dsp"), (Q4_1_Q8_0, CALLS - Q4_1_Q8_0));
+    // The DSP kernels decline none of Q4_1's, Q8_0's, Q5_0's, Q4_K's and Q6_K's calls.
+    let compared = Q4_1_Q8_0 + Q5_0 + Q4_K_Q6_K;
+    assert_eq!(kernel_check(board, "dsp"), (compared, CALLS - compared));
 
     // The bench, built with the check (`qemu::build` builds every binary of the board).
     let elf = qemu::bin_path(&qemu::repo_root(), board, "block-matmuls");
@@ -126,4 +132,14 @@ fn dsp_matmul_kernels_equal_the_portable_dot_products() {
         "the kernels' outputs differ from the portable build's: {total}"
     );
     eprintln!("an386: block_matmuls dsp total {total}");
+    let gemma = run
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix("block_matmuls gemma3 dsp total "))
+        .unwrap_or_else(|| panic!("a Gemma DSP total line; log:\n{text}"));
+    assert!(
+        gemma.ends_with(&format!("crc32 {GEMMA_PORTABLE_CRC}")),
+        "the kernels' Gemma outputs differ from the portable build's: {gemma}"
+    );
+    eprintln!("an386: block_matmuls gemma3 dsp total {gemma}");
 }

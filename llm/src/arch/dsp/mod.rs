@@ -11,8 +11,19 @@
 //! and counted it saves about half an instruction per block and row of ~51 (the weight codes
 //! then load a word at a time instead of two). One file per weight type, each one `asm!` loop
 //! (the DSP intrinsics are unstable).
+//!
+//! Of the types Gemma 3 adds, Q5_0 × Q8_0 is one `asm!` loop as these; Q4_K and Q6_K × Q8_K
+//! one `asm!` block per two of a super-block's eight integer lanes, their f32 steps in Rust
+//! (`k_lanes`), with small `asm!` helpers for the expansions and f16 scales (`insn`). Each expands the activation row once per call into the pairs its
+//! weight unpacking gives (`k_lanes` for the K-quants, whose eight integer lanes per super-block
+//! stay apart, as the portable order needs).
 
+mod insn;
+mod k_lanes;
 mod q4_1;
+mod q4_k;
+mod q5_0;
+mod q6_k;
 mod q8_0;
 
 use super::Acts;
@@ -28,8 +39,9 @@ pub(super) fn name() -> Option<&'static str> {
     Some("dsp")
 }
 
-/// Q4_1 and Q8_0 weights, every weight row against one activation row after the other; other
-/// types, and Q4_1 rows not 4-byte aligned (its kernel loads blocks by words), decline.
+/// Q4_1, Q8_0, Q5_0, Q4_K and Q6_K weights, every weight row against one activation row after
+/// the other; other types, and Q4_1 rows not 4-byte aligned (its kernel loads blocks by words),
+/// decline.
 #[inline]
 pub(super) fn matmul(
     ty: TensorType,
@@ -40,18 +52,22 @@ pub(super) fn matmul(
     n: usize,
     out: &mut [f32],
 ) -> bool {
+    let k_quant = matches!(ty, TensorType::Q4_K | TensorType::Q6_K);
     let fits = rows.checked_mul(row_bytes).is_some_and(|b| b <= w.len())
         && n.checked_mul(rows).is_some_and(|o| o <= out.len())
-        && a.holds(n);
-    if !fits || !matches!(ty, TensorType::Q4_1 | TensorType::Q8_0) {
+        && if k_quant { a.holds_k(n) } else { a.holds(n) };
+    let known = k_quant || matches!(ty, TensorType::Q4_1 | TensorType::Q8_0 | TensorType::Q5_0);
+    if !fits || !known {
         return false;
     }
     for t in 0..n {
         let out = &mut out[t * rows..][..rows];
-        let a = a.row(t);
         let done = match ty {
-            TensorType::Q4_1 => q4_1::rows(w, row_bytes, &a, out),
-            _ => q8_0::rows(w, row_bytes, &a, out),
+            TensorType::Q4_1 => q4_1::rows(w, row_bytes, &a.row(t), out),
+            TensorType::Q5_0 => q5_0::rows(w, row_bytes, &a.row(t), out),
+            TensorType::Q4_K => q4_k::rows(w, row_bytes, &a.row_k(t), out),
+            TensorType::Q6_K => q6_k::rows(w, row_bytes, &a.row_k(t), out),
+            _ => q8_0::rows(w, row_bytes, &a.row(t), out),
         };
         // Only at `t` = 0: whether the kernel takes the rows does not depend on `t`.
         if !done {
@@ -69,6 +85,9 @@ pub(super) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
     let done = match ty {
         TensorType::Q4_1 => q4_1::rows(w, w.len(), a, &mut out),
         TensorType::Q8_0 => q8_0::rows(w, w.len(), a, &mut out),
+        TensorType::Q5_0 => q5_0::rows(w, w.len(), a, &mut out),
+        TensorType::Q4_K => q4_k::rows(w, w.len(), a, &mut out),
+        TensorType::Q6_K => q6_k::rows(w, w.len(), a, &mut out),
         _ => false,
     };
     done.then_some(out[0])
