@@ -9,8 +9,8 @@
 //!   sign of the first value of largest magnitude unless both signs hold it (then a scalar
 //!   search finds the first).
 //! - The scale and its inverse (`amax / 127`, `1 / d`; `−127 / max`, `1 / iscale`) and the f16
-//!   roundings on the scalar FPU, as the portable code computes them (the same function for the
-//!   f16 roundings).
+//!   roundings on the scalar FPU, as the portable code computes them (the f16 roundings by
+//!   `VCVTB`, which keeps subnormals there: the software conversion's values).
 //! - The codes four lanes at a time: `VMUL.F32` by the inverse scale (the portable product),
 //!   then `VCVTA.S32.F32` (nearest, ties away from zero: `roundf`) for Q8_0 and Q8_1,
 //!   `VCVTN.S32.F32` (nearest, ties to even: ggml's `nearest_int`, which adds 1.5·2²³ and reads
@@ -56,9 +56,9 @@ pub(super) fn q8(x: &[f32], qs: &mut [i8], d: &mut [f32], mut s: Option<&mut [f3
         };
         match block(xb, qb) {
             Some((scale, sum)) => {
-                d[b] = q8_act::through_f16(scale);
+                d[b] = through_f16(scale);
                 if let Some(s) = s.as_deref_mut() {
-                    s[b] = q8_act::through_f16(sum as f32 * scale);
+                    s[b] = through_f16(sum as f32 * scale);
                 }
             }
             None => match s.as_deref_mut() {
@@ -234,4 +234,22 @@ fn block_k(x: &[f32; QK_K], q: &mut [i8; QK_K], sums: &mut [i16; 16]) -> Option<
         );
     }
     Some(1.0 / iscale)
+}
+
+/// `x` rounded through f16 by the scalar FPU's `VCVTB.F16.F32` (nearest even, IEEE half,
+/// subnormals kept: the FPU's default `FPSCR`) and back (`VCVTB.F32.F16`, exact): what
+/// [`q8_act::through_f16`]'s software conversion gives for every finite `x`.
+#[inline(always)]
+fn through_f16(x: f32) -> f32 {
+    let y: f32;
+    // SAFETY: register-only conversions on the FPU.
+    unsafe {
+        asm!(
+            "vcvtb.f16.f32 {v}, {v}",
+            "vcvtb.f32.f16 {v}, {v}",
+            v = inout(sreg) x => y,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    y
 }

@@ -6,9 +6,12 @@
 //! mirrors), truncated by `VCVT` (the same as `trunc` for every value below 2³¹: codes are
 //! within ±127.5), then the sign put back, so every code is the portable one. The block's
 //! largest `|x|` as the largest of the magnitudes' bits (for finite values the bits order as
-//! the values: the portable `MAX`'s result), its scale and inverse the portable scalar steps.
+//! the values: the portable `MAX`'s result), its scale and inverse the portable scalar steps,
+//! the f16 roundings the FPU's `VCVTB` (the software conversion's values).
 //! A block holding an infinity or NaN, or whose scale's inverse overflows, takes the portable
 //! code. Q8_K declines (its `nearest_int` is already an add and a bit read).
+
+use core::arch::asm;
 
 use crate::quant::{BLOCK, q8_act};
 
@@ -31,9 +34,9 @@ pub(super) fn q8(x: &[f32], qs: &mut [i8], d: &mut [f32], mut s: Option<&mut [f3
         };
         match block(xb, qb) {
             Some((scale, sum)) => {
-                d[b] = q8_act::through_f16(scale);
+                d[b] = through_f16(scale);
                 if let Some(s) = s.as_deref_mut() {
-                    s[b] = q8_act::through_f16(sum as f32 * scale);
+                    s[b] = through_f16(sum as f32 * scale);
                 }
             }
             None => match s.as_deref_mut() {
@@ -67,4 +70,26 @@ fn block(x: &[f32; BLOCK], q: &mut [i8; BLOCK]) -> Option<(f32, i32)> {
         sum += code;
     }
     Some((scale, sum))
+}
+
+/// `x` rounded through f16 by the scalar FPU's `VCVTB.F16.F32` (nearest even, IEEE half,
+/// subnormals kept: the FPU's default `FPSCR`) and back (`VCVTB.F32.F16`, exact): what
+/// [`q8_act::through_f16`]'s software conversion gives for every finite `x`.
+#[inline(always)]
+fn through_f16(x: f32) -> f32 {
+    let y: u32;
+    // SAFETY: register-only moves and conversions on the FPU (s0 declared clobbered).
+    unsafe {
+        asm!(
+            "vmov s0, {x}",
+            "vcvtb.f16.f32 s0, s0",
+            "vcvtb.f32.f16 s0, s0",
+            "vmov {y}, s0",
+            x = in(reg) x.to_bits(),
+            y = lateout(reg) y,
+            out("s0") _,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    f32::from_bits(y)
 }
