@@ -60,6 +60,7 @@ fn kernel_check(board: qemu::Board, isa: &str) -> (u32, u32) {
         .collect();
     assert!(mismatches.is_empty(), "{mismatches:#?}");
     assert_eq!(run.code, 0, "exit code; log:\n{text}");
+    quantizer_check(board, &run.lines, &text);
     let summary = run
         .lines
         .iter()
@@ -94,6 +95,41 @@ fn kernel_check(board: qemu::Board, isa: &str) -> (u32, u32) {
     );
     eprintln!("{}: matmul_check kernels {summary}", board.name());
     (compared, declined)
+}
+
+/// Calls `kernel_check::run_quantizers` makes (`check_quantize::CALLS`): rows of 182 block
+/// kinds, 18 per Q8_0 / Q8_1 row (11 rows each) and 2 per Q8_K row (91 rows), each row with 4
+/// buffer lengths.
+const QUANTIZER_CALLS: u32 = (2 * 11 + 91) * 4;
+
+/// The firmware's activation-quantizer check: no mismatch; Helium's kernels (every type) take
+/// every call, the Cortex-M4's Q8_0's and Q8_1's (Q8_K declines: the portable code runs). Prints the
+/// summary and the firmware's per-token instruction counts (`quantize_count`).
+fn quantizer_check(board: qemu::Board, lines: &[String], text: &str) {
+    let bad: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("matmul_check quantizer mismatch"))
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+    let summary = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("matmul_check quantizers "))
+        .unwrap_or_else(|| panic!("a quantizer summary line; log:\n{text}"));
+    let n: Vec<u32> = summary.split(' ').filter_map(|w| w.parse().ok()).collect();
+    let compared = match board {
+        qemu::Board::An547 => QUANTIZER_CALLS,
+        // The Cortex-M4's kernel: Q8_0 and Q8_1 (Q8_K declines).
+        _ => 2 * 11 * 4,
+    };
+    assert_eq!(
+        n,
+        [compared, QUANTIZER_CALLS - compared, 0],
+        "quantizers: {summary}"
+    );
+    eprintln!("{}: matmul_check quantizers {summary}", board.name());
+    for l in lines.iter().filter(|l| l.starts_with("quantize_count ")) {
+        eprintln!("{}: {l}", board.name());
+    }
 }
 
 #[test]

@@ -249,8 +249,8 @@ pub fn dot_quant(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> f32 {
 }
 
 /// Quantizes the activation row `x` as `act` into `qs`, `d` and `s`: the bits of the portable
-/// [`quant::quantize_activation`], by this build's kernel where it has one for `act` (AVX2:
-/// Q8_0 and Q8_1).
+/// [`quant::quantize_activation`], by this build's kernel where it has one for `act` (AVX2,
+/// NEON and Helium: Q8_0, Q8_1 and Q8_K; DSP: Q8_0 and Q8_1).
 pub fn quantize_activation(
     act: ActivationType,
     x: &[f32],

@@ -10,6 +10,9 @@
 //! entry. A kernel that declines
 //! (the portable code runs) is counted, not compared.
 
+/// The activation quantizers' check (`check_quantize`), for the boards' firmware.
+#[cfg(feature = "matmul-check")]
+pub use super::check_quantize::{CALLS as QUANTIZER_CALLS, QuantMismatch, run_quantizers};
 use super::{Acts, dot, matmul};
 use crate::gguf::QK_K;
 use crate::gguf::TensorType;

@@ -42,6 +42,9 @@ mod native;
 #[cfg(any(test, feature = "matmul-check"))]
 #[cfg_attr(not(feature = "matmul-check"), allow(dead_code))]
 pub mod check;
+#[cfg(any(test, feature = "matmul-check"))]
+#[cfg_attr(not(feature = "matmul-check"), allow(dead_code))]
+pub mod check_quantize;
 #[cfg_attr(
     not(any(edgekv_llm_mve, edgekv_llm_x86, edgekv_llm_aarch64)),
     allow(dead_code)

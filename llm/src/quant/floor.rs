@@ -14,6 +14,12 @@
 /// Quantizer inputs smaller than this (2^-100) in magnitude are zeros.
 pub const INPUT_FLOOR: f32 = f32::from_bits(0x0d80_0000);
 
+/// A block whose largest magnitude is at least this (2^-92) gets the same codes whether its
+/// inputs are floored at [`INPUT_FLOOR`] or not: a value below 2^-100 times the inverse scale
+/// (at most `127 / 2^-92`, rounded) is below one half, so it rounds to the code 0 either way.
+/// Kernels that do not floor take the portable code for smaller blocks that are not all zero.
+pub const UNFLOORED_BLOCK_MAX: f32 = f32::from_bits(0x1180_0000);
+
 /// f32 operands of the f32-activation dot product smaller than this (2^-42) are zeros.
 pub const OPERAND_FLOOR: f32 = f32::from_bits(0x2a80_0000);
 
@@ -49,6 +55,12 @@ mod tests {
     fn floors_are_powers_of_two_and_keep_signs() {
         assert_eq!(INPUT_FLOOR, libm::exp2f(-100.0));
         assert_eq!(OPERAND_FLOOR, libm::exp2f(-42.0));
+        assert_eq!(UNFLOORED_BLOCK_MAX, libm::exp2f(-92.0));
+        // The largest code a floored-away value could take in an unfloored block is below 1/2.
+        let under = f32::from_bits(INPUT_FLOOR.to_bits() - 1);
+        let id = 1.0 / (UNFLOORED_BLOCK_MAX / 127.0);
+        assert!(libm::fabsf(under * id) < 0.5);
+        assert!(libm::fabsf(under * (-127.0 / UNFLOORED_BLOCK_MAX)) < 0.5);
         for floor in [INPUT_FLOOR, OPERAND_FLOOR] {
             let under = f32::from_bits(floor.to_bits() - 1);
             assert_eq!(below(under, floor).to_bits(), 0);

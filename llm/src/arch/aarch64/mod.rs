@@ -142,8 +142,7 @@ pub(super) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
     }
 }
 
-/// Q8_0 and Q8_1 activation rows (`quantize`, NEON on every AArch64 core); Q8_K declines (the
-/// portable quantizer runs).
+/// Every activation type (Q8_0, Q8_1, Q8_K: `quantize`, NEON on every AArch64 core).
 #[inline]
 pub(super) fn quantize(
     act: crate::quant::ActivationType,
@@ -156,7 +155,11 @@ pub(super) fn quantize(
     match act {
         ActivationType::Q8_0 => quantize::q8(x, qs, d, None),
         ActivationType::Q8_1 => quantize::q8(x, qs, d, Some(s)),
-        ActivationType::Q8_K => return false,
+        ActivationType::Q8_K => {
+            // Q8_K's 16-value sums travel as i16 in `s` (`QuantRow::of`).
+            let bsums: &mut [i16] = bytemuck::try_cast_slice_mut(s).unwrap_or(&mut []);
+            quantize::q8_k(x, qs, d, bsums)
+        }
     }
     true
 }
@@ -164,9 +167,7 @@ pub(super) fn quantize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::{
-        BLOCK, q4_1 as portable_q4_1, q8_0 as portable_q8_0, quantize_q8_0, quantize_q8_1,
-    };
+    use crate::quant::{BLOCK, q4_1 as portable_q4_1, q8_0 as portable_q8_0, quantize_q8_1};
 
     /// Both builds (with `SDOT` where this CPU has it) of both kernels against the portable dot
     /// products on rows of 1 to 48 blocks with edge codes: the same bits.
@@ -239,74 +240,17 @@ mod tests {
         }
     }
 
-    /// The NEON activation quantizer against the portable Q8_0 and Q8_1 quantizers, bit for bit:
-    /// random blocks at every magnitude (subnormal to near `f32::MAX`), exact halves (`±0.5`,
-    /// `±2.5`, `126.5` with a scale of 1), zeros of both signs, blocks holding an infinity or a NaN
-    /// (which take the portable code), and buffers of unequal lengths (the blocks all of them hold).
+    /// The NEON activation quantizers (Q8_0, Q8_1, Q8_K) against the portable ones, bit for bit, on
+    /// `check_quantize`'s edge cases (every exponent, exact halves, zeros of both signs, infinities
+    /// and NaNs, ties of sign, short buffers): every call compared.
     #[test]
-    fn activation_quantizer_has_the_portable_bits() {
-        let mut seed = 0x9e37_79b9u32;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            seed
-        };
-        let mut blocks: Vec<[f32; BLOCK]> = Vec::new();
-        for e in (0..254).step_by(3) {
-            // Random mantissas and signs at exponent `e` (subnormals at 0).
-            blocks.push(core::array::from_fn(|_| {
-                let r = next();
-                f32::from_bits((r & 0x8000_0000) | (e << 23) | (r & 0x007f_ffff))
-            }));
-            // Mixed exponents around `e`.
-            blocks.push(core::array::from_fn(|_| {
-                let r = next();
-                let ee = (e + (r >> 28)).min(254);
-                f32::from_bits((r & 0x8000_0000) | (ee << 23) | (r & 0x007f_ffff))
-            }));
-        }
-        let mut halves = [0f32; BLOCK];
-        halves[..8].copy_from_slice(&[127.0, 0.5, -0.5, 2.5, -2.5, 126.5, -126.5, 1.5]);
-        halves[8] = -0.0;
-        blocks.push(halves);
-        blocks.push([0.0; BLOCK]);
-        blocks.push([-0.0; BLOCK]);
-        for special in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN] {
-            let mut b: [f32; BLOCK] = core::array::from_fn(|i| i as f32 - 9.25);
-            b[(next() % 32) as usize] = special;
-            blocks.push(b);
-        }
-        let x: Vec<f32> = blocks.iter().flatten().copied().collect();
-        let n = blocks.len();
-        for (qs_len, d_len, s_len) in [(n, n, n), (n, n - 1, n), (n - 2, n, n), (n, n, n - 3)] {
-            let run = |kernel: bool, sums: bool| {
-                let (mut qs, mut d, mut s) = (
-                    vec![0x55i8; qs_len * BLOCK],
-                    vec![7.0f32; d_len],
-                    vec![9.0f32; s_len],
-                );
-                match (kernel, sums) {
-                    (true, true) => super::quantize::q8(&x, &mut qs, &mut d, Some(&mut s)),
-                    (true, false) => super::quantize::q8(&x, &mut qs, &mut d, None),
-                    (false, true) => quantize_q8_1(&x, &mut qs, &mut d, &mut s),
-                    (false, false) => quantize_q8_0(&x, &mut qs, &mut d),
-                }
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                (qs, bits(&d), bits(&s))
-            };
-            for sums in [false, true] {
-                let (want, got) = (run(false, sums), run(true, sums));
-                for (b, block) in blocks.iter().enumerate() {
-                    let codes = |v: &[i8]| v.get(b * BLOCK..(b + 1) * BLOCK).map(<[i8]>::to_vec);
-                    assert_eq!(
-                        codes(&got.0),
-                        codes(&want.0),
-                        "codes of block {b} {block:?}"
-                    );
-                }
-                assert_eq!(got, want, "sums {sums}, lengths {qs_len} {d_len} {s_len}");
-            }
-        }
+    fn activation_quantizers_have_the_portable_bits() {
+        let mut work = Box::new(crate::arch::check::Work::new());
+        let mut bad = Vec::new();
+        let sum = crate::arch::check_quantize::quantizers(&mut work, super::quantize, &mut |m| {
+            bad.push(*m)
+        });
+        assert!(bad.is_empty(), "{bad:#?}");
+        assert_eq!(sum.compared, crate::arch::check_quantize::CALLS, "{sum:?}");
     }
 }

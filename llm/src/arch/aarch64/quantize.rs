@@ -9,6 +9,14 @@
 //! NaN, or a nonzero value below the inputs' floor (`quant::floor`), or whose scale's inverse
 //! overflows, takes the portable code (its `MAX` order and `as
 //! i8` of NaN and infinities decide there).
+//!
+//! Q8_K (`quant::q8_k`'s steps) by 256-value super-blocks: the largest `|x|` as the largest of
+//! the magnitudes' bits (`UMAXV`), the first value holding it found by compares (its sign sets
+//! the scale's), `iscale = −127 / max` and `d = 1 / iscale` the portable scalar steps, the codes
+//! `nearest_int(iscale · x)` four lanes at a time (`FMUL` then `FADD` of 1.5·2²³, never fused,
+//! then the mantissa bits: the portable operations), the 16-value sums exact (`ADDV`). A
+//! super-block holding an infinity or NaN, or a nonzero value below the inputs' floor, or whose
+//! `iscale` overflows, takes the portable code.
 
 use core::arch::aarch64::{
     int32x4_t, vaddq_s32, vaddvq_s32, vandq_u32, vcombine_s8, vcombine_s16, vcvtaq_s32_f32,
@@ -17,7 +25,12 @@ use core::arch::aarch64::{
 };
 use core::arch::asm;
 
-use crate::quant::{BLOCK, floor, q8_act};
+use core::arch::aarch64::{
+    vaddq_f32, vandq_s32, vceqq_u32, vdupq_n_s32, vminq_s32, vreinterpretq_s32_f32, vsubq_s32,
+};
+
+use crate::gguf::QK_K;
+use crate::quant::{BLOCK, floor, q8_act, quantize_q8_k};
 
 /// Quantizes `x` to Q8_0 (`s` `None`) or Q8_1 (`s` the block sums) with the portable code's
 /// bits, over as many blocks as every buffer holds (the portable `zip`).
@@ -116,4 +129,99 @@ fn through_f16(x: f32) -> f32 {
         );
     }
     y
+}
+
+/// Quantizes `x` to Q8_K with the portable code's bits, over as many super-blocks as every
+/// buffer holds (the portable `zip`): codes into `qs`, scales into `d`, the 16-value sums into
+/// `bsums`.
+pub(super) fn q8_k(x: &[f32], qs: &mut [i8], d: &mut [f32], bsums: &mut [i16]) {
+    let blocks = (x.len() / QK_K)
+        .min(qs.len() / QK_K)
+        .min(d.len())
+        .min(bsums.len() / 16);
+    for b in 0..blocks {
+        let (Some(xb), Some(qb), Some(sb)) = (
+            x[b * QK_K..].first_chunk::<QK_K>(),
+            qs[b * QK_K..].first_chunk_mut::<QK_K>(),
+            bsums[b * 16..].first_chunk_mut::<16>(),
+        ) else {
+            return;
+        };
+        match block_k(xb, qb, sb) {
+            Some(scale) => d[b] = scale,
+            None => quantize_q8_k(xb, qb, &mut d[b..=b], sb),
+        }
+    }
+}
+
+/// One super-block's codes into `q` and 16-value sums into `sums`: its scale `1 / iscale` (0 for
+/// an all-zero block), or `None` (nothing written) when it holds an infinity or NaN or its
+/// `iscale` overflows.
+#[inline(always)]
+fn block_k(x: &[f32; QK_K], q: &mut [i8; QK_K], sums: &mut [i16; 16]) -> Option<f32> {
+    // SAFETY: every load reads four of the 256 floats of `x` (`i < 64`), every store 16 of the
+    // 256 bytes of `q`; the rest is register-only.
+    unsafe {
+        let load = |i: usize| vreinterpretq_u32_f32(vld1q_f32(x.as_ptr().add(4 * i)));
+        let abs = vdupq_n_u32(0x7fff_ffff);
+        let one = vdupq_n_u32(1);
+        let (mut m, mut n) = (vdupq_n_u32(0), vdupq_n_u32(u32::MAX));
+        for i in 0..QK_K / 4 {
+            let a = vandq_u32(load(i), abs);
+            m = vmaxq_u32(m, a);
+            // The magnitudes' bits minus one: zeros wrap to the largest.
+            n = vminq_u32(n, vsubq_u32(a, one));
+        }
+        let bits = vmaxvq_u32(m);
+        // Infinity or NaN: |x|'s bits above the largest finite value's; a nonzero |x| below the
+        // inputs' floor (the portable code reads it as zero).
+        if bits > 0x7f7f_ffff || vminvq_u32(n) < floor::INPUT_FLOOR.to_bits() - 1 {
+            return None;
+        }
+        if bits == 0 {
+            q.fill(0);
+            sums.fill(0);
+            return Some(0.0);
+        }
+        // The first value of largest magnitude (finite magnitudes order as their bits).
+        let hv = vdupq_n_u32(bits);
+        let mut at = QK_K;
+        for i in 0..QK_K / 4 {
+            if vmaxvq_u32(vceqq_u32(vandq_u32(load(i), abs), hv)) != 0 {
+                let lanes = &x[4 * i..4 * i + 4];
+                at = 4 * i
+                    + lanes
+                        .iter()
+                        .position(|v| v.to_bits() & 0x7fff_ffff == bits)?;
+                break;
+            }
+        }
+        let max = *x.get(at)?;
+        let iscale = -127.0 / max;
+        if iscale.is_infinite() {
+            return None;
+        }
+        let iv = vdupq_n_f32(iscale);
+        let magic = vdupq_n_f32(12_582_912.0);
+        let mantissa = vdupq_n_s32(0x007f_ffff);
+        let bias = vdupq_n_s32(0x0040_0000);
+        let top = vdupq_n_s32(127);
+        for (g, sum) in sums.iter_mut().enumerate() {
+            let c: [int32x4_t; 4] = core::array::from_fn(|i| {
+                let v = vld1q_f32(x.as_ptr().add(16 * g + 4 * i));
+                // `nearest_int(iscale · v)`: the product, then the add (two roundings, as the
+                // portable code), then the low mantissa bits less 2²².
+                let r = vreinterpretq_s32_f32(vaddq_f32(vmulq_f32(v, iv), magic));
+                vminq_s32(vsubq_s32(vandq_s32(r, mantissa), bias), top)
+            });
+            let lo = vcombine_s16(vqmovn_s32(c[0]), vqmovn_s32(c[1]));
+            let hi = vcombine_s16(vqmovn_s32(c[2]), vqmovn_s32(c[3]));
+            vst1q_s8(
+                q.as_mut_ptr().add(16 * g),
+                vcombine_s8(vqmovn_s16(lo), vqmovn_s16(hi)),
+            );
+            *sum = vaddvq_s32(vaddq_s32(vaddq_s32(c[0], c[1]), vaddq_s32(c[2], c[3]))) as i16;
+        }
+        Some(1.0 / iscale)
+    }
 }

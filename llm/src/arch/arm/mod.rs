@@ -17,6 +17,7 @@ mod q4_k;
 mod q5_0;
 mod q6_k;
 mod q8_0;
+mod quantize;
 
 use super::Acts;
 use super::rows::{tiles, tiles_k};
@@ -147,14 +148,25 @@ fn common_blocks(
     Some(blocks)
 }
 
-/// Declines: the portable activation quantizer runs.
-#[inline(always)]
+/// Every activation type (Q8_0, Q8_1, Q8_K: `quantize`; a block Helium's flushing lanes would
+/// not quantize exactly takes the portable code there).
+#[inline]
 pub(super) fn quantize(
-    _: crate::quant::ActivationType,
-    _: &[f32],
-    _: &mut [i8],
-    _: &mut [f32],
-    _: &mut [f32],
+    act: crate::quant::ActivationType,
+    x: &[f32],
+    qs: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
 ) -> bool {
-    false
+    use crate::quant::ActivationType;
+    match act {
+        ActivationType::Q8_0 => quantize::q8(x, qs, d, None),
+        ActivationType::Q8_1 => quantize::q8(x, qs, d, Some(s)),
+        ActivationType::Q8_K => {
+            // Q8_K's 16-value sums travel as i16 in `s` (`QuantRow::of`).
+            let bsums: &mut [i16] = bytemuck::try_cast_slice_mut(s).unwrap_or(&mut []);
+            quantize::q8_k(x, qs, d, bsums)
+        }
+    }
+    true
 }

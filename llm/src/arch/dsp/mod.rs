@@ -25,6 +25,7 @@ mod q4_k;
 mod q5_0;
 mod q6_k;
 mod q8_0;
+mod quantize;
 
 use super::Acts;
 use crate::gguf::TensorType;
@@ -139,14 +140,21 @@ fn expand_q8_0(a: &QuantRow<'_>, from: usize, out: &mut [u32]) {
     }
 }
 
-/// Declines: the portable activation quantizer runs.
-#[inline(always)]
+/// Q8_0 and Q8_1 activation rows (`quantize`: `VCVT` truncation for `roundf`); Q8_K declines
+/// (the portable quantizer runs).
+#[inline]
 pub(super) fn quantize(
-    _: crate::quant::ActivationType,
-    _: &[f32],
-    _: &mut [i8],
-    _: &mut [f32],
-    _: &mut [f32],
+    act: crate::quant::ActivationType,
+    x: &[f32],
+    qs: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
 ) -> bool {
-    false
+    use crate::quant::ActivationType;
+    match act {
+        ActivationType::Q8_0 => quantize::q8(x, qs, d, None),
+        ActivationType::Q8_1 => quantize::q8(x, qs, d, Some(s)),
+        ActivationType::Q8_K => return false,
+    }
+    true
 }

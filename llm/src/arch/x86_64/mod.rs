@@ -95,7 +95,7 @@ pub(super) fn dot(ty: TensorType, w: &[u8], a: &QuantRow<'_>) -> Option<f32> {
     }
 }
 
-/// Q8_0 and Q8_1 activation rows, where this CPU has AVX2; Q8_K declines.
+/// Every activation type (Q8_0, Q8_1, Q8_K), where this CPU has AVX2 and F16C.
 #[inline]
 pub(super) fn quantize(
     act: ActivationType,
@@ -112,7 +112,12 @@ pub(super) fn quantize(
         ActivationType::Q8_0 => unsafe { quantize::q8(x, qs, d, None) },
         // SAFETY: as above.
         ActivationType::Q8_1 => unsafe { quantize::q8(x, qs, d, Some(s)) },
-        ActivationType::Q8_K => return false,
+        ActivationType::Q8_K => {
+            // Q8_K's 16-value sums travel as i16 in `s` (`QuantRow::of`).
+            let bsums: &mut [i16] = bytemuck::try_cast_slice_mut(s).unwrap_or(&mut []);
+            // SAFETY: as above.
+            unsafe { quantize::q8_k(x, qs, d, bsums) }
+        }
     }
     true
 }

@@ -6,6 +6,14 @@
 //! scale and its inverse are the portable scalar steps, the f16 roundings F16C's (the same
 //! values). A block holding an infinity or NaN, or whose scale's inverse overflows, takes the
 //! portable code (its `MAX` order and `as i8` of NaN and infinities decide there).
+//!
+//! Q8_K (`quant::q8_k`'s steps) by 256-value super-blocks: the largest `|x|` as the largest of
+//! the magnitudes' bits (`VPMAXUD`), the first value holding it by a compare and a mask (its sign
+//! sets the scale's), `iscale = −127 / max` and `d = 1 / iscale` the portable scalar steps, the
+//! codes `nearest_int(iscale · x)` eight lanes at a time (`VMULPS` then `VADDPS` of 1.5·2²³, never
+//! fused, then the mantissa bits: the portable operations), the 16-value sums exact in i32 lanes.
+//! A super-block holding an infinity or NaN, or a nonzero value below the inputs' floor, or whose
+//! `iscale` overflows, takes the portable code.
 
 use core::arch::x86_64::{
     __m256, __m256i, _CMP_GE_OQ, _MM_FROUND_NO_EXC, _MM_FROUND_TO_ZERO, _mm_add_epi32,
@@ -18,8 +26,13 @@ use core::arch::x86_64::{
     _mm256_packs_epi32, _mm256_permutevar8x32_epi32, _mm256_round_ps, _mm256_set1_epi32,
     _mm256_set1_ps, _mm256_setr_epi32, _mm256_storeu_si256, _mm256_sub_ps,
 };
+use core::arch::x86_64::{
+    _mm_packs_epi32, _mm_storeu_si128, _mm256_castsi256_ps, _mm256_cmpeq_epi32, _mm256_hadd_epi32,
+    _mm256_loadu_si256, _mm256_max_epu32, _mm256_min_epi32, _mm256_movemask_ps, _mm256_sub_epi32,
+};
 
-use crate::quant::{BLOCK, floor, q8_act};
+use crate::gguf::QK_K;
+use crate::quant::{BLOCK, floor, q8_act, quantize_q8_k};
 
 /// Quantizes `x` to Q8_0 (`s` `None`) or Q8_1 (`s` the block sums) with the portable code's
 /// bits, over as many blocks as every buffer holds (the portable `zip`).
@@ -143,4 +156,144 @@ unsafe fn block(x: &[f32; BLOCK], q: &mut [i8; BLOCK]) -> Option<(f32, i32)> {
 unsafe fn through_f16(x: f32) -> f32 {
     // SAFETY: F16C is present (the caller's obligation); registers only.
     unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<0>(_mm_set_ss(x)))) }
+}
+
+/// Vectors of eight values per Q8_K super-block.
+const K_VECTORS: usize = QK_K / 8;
+
+/// Quantizes `x` to Q8_K with the portable code's bits, over as many super-blocks as every
+/// buffer holds (the portable `zip`): codes into `qs`, scales into `d`, the 16-value sums into
+/// `bsums`.
+///
+/// # Safety
+///
+/// The CPU supports AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn q8_k(x: &[f32], qs: &mut [i8], d: &mut [f32], bsums: &mut [i16]) {
+    let blocks = (x.len() / QK_K)
+        .min(qs.len() / QK_K)
+        .min(d.len())
+        .min(bsums.len() / 16);
+    for b in 0..blocks {
+        let (Some(xb), Some(qb), Some(sb)) = (
+            x[b * QK_K..].first_chunk::<QK_K>(),
+            qs[b * QK_K..].first_chunk_mut::<QK_K>(),
+            bsums[b * 16..].first_chunk_mut::<16>(),
+        ) else {
+            return;
+        };
+        // SAFETY: AVX2 is present (the caller's obligation).
+        match unsafe { block_k(xb, qb, sb) } {
+            Some(scale) => d[b] = scale,
+            None => quantize_q8_k(xb, qb, &mut d[b..=b], sb),
+        }
+    }
+}
+
+/// One super-block's codes into `q` and 16-value sums into `sums`: its scale `1 / iscale` (0 for
+/// an all-zero block), or `None` (nothing written) when it holds an infinity or NaN or its
+/// `iscale` overflows.
+///
+/// # Safety
+///
+/// The CPU supports AVX2.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn block_k(x: &[f32; QK_K], q: &mut [i8; QK_K], sums: &mut [i16; 16]) -> Option<f32> {
+    // SAFETY: AVX2 is present; every load reads eight of the 256 floats of `x` (`i < 32`), every
+    // store writes 32 of the 256 bytes of `q` or 8 of the 16 sums; the rest is register-only.
+    unsafe {
+        let load = |i: usize| _mm256_loadu_si256(x.as_ptr().add(8 * i).cast());
+        let abs = _mm256_set1_epi32(0x7fff_ffff);
+        let (zero, floor) = (
+            _mm256_set1_epi32(0),
+            _mm256_set1_epi32(floor::INPUT_FLOOR.to_bits() as i32),
+        );
+        let (mut m, mut tiny) = (zero, zero);
+        for i in 0..K_VECTORS {
+            let a = _mm256_and_si256(load(i), abs);
+            m = _mm256_max_epu32(m, a);
+            let small = _mm256_and_si256(_mm256_cmpgt_epi32(floor, a), _mm256_cmpgt_epi32(a, zero));
+            tiny = _mm256_or_si256(tiny, small);
+        }
+        let h = largest_lane(m);
+        // Infinity or NaN: |x|'s bits above the largest finite value's; a nonzero |x| below the
+        // inputs' floor (the portable code reads it as zero).
+        if h > 0x7f7f_ffff || _mm256_movemask_epi8(tiny) != 0 {
+            return None;
+        }
+        if h == 0 {
+            q.fill(0);
+            sums.fill(0);
+            return Some(0.0);
+        }
+        // The first value of largest magnitude (finite magnitudes order as their bits).
+        let hv = _mm256_set1_epi32(h as i32);
+        let mut at = QK_K;
+        for i in 0..K_VECTORS {
+            let eq = _mm256_cmpeq_epi32(_mm256_and_si256(load(i), abs), hv);
+            let mask = _mm256_movemask_ps(_mm256_castsi256_ps(eq));
+            if mask != 0 {
+                at = 8 * i + mask.trailing_zeros() as usize;
+                break;
+            }
+        }
+        let max = *x.get(at)?;
+        let iscale = -127.0 / max;
+        if iscale.is_infinite() {
+            return None;
+        }
+        let iv = _mm256_set1_ps(iscale);
+        let magic = _mm256_set1_ps(12_582_912.0);
+        let mantissa = _mm256_set1_epi32(0x007f_ffff);
+        let bias = _mm256_set1_epi32(0x0040_0000);
+        let top = _mm256_set1_epi32(127);
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        // Four 16-value groups (eight vectors) at a time.
+        for g in 0..QK_K / 64 {
+            let c: [__m256i; 8] = core::array::from_fn(|i| {
+                let v = _mm256_loadu_ps(x.as_ptr().add(64 * g + 8 * i));
+                // `nearest_int(iscale · v)`: the product, then the add (two roundings, as the
+                // portable code), then the low mantissa bits less 2²².
+                let r = _mm256_add_ps(_mm256_mul_ps(v, iv), magic);
+                let n = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(r), mantissa), bias);
+                _mm256_min_epi32(n, top)
+            });
+            for h in 0..2 {
+                let k = 4 * h;
+                let packed = _mm256_packs_epi16(
+                    _mm256_packs_epi32(c[k], c[k + 1]),
+                    _mm256_packs_epi32(c[k + 2], c[k + 3]),
+                );
+                _mm256_storeu_si256(
+                    q.as_mut_ptr().add(64 * g + 32 * h).cast(),
+                    _mm256_permutevar8x32_epi32(packed, order),
+                );
+            }
+            // The four groups' sums: pairs of vectors added, then three horizontal adds.
+            let s: [__m256i; 4] =
+                core::array::from_fn(|j| _mm256_add_epi32(c[2 * j], c[2 * j + 1]));
+            let h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+            let four = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+            let words = _mm_packs_epi32(four, four);
+            let mut out = [0i16; 8];
+            _mm_storeu_si128(out.as_mut_ptr().cast(), words);
+            sums[4 * g..4 * g + 4].copy_from_slice(&out[..4]);
+        }
+        Some(1.0 / iscale)
+    }
+}
+
+/// The largest of the eight u32 lanes of `m`.
+///
+/// # Safety
+///
+/// The CPU supports AVX2.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn largest_lane(m: __m256i) -> u32 {
+    let mut lanes = [0u32; 8];
+    // SAFETY: AVX2 is present; the store writes exactly the 32 bytes of `lanes`.
+    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), m) };
+    lanes.into_iter().max().unwrap_or(0)
 }
