@@ -3,9 +3,8 @@
 //! matmuls (`matmul::set_kernels`), tiles of four activation rows or one row at a time
 //! (`matmul::set_tiles`), one or two matmul threads (`matmul::set_threads`); each run a cold
 //! prefill of the prompt (in calls of 64 tokens: each matmul over 64 activation rows) then
-//! greedy decode. The
-//! medians are printed, and every run's tokens must agree (the same bits in every
-//! configuration).
+//! greedy decode, the K/V in f16 pages (as the peer's f16 K/V). The medians are printed, and
+//! every run's tokens must agree (the same bits in every configuration).
 //!
 //! Peer: with `EDGEKV_PEER_PYTHON` naming a Python that has llama-cpp-python (0.3.36, built from
 //! its sdist), each round also runs `llama_cpp_peer.py` on the same GGUF and prompt ids at one
@@ -33,7 +32,7 @@ use edgekv_llm::{Engine, Llama, Logits, Sampling};
 /// tokens/s, the tokens).
 fn round(model: &Llama<'_>, prompt: &[u32], decode: usize) -> (f64, f64, Vec<u32>) {
     let mut arenas = common::Arenas::new(
-        common::cache_config(model, ElementFormat::F32, 64),
+        common::cache_config(model, ElementFormat::F16, 64),
         (prompt.len() + decode).div_ceil(16) + 4,
     );
     let mut cache = arenas.cache();
