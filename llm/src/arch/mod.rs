@@ -46,6 +46,11 @@ pub mod check;
 #[cfg_attr(not(feature = "matmul-check"), allow(dead_code))]
 pub mod check_quantize;
 #[cfg_attr(
+    not(any(edgekv_llm_mve, edgekv_llm_dsp, edgekv_llm_aarch64)),
+    allow(dead_code)
+)]
+mod quantize_rows;
+#[cfg_attr(
     not(any(edgekv_llm_mve, edgekv_llm_x86, edgekv_llm_aarch64)),
     allow(dead_code)
 )]

@@ -32,8 +32,9 @@
 
 use core::arch::asm;
 
+use crate::arch::quantize_rows::{q8_k_rows, q8_rows};
 use crate::gguf::QK_K;
-use crate::quant::{BLOCK, floor, q8_act, quantize_q8_k};
+use crate::quant::{BLOCK, floor};
 
 /// The smallest largest-magnitude of a block (not all zero) whose codes the lanes compute
 /// exactly: 2⁻⁹², the portable code's input floor's bound ([`floor::UNFLOORED_BLOCK_MAX`]),
@@ -45,31 +46,8 @@ const FINITE: u32 = 0x7f7f_ffff;
 
 /// Quantizes `x` to Q8_0 (`s` `None`) or Q8_1 (`s` the block sums) with the portable code's
 /// bits, over as many blocks as every buffer holds (the portable `zip`).
-pub(super) fn q8(x: &[f32], qs: &mut [i8], d: &mut [f32], mut s: Option<&mut [f32]>) {
-    let mut blocks = (x.len() / BLOCK).min(qs.len() / BLOCK).min(d.len());
-    if let Some(s) = &s {
-        blocks = blocks.min(s.len());
-    }
-    for b in 0..blocks {
-        let (Some(xb), Some(qb)) = (
-            x[b * BLOCK..].first_chunk::<BLOCK>(),
-            qs[b * BLOCK..].first_chunk_mut::<BLOCK>(),
-        ) else {
-            return;
-        };
-        match block(xb, qb) {
-            Some((scale, sum)) => {
-                d[b] = through_f16(scale);
-                if let Some(s) = s.as_deref_mut() {
-                    s[b] = through_f16(sum as f32 * scale);
-                }
-            }
-            None => match s.as_deref_mut() {
-                Some(s) => q8_act::quantize_q8_1(xb, qb, &mut d[b..=b], &mut s[b..=b]),
-                None => q8_act::quantize_q8_0(xb, qb, &mut d[b..=b]),
-            },
-        }
-    }
+pub(super) fn q8(x: &[f32], qs: &mut [i8], d: &mut [f32], s: Option<&mut [f32]>) {
+    q8_rows(x, qs, d, s, block, through_f16)
 }
 
 /// One Q8_0 / Q8_1 block's codes into `q`: its unrounded scale `amax / 127` and the sum of its
@@ -139,23 +117,7 @@ fn block(x: &[f32; BLOCK], q: &mut [i8; BLOCK]) -> Option<(f32, i32)> {
 /// buffer holds (the portable `zip`): codes into `qs`, scales into `d`, the 16-value sums into
 /// `bsums`.
 pub(super) fn q8_k(x: &[f32], qs: &mut [i8], d: &mut [f32], bsums: &mut [i16]) {
-    let blocks = (x.len() / QK_K)
-        .min(qs.len() / QK_K)
-        .min(d.len())
-        .min(bsums.len() / 16);
-    for b in 0..blocks {
-        let (Some(xb), Some(qb), Some(sb)) = (
-            x[b * QK_K..].first_chunk::<QK_K>(),
-            qs[b * QK_K..].first_chunk_mut::<QK_K>(),
-            bsums[b * 16..].first_chunk_mut::<16>(),
-        ) else {
-            return;
-        };
-        match block_k(xb, qb, sb) {
-            Some(scale) => d[b] = scale,
-            None => quantize_q8_k(xb, qb, &mut d[b..=b], sb),
-        }
-    }
+    q8_k_rows(x, qs, d, bsums, block_k)
 }
 
 /// One super-block's codes into `q` and 16-value sums into `sums`: its scale `1 / iscale` (0 for
@@ -241,7 +203,7 @@ fn block_k(x: &[f32; QK_K], q: &mut [i8; QK_K], sums: &mut [i16; 16]) -> Option<
 
 /// `x` rounded through f16 by the scalar FPU's `VCVTB.F16.F32` (nearest even, IEEE half,
 /// subnormals kept: the FPU's default `FPSCR`) and back (`VCVTB.F32.F16`, exact): what
-/// [`q8_act::through_f16`]'s software conversion gives for every finite `x`.
+/// [`through_f16`](crate::quant::q8_act::through_f16)'s software conversion gives for every finite `x`.
 #[inline(always)]
 fn through_f16(x: f32) -> f32 {
     let y: f32;

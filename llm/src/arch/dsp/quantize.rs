@@ -14,38 +14,16 @@
 
 use core::arch::asm;
 
-use crate::quant::{BLOCK, floor, q8_act};
+use crate::arch::quantize_rows::q8_rows;
+use crate::quant::{BLOCK, floor};
 
 /// `0.5 − 2⁻²⁵`: `libm::roundf`'s addend.
 const HALF_BELOW: f32 = 0.5 - 0.25 * f32::EPSILON;
 
 /// Quantizes `x` to Q8_0 (`s` `None`) or Q8_1 (`s` the block sums) with the portable code's
 /// bits, over as many blocks as every buffer holds (the portable `zip`).
-pub(super) fn q8(x: &[f32], qs: &mut [i8], d: &mut [f32], mut s: Option<&mut [f32]>) {
-    let mut blocks = (x.len() / BLOCK).min(qs.len() / BLOCK).min(d.len());
-    if let Some(s) = &s {
-        blocks = blocks.min(s.len());
-    }
-    for b in 0..blocks {
-        let (Some(xb), Some(qb)) = (
-            x[b * BLOCK..].first_chunk::<BLOCK>(),
-            qs[b * BLOCK..].first_chunk_mut::<BLOCK>(),
-        ) else {
-            return;
-        };
-        match block(xb, qb) {
-            Some((scale, sum)) => {
-                d[b] = through_f16(scale);
-                if let Some(s) = s.as_deref_mut() {
-                    s[b] = through_f16(sum as f32 * scale);
-                }
-            }
-            None => match s.as_deref_mut() {
-                Some(s) => q8_act::quantize_q8_1(xb, qb, &mut d[b..=b], &mut s[b..=b]),
-                None => q8_act::quantize_q8_0(xb, qb, &mut d[b..=b]),
-            },
-        }
-    }
+pub(super) fn q8(x: &[f32], qs: &mut [i8], d: &mut [f32], s: Option<&mut [f32]>) {
+    q8_rows(x, qs, d, s, block, through_f16)
 }
 
 /// One block's codes into `q`: its unrounded scale `amax / 127` and the sum of its codes, or
@@ -78,7 +56,7 @@ fn block(x: &[f32; BLOCK], q: &mut [i8; BLOCK]) -> Option<(f32, i32)> {
 
 /// `x` rounded through f16 by the scalar FPU's `VCVTB.F16.F32` (nearest even, IEEE half,
 /// subnormals kept: the FPU's default `FPSCR`) and back (`VCVTB.F32.F16`, exact): what
-/// [`q8_act::through_f16`]'s software conversion gives for every finite `x`.
+/// [`through_f16`](crate::quant::q8_act::through_f16)'s software conversion gives for every finite `x`.
 #[inline(always)]
 fn through_f16(x: f32) -> f32 {
     let y: u32;
