@@ -1,4 +1,5 @@
-//! The activation quantizers' row loops, shared by the ISA modules: a row split into blocks (or
+//! The activation quantizers' row loops, shared by the ISA modules (x86 takes the Q8_K one; its
+//! Q8_0 / Q8_1 block kernels need F16C for the scales' rounding, so it keeps its own loop): a row split into blocks (or
 //! Q8_K super-blocks) as the portable `zip` splits it, each block to the ISA's block kernel,
 //! and a block the kernel declines (an infinity or NaN, a block near the input floor, …) to the
 //! portable code, so the row has the portable bits whichever blocks the kernel takes.

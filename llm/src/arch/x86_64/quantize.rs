@@ -31,8 +31,9 @@ use core::arch::x86_64::{
     _mm256_loadu_si256, _mm256_max_epu32, _mm256_min_epi32, _mm256_movemask_ps, _mm256_sub_epi32,
 };
 
+use crate::arch::quantize_rows::q8_k_rows;
 use crate::gguf::QK_K;
-use crate::quant::{BLOCK, floor, q8_act, quantize_q8_k};
+use crate::quant::{BLOCK, floor, q8_act};
 
 /// Quantizes `x` to Q8_0 (`s` `None`) or Q8_1 (`s` the block sums) with the portable code's
 /// bits, over as many blocks as every buffer holds (the portable `zip`).
@@ -170,29 +171,13 @@ const K_VECTORS: usize = QK_K / 8;
 /// The CPU supports AVX2.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn q8_k(x: &[f32], qs: &mut [i8], d: &mut [f32], bsums: &mut [i16]) {
-    let blocks = (x.len() / QK_K)
-        .min(qs.len() / QK_K)
-        .min(d.len())
-        .min(bsums.len() / 16);
-    for b in 0..blocks {
-        let (Some(xb), Some(qb), Some(sb)) = (
-            x[b * QK_K..].first_chunk::<QK_K>(),
-            qs[b * QK_K..].first_chunk_mut::<QK_K>(),
-            bsums[b * 16..].first_chunk_mut::<16>(),
-        ) else {
-            return;
-        };
-        // SAFETY: AVX2 is present (the caller's obligation).
-        match unsafe { block_k(xb, qb, sb) } {
-            Some(scale) => d[b] = scale,
-            None => quantize_q8_k(xb, qb, &mut d[b..=b], sb),
-        }
-    }
+    // SAFETY: AVX2 is present (the caller's obligation).
+    q8_k_rows(x, qs, d, bsums, |x, q, s| unsafe { block_k(x, q, s) })
 }
 
 /// One super-block's codes into `q` and 16-value sums into `sums`: its scale `1 / iscale` (0 for
-/// an all-zero block), or `None` (nothing written) when it holds an infinity or NaN or its
-/// `iscale` overflows.
+/// an all-zero block), or `None` (nothing written) when it holds an infinity or NaN, or a nonzero
+/// value below the inputs' floor, or its `iscale` overflows.
 ///
 /// # Safety
 ///
