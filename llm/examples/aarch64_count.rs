@@ -13,12 +13,13 @@
 //! `aarch64_count gemma-head <steps>` (640 → 32,768: an eighth of the tied embedding's 262,144
 //! Q8_0 rows — the cost is linear in the rows; the whole head's 168 MB of synthetic weights
 //! would take minutes of emulated set-up)
-//! `aarch64_count quant <kv_heads> <head_dim> <q8_0|fp8> <steps>` (one decode token's K and V
-//! rows written to one layer's pages: the page quantizers; FP8 in tiles of 32)
+//! `aarch64_count quant <kv_heads> <head_dim> <q8_0|fp8|q4_0|q4_1> <steps>` (one decode token's
+//! K and V rows written to one layer's pages: the page quantizers; FP8 in tiles of 32)
 
 use std::hint::black_box;
 
 use edgekv::attention::AttentionParams;
+use edgekv::quant::Q4Kind;
 use edgekv::{CacheConfig, ElementFormat, FreeList, HeapArenas, Kv, KvCache, SeqMode, Shape};
 use edgekv_llm::gguf::TensorType;
 use edgekv_llm::matmul::{Matrix, matmul_quant};
@@ -230,6 +231,8 @@ fn main() {
                     tile: 32,
                     bf16: false,
                 },
+                "q4_0" => ElementFormat::Int4 { kind: Q4Kind::Q4_0 },
+                "q4_1" => ElementFormat::Int4 { kind: Q4Kind::Q4_1 },
                 _ => ElementFormat::Q8_0,
             };
             quantize(n(1) as u16, n(2) as u16, fmt, n(4));

@@ -7,9 +7,10 @@
 //!
 //! `quantize_rows time [rounds]`: host nanoseconds per row of each shape, rounds alternating
 //! kernels and portable code, medians printed (default 7 rounds).
-//! `quantize_rows count <kernels|portable> <steps>`: `steps` decode tokens' rows, for an
-//! instruction count under `qemu-aarch64` (a two-step run's count minus a one-step run's is one
-//! token); prints a CRC of every output (the same either way).
+//! `quantize_rows count <kernels|portable> <steps> [smollm2|gemma3]`: `steps` decode tokens'
+//! rows (both models', or the one named), for an instruction count under `qemu-aarch64` (a
+//! two-step run's count minus a one-step run's is one token); prints a CRC of every output (the
+//! same either way).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -85,9 +86,13 @@ fn main() {
         Some("count") => {
             set_kernels(args.get(1).map(String::as_str) != Some("portable"));
             let steps: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
+            let only = args.get(3).map(String::as_str);
             let mut crc = 0;
             for step in 0..steps {
-                for (i, (_, act, cols, rows)) in TOKEN_ROWS.into_iter().enumerate() {
+                for (i, (model, act, cols, rows)) in TOKEN_ROWS.into_iter().enumerate() {
+                    if only.is_some_and(|m| m != model) {
+                        continue;
+                    }
                     let x = values(cols, (step * 8 + i) as u64);
                     let mut row = Row::new(act, cols);
                     for _ in 0..rows {

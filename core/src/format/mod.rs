@@ -209,7 +209,7 @@ pub(crate) fn encode_rows<K: QuantKernels, T: Element>(
             }
             Ok(())
         }
-        ElementFormat::Int4 { kind } => int4::quantize_q4(kind, src, vals),
+        ElementFormat::Int4 { kind } => int4::quantize_q4_with::<K, T>(kind, src, vals),
         _ => {
             float::encode(fmt, src, vals);
             Ok(())

@@ -13,7 +13,8 @@ use crate::arch::NativeQuant;
 use crate::error::Result;
 use crate::format::Element;
 pub use crate::format::fp8::{dequantize_fp8_tile, e4m3_from_f32, e4m3_to_f32, fp8_tile_row_bytes};
-pub use crate::format::int4::{Q4_BLOCK, Q4Kind, dequantize_q4, quantize_q4};
+use crate::format::int4::quantize_q4_with;
+pub use crate::format::int4::{Q4_BLOCK, Q4Kind, dequantize_q4};
 pub use crate::format::int8::dequantize_q8;
 #[cfg(doc)]
 use crate::{ConfigError, Error};
@@ -106,4 +107,33 @@ pub fn quantize_fp8_tile<T: Element>(
     row: &mut [u8],
 ) -> Result<()> {
     crate::format::fp8::quantize_fp8_tile_with::<NativeQuant, T>(x, dv, tile, bf16, row)
+}
+
+/// Quantizes `x` (a multiple of 32 values) into `out` (`kind.bytes_for(x.len())` bytes) as
+/// ggml's Q4_0 or Q4_1 blocks (see `format::int4`), through this build's quantizer kernel where
+/// it has one (the same bits). f16 and bf16 values are widened to f32 exactly first.
+///
+/// Non-finite inputs give codes but no panic: a NaN scaled value takes code 0, infinities
+/// saturate (ggml leaves both undefined).
+///
+/// # Errors
+///
+/// [`Error::LengthMismatch`] if `x.len()` is not a multiple of 32 or `out` has the wrong length;
+/// nothing is written then.
+///
+/// # Example
+///
+/// ```
+/// use edgekv::quant::{Q4Kind, dequantize_q4, quantize_q4};
+///
+/// let x: [f32; 32] = core::array::from_fn(|j| j as f32 - 16.0);
+/// let mut block = [0u8; 18];
+/// quantize_q4(Q4Kind::Q4_0, &x, &mut block)?;
+/// let mut y = [0f32; 32];
+/// dequantize_q4(Q4Kind::Q4_0, &block, &mut y)?;
+/// assert_eq!((y[0], y[16], y[31]), (-16.0, 0.0, 14.0));
+/// # Ok::<(), edgekv::Error>(())
+/// ```
+pub fn quantize_q4<T: Element>(kind: Q4Kind, x: &[T], out: &mut [u8]) -> Result<()> {
+    quantize_q4_with::<NativeQuant, T>(kind, x, out)
 }

@@ -3,9 +3,8 @@
 //! AArch64 build (`isa`: f16 widening with `FCVTL`, lane sums with `FADDP`), its Q8_0 page
 //! kernels (`int8`: scores with `SDOT` or `SMLAL`, values) and f16 page kernels (`f16`), and
 //! the page quantizers ([`NativeQuant`]: Q8 groups in `quantize_int8`, FP8 E4M3 tiles in
-//! `quantize_fp8`, sharing `quantize_lanes`; groups and tiles of a multiple of 16 values). The
-//! Q4 encoder has no kernel hook (`format::int4` takes no `QuantKernels`) and keeps the portable
-//! loop, which LLVM vectorizes.
+//! `quantize_fp8`, sharing `quantize_lanes`, for groups and tiles of a multiple of 16 values;
+//! Q4_0 / Q4_1 blocks in `quantize_int4`).
 //!
 //! Every kernel gives the portable code's bits: integer sums are exact (any order), float steps
 //! are those of the portable kernels in their order, with no fused multiply-add (Rust never
@@ -18,6 +17,7 @@ mod f16;
 mod int8;
 mod isa;
 mod quantize_fp8;
+mod quantize_int4;
 mod quantize_int8;
 mod quantize_lanes;
 #[cfg(test)]
@@ -29,6 +29,7 @@ mod values;
 use half::f16 as F16;
 
 use crate::format::QuantKernels;
+use crate::format::int4::Q4Kind;
 
 pub(crate) use isa::Neon;
 #[cfg(test)]
@@ -73,6 +74,15 @@ impl QuantKernels for NativeQuant {
         let take = tile != 0 && tile % quantize_lanes::W == 0;
         if take {
             quantize_fp8::quantize_tiles(x, tile, codes, scales);
+        }
+        take
+    }
+
+    #[inline]
+    fn q4_f32(kind: Q4Kind, x: &[f32], out: &mut [u8]) -> bool {
+        let take = kind.bytes_for(x.len()) == Some(out.len());
+        if take {
+            quantize_int4::quantize_blocks(kind, x, out);
         }
         take
     }

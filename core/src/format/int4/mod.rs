@@ -20,8 +20,9 @@
 
 use half::f16;
 
-use super::Element;
 use super::decode::{Decode, LANES, u16_at};
+use super::kernels::QuantKernels;
+use super::{Element, ElementFormat};
 use crate::error::{ConfigError, Error, Result};
 use crate::numeric::floor::quant_input;
 use crate::numeric::widen::{Soft, Widen};
@@ -141,45 +142,56 @@ pub(crate) fn dequantizing(kind: Q4Kind, hi: bool, d: f32, m: f32) -> Q4Codes {
     }
 }
 
-/// Quantizes `x` (a multiple of 32 values) into `out` (`kind.bytes_for(x.len())` bytes). f16
-/// and bf16 values are widened to f32 exactly first.
-///
-/// Non-finite inputs give codes but no panic: a NaN scaled value takes code 0, infinities
-/// saturate (ggml leaves both undefined).
+/// Quantizes `x` (a multiple of 32 values) into `out` (`kind.bytes_for(x.len())` bytes), through
+/// `K`'s kernel where it has one (the same bits): the public `quant::quantize_q4`, which see for
+/// the rules. f16 and bf16 values are widened to f32 exactly first, a block at a time.
 ///
 /// # Errors
 ///
-/// [`Error::LengthMismatch`] if `x.len()` is not a multiple of 32 or `out` has the wrong length;
-/// nothing is written then.
-///
-/// # Example
-///
-/// ```
-/// use edgekv::quant::{Q4Kind, dequantize_q4, quantize_q4};
-///
-/// let x: [f32; 32] = core::array::from_fn(|j| j as f32 - 16.0);
-/// let mut block = [0u8; 18];
-/// quantize_q4(Q4Kind::Q4_0, &x, &mut block)?;
-/// let mut y = [0f32; 32];
-/// dequantize_q4(Q4Kind::Q4_0, &block, &mut y)?;
-/// assert_eq!((y[0], y[16], y[31]), (-16.0, 0.0, 14.0));
-/// # Ok::<(), edgekv::Error>(())
-/// ```
-pub fn quantize_q4<T: Element>(kind: Q4Kind, x: &[T], out: &mut [u8]) -> Result<()> {
+/// As `quant::quantize_q4`; nothing is written then.
+pub(crate) fn quantize_q4_with<K: QuantKernels, T: Element>(
+    kind: Q4Kind,
+    x: &[T],
+    out: &mut [u8],
+) -> Result<()> {
     if kind.bytes_for(x.len()) != Some(out.len()) {
         return Err(Error::LengthMismatch);
+    }
+    if T::FORMAT == ElementFormat::F32 {
+        if let Ok(f) = bytemuck::try_cast_slice::<T, f32>(x) {
+            if !K::q4_f32(kind, f, out) {
+                for (b, o) in f
+                    .chunks_exact(Q4_BLOCK)
+                    .zip(out.chunks_exact_mut(kind.block_bytes()))
+                {
+                    if let Some(b) = b.first_chunk() {
+                        encode_block(kind, b, o);
+                    }
+                }
+            }
+            return Ok(());
+        }
     }
     for (b, o) in x
         .chunks_exact(Q4_BLOCK)
         .zip(out.chunks_exact_mut(kind.block_bytes()))
     {
         let b: [f32; Q4_BLOCK] = core::array::from_fn(|i| b[i].to_f32());
-        match kind {
-            Q4Kind::Q4_0 => encode_q4_0(&b, o),
-            Q4Kind::Q4_1 => encode_q4_1(&b, o),
+        if !K::q4_f32(kind, &b, o) {
+            encode_block(kind, &b, o);
         }
     }
     Ok(())
+}
+
+/// One block of `kind` from 32 f32 values into its `kind.block_bytes()` bytes `out`: the
+/// reference encoder.
+#[inline]
+pub(crate) fn encode_block(kind: Q4Kind, x: &[f32; Q4_BLOCK], out: &mut [u8]) {
+    match kind {
+        Q4Kind::Q4_0 => encode_q4_0(x, out),
+        Q4Kind::Q4_1 => encode_q4_1(x, out),
+    }
 }
 
 /// Dequantizes blocks of `kind` into `y` (32 values per block): Q4_0 `(q − 8) · d`, Q4_1
@@ -212,7 +224,7 @@ pub fn dequantize_q4<T: Element>(kind: Q4Kind, blocks: &[u8], y: &mut [T]) -> Re
 
 /// `1 / d`, or 0 for a zero `d`.
 #[inline]
-fn inverse(d: f32) -> f32 {
+pub(crate) fn inverse(d: f32) -> f32 {
     if d == 0.0 { 0.0 } else { 1.0 / d }
 }
 

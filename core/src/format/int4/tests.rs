@@ -1,4 +1,10 @@
 use super::*;
+use crate::format::kernels::Reference;
+
+/// The reference codec alone.
+fn quantize_q4<T: Element>(kind: Q4Kind, x: &[T], out: &mut [u8]) -> Result<()> {
+    quantize_q4_with::<Reference, T>(kind, x, out)
+}
 
 #[test]
 fn block_sizes_are_ggmls() {
