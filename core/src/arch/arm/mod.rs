@@ -8,8 +8,8 @@
 //! `exp(score − max)` four lanes per vector (`mve_weights.rs`). Whole pages of int8 rows for
 //! three query heads per KV head go to `page.rs` (`Strategy::int8_pages`): rows a stride apart, one
 //! `asm!` loop nest for a page's scores, value accumulators kept across a page's rows; on DSP
-//! cores with an FPU, runs of one, two and four heads to `page_runs.rs` (the same loops in Rust,
-//! generic in the run length; `Strategy::page_runs`); other pages (windows) and, with Helium,
+//! cores with an FPU, runs of one, two and four heads to `page_runs.rs` (`asm!` loop nests
+//! generic in the run length, `dsp_runs.rs`; `Strategy::page_runs`); other pages (windows) and, with Helium,
 //! other run lengths take the eight-row kernels here. On hard-float targets
 //! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. Without Helium,
 //! each attention weight's `exp` is taken alone, `libm::expf`'s steps inline (`exp::scalar`: its
@@ -26,6 +26,8 @@
 mod dsp;
 #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
 mod dsp_g32;
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
+mod dsp_runs;
 #[cfg(edgekv_arm_f16cvt)]
 mod f16;
 #[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
