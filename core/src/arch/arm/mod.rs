@@ -395,8 +395,9 @@ impl Isa for Arm {
         // Whole pages of int8 rows to `page.rs` (DSP or Helium).
         int8_pages: cfg!(any(edgekv_arm_dsp, edgekv_arm_mve)),
         // Runs of three to `page.rs`'s `asm!`; on DSP cores runs of one, two and four to
-        // `page_runs` (Gemma 3 270M, Qwen3-0.6B, Llama 3.2 1B: 12–13 % fewer instructions a
-        // decode step than the general loop). With Helium, `page_runs` cost more than the
+        // `page_runs` (`dsp_runs`'s `asm!` loop nests: Gemma 3 270M, Qwen3-0.6B, Llama 3.2 1B
+        // take 7.47, 21.24 and 17.64 M instructions a decode step, against 14.21, 33.66 and
+        // 32.67 M on the general loop). With Helium, `page_runs` cost more than the
         // general loop's eight-row kernels (the same three shapes: 27–67 % more), so only runs
         // of three take whole pages.
         page_runs: if cfg!(edgekv_arm_mve) {
