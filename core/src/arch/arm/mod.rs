@@ -8,8 +8,8 @@
 //! `exp(score − max)` four lanes per vector (`mve_weights.rs`). Whole pages of int8 rows for
 //! three query heads per KV head go to `page.rs` (`Strategy::int8_pages`): rows a stride apart, one
 //! `asm!` loop nest for a page's scores, value accumulators kept across a page's rows; on DSP
-//! cores with an FPU, runs of one, two and four heads to `page_runs.rs` (the same loops in Rust,
-//! generic in the run length; `Strategy::page_runs`); other pages (windows) and, with Helium,
+//! cores with an FPU, runs of one, two and four heads to `page_runs.rs` (`asm!` loop nests
+//! generic in the run length, `dsp_runs.rs`; `Strategy::page_runs`); other pages (windows) and, with Helium,
 //! other run lengths take the eight-row kernels here. On hard-float targets
 //! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. Without Helium,
 //! each attention weight's `exp` is taken alone, `libm::expf`'s steps inline (`exp::scalar`: its
@@ -26,6 +26,8 @@
 mod dsp;
 #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
 mod dsp_g32;
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
+mod dsp_runs;
 #[cfg(edgekv_arm_f16cvt)]
 mod f16;
 #[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
@@ -393,8 +395,9 @@ impl Isa for Arm {
         // Whole pages of int8 rows to `page.rs` (DSP or Helium).
         int8_pages: cfg!(any(edgekv_arm_dsp, edgekv_arm_mve)),
         // Runs of three to `page.rs`'s `asm!`; on DSP cores runs of one, two and four to
-        // `page_runs` (Gemma 3 270M, Qwen3-0.6B, Llama 3.2 1B: 12–13 % fewer instructions a
-        // decode step than the general loop). With Helium, `page_runs` cost more than the
+        // `page_runs` (`dsp_runs`'s `asm!` loop nests: Gemma 3 270M, Qwen3-0.6B, Llama 3.2 1B
+        // take 7.47, 21.24 and 17.64 M instructions a decode step, against 14.21, 33.66 and
+        // 32.67 M on the general loop). With Helium, `page_runs` cost more than the
         // general loop's eight-row kernels (the same three shapes: 27–67 % more), so only runs
         // of three take whole pages.
         page_runs: if cfg!(edgekv_arm_mve) {

@@ -3,38 +3,34 @@
 //! `Strategy::int8_pages` for the runs and shapes the three-head `asm!` loop nests of `page.rs`
 //! do not serve (Gemma 3's run of four heads over head_dim 256, Qwen3's two over 128, Llama
 //! 3.2's four over 64), on DSP cores with an FPU (M4, M7, M33; with Helium the general loop's
-//! eight-row kernels cost less). Plain Rust, generic in the run length: a page's rows lie a
-//! fixed stride apart, the query's slices and scales are taken once per page, each key word is
-//! decoded once for all the run's heads (`SXTB16`, then two `SMLAD` per head), and the value
-//! accumulators of a block of lanes stay in registers across all of the page's
-//! rows. Each score and each output element takes its terms in the portable kernels' order:
+//! eight-row kernels cost less). Generic in the run length: a page's rows lie a fixed stride
+//! apart, the query is interleaved by head once per page for `dsp_runs`'s `asm!` score loop nest
+//! (each key word decoded once for all the run's heads: `SXTB16`, then two `SMLAD` per head),
+//! and the value accumulators of a block of lanes stay in registers across all of the page's
+//! rows (`dsp_runs::add_rows_run`). Each score and each output element takes its terms in the portable kernels' order:
 //! the same bits.
 
-use super::Arm;
-use super::dsp;
+use super::dsp_runs;
 use crate::arch::query::QueryCodes;
 use crate::arch::rows::PageRows;
-use crate::format::u16_at;
-use crate::numeric::Widen;
+use core::mem::MaybeUninit;
 
-/// Key groups per head row these kernels take (head_dim 256 in groups of 32).
-const MAX_GROUPS: usize = 8;
+/// The longest head row the score kernel takes.
+const MAX_HD: usize = 256;
+
+/// Words of the score kernel's query (`dsp_runs::RunScores::q`): four heads of [`MAX_HD`]
+/// codes, two a word, and their scales (a group of 32 codes at least).
+const QUERY_WORDS: usize = 4 * (MAX_HD / 2 + MAX_HD / 32);
 
 /// Lanes of one step of the value kernel (a run of four heads' accumulators: sixteen floats).
 const V_LANES: usize = 4;
 
-/// Whether the `SMLAD` loop takes groups of `g` codes: four codes a word (the query
-/// interleaved by `arrange_query`, as `super::dsp_takes` says), exact in `i32` up to 256.
-#[inline(always)]
-fn takes(g: usize) -> bool {
-    g != 0 && g % 4 == 0 && g <= 256
-}
-
 /// `PageKernels::int8_page_scores` for a run of `G` heads: `scores[h·p + r]` for every row `r`
 /// of `rows` (int8 K rows of group `g`), [`kernels::int8_scores`](crate::arch::kernels::int8_scores)'s
-/// bits. `false`, nothing written, unless the shape fits (`g` taken by the ISA's dot product,
-/// head_dim a multiple of `g` of at most [`MAX_GROUPS`] groups, every row's codes and scales
-/// within the view, `G` heads' `p` scores within `scores`).
+/// bits, in one `asm!` loop nest (`dsp_runs::page_scores_run`) over the query interleaved by
+/// head. `false`, nothing written, unless the shape fits (`g` a multiple of 32, head_dim a
+/// multiple of `g` of at most [`MAX_HD`] codes, every row's codes and scales within the view,
+/// `G` heads' `p` scores within `scores`, a run length the loop takes).
 #[inline(always)]
 pub(super) fn scores<const G: usize>(
     q: QueryCodes<'_>,
@@ -44,67 +40,63 @@ pub(super) fn scores<const G: usize>(
     p: usize,
 ) -> bool {
     let hd = q.codes.len() / G;
-    if G == 0 || !takes(g) || hd % g != 0 || hd / g > MAX_GROUPS || rows.n > p {
+    let n = rows.n;
+    if !matches!(G, 1 | 2 | 4) || g == 0 || g % 32 != 0 || n == 0 || n > p {
+        return false;
+    }
+    if hd % g != 0 || hd > MAX_HD {
         return false;
     }
     let nb = hd / g;
     if rows.row_bytes < hd
+        || rows.stride < hd
         || rows.scale_bytes < 2 * nb
+        || rows.sstride < 2 * nb
         || scores.len() < G * p
         || q.scales.len() < G * nb
     {
         return false;
     }
-    // The DSP loop reads the query's codes two words at a time, aligned.
+    // The query's codes two words at a time.
     let Ok(quads) = bytemuck::try_cast_slice::<i16, [u32; 2]>(q.codes) else {
         return false;
     };
-    let mut qs = [[0f32; G]; MAX_GROUPS];
-    for (b, qs) in qs.iter_mut().enumerate().take(nb) {
-        *qs = core::array::from_fn(|h| q.scales[h * nb + b]);
-    }
-    let (vals, scales) = (rows.vals.as_ptr(), rows.scales.as_ptr());
-    let qrow: [*const [u32; 2]; G] = core::array::from_fn(|h| quads[h * hd / 4..].as_ptr());
-    for r in 0..rows.n {
-        // Row `r < n`'s `hd` codes and `nb` scales lie within the view (checked above).
-        let codes = vals.wrapping_add(r * rows.stride);
-        let sc = scales.wrapping_add(r * rows.sstride);
-        let mut s = [0f32; G];
-        for (b, qs) in qs.iter().enumerate().take(nb) {
-            // SAFETY: group `b < nb`'s scale lies within row `r`'s `2·nb` scale bytes.
-            let ks = Arm::one(u16::from_le_bytes(unsafe {
-                sc.add(2 * b).cast::<[u8; 2]>().read()
-            }));
-            let kc = codes.wrapping_add(b * g);
-            let isum = {
-                let mut isum = [0i32; G];
-                let qb: [*const [u32; 2]; G] = qrow.map(|q| q.wrapping_add(b * g / 4));
-                for w in 0..g / 4 {
-                    // SAFETY: word `w < g / 4` of group `b` lies within row `r`'s `hd` codes
-                    // (unaligned: `read_unaligned`); each head's quad `w` of group `b` lies
-                    // within its `hd` query codes, aligned (`try_cast_slice` above).
-                    let (k, qw) = unsafe {
-                        (
-                            kc.add(4 * w).cast::<u32>().read_unaligned(),
-                            qb.map(|q| q.add(w).read()),
-                        )
-                    };
-                    let (even, odd) = dsp::halves(k);
-                    for (s, [q0, q1]) in isum.iter_mut().zip(qw) {
-                        *s = dsp::smlad(odd, q1, dsp::smlad(even, q0, *s));
-                    }
-                }
-                isum
-            };
-            for h in 0..G {
-                s[h] += (qs[h] * ks) * isum[h] as f32;
+    // The query as the loop reads it (`RunScores::q`): group by group, its quads interleaved by
+    // head, then its scales. Every word written before the loop reads it: not cleared first.
+    let mut qi = [MaybeUninit::<u32>::uninit(); QUERY_WORDS];
+    let (words, gw) = (hd / 4, g / 4);
+    let block = 2 * G * gw + G;
+    for (b, blk) in qi.chunks_exact_mut(block).take(nb).enumerate() {
+        let (codes, scales) = blk.split_at_mut(2 * G * gw);
+        for h in 0..G {
+            let head = &quads[h * words + b * gw..][..gw];
+            for (out, &[lo, hi]) in codes[2 * h..].chunks_mut(2 * G).zip(head) {
+                out[0].write(lo);
+                out[1].write(hi);
             }
         }
-        for (h, s) in s.into_iter().enumerate() {
-            scores[h * p + r] = s;
+        for (h, out) in scales.iter_mut().enumerate() {
+            out.write(q.scales[h * nb + b].to_bits());
         }
     }
-    true
+    let at = nb * block;
+    let mut st = dsp_runs::RunScores {
+        q: qi.as_ptr().cast(),
+        q_end: qi[at..].as_ptr().cast(),
+        more_steps: g / 32 - 1,
+        advance: rows.stride - hd,
+        scale_advance: rows.sstride - 2 * nb,
+        out_stride: 4 * p,
+        rows: n,
+        scales: rows.scales.as_ptr(),
+        out: scores.as_mut_ptr(),
+    };
+    // SAFETY: `n ≥ 1`, `nb ≥ 1`; `qi` holds the run's query as `RunScores::q` lays it out up to
+    // `q_end` (aligned, every word written above); rows `r < n` lie `stride` bytes apart within
+    // the view, each with `hd` codes and `nb` scales (`sstride` apart; checked above); head
+    // `h`'s score of row `r` lies at `h·p + r < G·p ≤ scores.len()`, which this function
+    // borrows mutably.
+    unsafe { dsp_runs::page_scores_run::<G>(&mut st, rows.vals.as_ptr()) }
 }
 
 /// `PageKernels::int8_page_values` for a run of `G` heads: `acc[h·d + i] += w[h·p + r] ·
@@ -113,7 +105,7 @@ pub(super) fn scores<const G: usize>(
 /// row's weights times its group's scale (`kernels::scale_weights`'s products), then each
 /// product of that and a code added in row order. `false`, nothing written, unless the shape
 /// fits (`g` a multiple of [`V_LANES`], head_dim a multiple of `g`, every row's values and
-/// scales within the view, `G` heads' `p` weights within `w`).
+/// scales within the view, `G` heads' `p` weights within `w`, a run length the loops take).
 #[inline(always)]
 pub(super) fn values<const G: usize>(
     acc: &mut [f32],
@@ -124,23 +116,34 @@ pub(super) fn values<const G: usize>(
 ) -> bool {
     let d = acc.len() / G;
     let n = rows.n;
-    if G == 0 || g == 0 || g % V_LANES != 0 || d % g != 0 || n > p || w.len() < G * p {
+    if !matches!(G, 1 | 2 | 4) || g == 0 || g % V_LANES != 0 || d % g != 0 || n == 0 || n > p {
         return false;
     }
-    if rows.row_bytes < d || rows.scale_bytes < 2 * (d / g) {
+    if w.len() < G * p || rows.row_bytes < d || rows.scale_bytes < 2 * (d / g) {
         return false;
     }
     /// Rows whose weights × scales are taken at a time.
     const CHUNK: usize = 16;
-    let mut ps = [[0f32; G]; CHUNK];
+    // Each chunk's and group's products written before the value loop reads them.
+    let mut ps = [MaybeUninit::<[f32; G]>::uninit(); CHUNK];
     let (vals, accp) = (rows.vals.as_ptr(), acc.as_mut_ptr());
     for r0 in (0..n).step_by(CHUNK) {
         let m = (n - r0).min(CHUNK);
         for (k, off) in (0..d).step_by(g).enumerate() {
-            for (j, ps) in ps.iter_mut().enumerate().take(m) {
-                let s = Arm::one(u16_at(&rows.scales[(r0 + j) * rows.sstride..], k));
-                *ps = core::array::from_fn(|h| w[h * p + r0 + j] * s);
-            }
+            let sc = rows.scales[r0 * rows.sstride + 2 * k..].as_ptr();
+            // SAFETY: `m ≥ 1` rows of `ps`; head `h`'s weights `w[h·p + r0..][..m]` lie within
+            // `w` (`r0 + m ≤ n ≤ p`, `w.len() ≥ G·p`); row `r0 + j`'s scale of group `k < d / g`
+            // lies at `(r0 + j)·sstride + 2k`, within `rows.scales` (the view, checked above).
+            unsafe {
+                dsp_runs::weights_run::<G>(
+                    ps.as_mut_ptr().cast(),
+                    w[r0..].as_ptr(),
+                    p,
+                    sc,
+                    rows.sstride,
+                    m,
+                )
+            };
             for at in (off..off + g).step_by(V_LANES) {
                 let heads = accp.wrapping_add(at);
                 let row = vals.wrapping_add(r0 * rows.stride + at);
@@ -149,32 +152,9 @@ pub(super) fn values<const G: usize>(
                 // mutably (no other reference in use); `ps` holds the `m` rows' products,
                 // written above; rows `r0..r0 + m` (≤ n) lie `stride` apart from `row`, each
                 // one's bytes `[at, at + V_LANES)` within its `d` value bytes, within the view.
-                if unsafe { dsp::add_rows_run::<G>(heads, d, ps.as_ptr(), m, row, rows.stride) } {
-                    continue;
-                }
-                let heads: [*mut f32; G] = core::array::from_fn(|h| heads.wrapping_add(h * d));
-                // SAFETY: `at + V_LANES ≤ d` and `acc.len() ≥ G·d`: each head's block lies
-                // within `acc`, which this function borrows mutably (no other reference in use).
-                let mut a: [[f32; V_LANES]; G] =
-                    heads.map(|a| unsafe { a.cast::<[f32; V_LANES]>().read_unaligned() });
-                let mut row = vals.wrapping_add(r0 * rows.stride + at);
-                for ps in &ps[..m] {
-                    // SAFETY: rows `r0..r0 + m` (≤ n) lie `stride` apart, each one's bytes
-                    // `[at, at + V_LANES)` within its `d` value bytes, within the view.
-                    let c = unsafe { row.cast::<u32>().read_unaligned() };
-                    row = row.wrapping_add(rows.stride);
-                    let x: [f32; V_LANES] =
-                        core::array::from_fn(|l| ((c << (24 - 8 * l)) as i32 >> 24) as f32);
-                    for (a, ps) in a.iter_mut().zip(ps) {
-                        for l in 0..V_LANES {
-                            a[l] += ps * x[l];
-                        }
-                    }
-                }
-                for (a, h) in a.iter().zip(heads) {
-                    // SAFETY: as the loads above.
-                    unsafe { h.cast::<[f32; V_LANES]>().write_unaligned(*a) };
-                }
+                unsafe {
+                    dsp_runs::add_rows_run::<G>(heads, d, ps.as_ptr().cast(), m, row, rows.stride)
+                };
             }
         }
     }
