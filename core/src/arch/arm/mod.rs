@@ -33,13 +33,17 @@ mod fpu_weights;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 mod mve;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
+mod mve_page;
+#[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
+mod mve_runs;
+#[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 mod mve_weights;
 /// The page softmax's maxima, weights and sums: Helium's four lanes, or the scalar FPU's loops.
 #[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
 use fpu_weights as weights;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 use mve_weights as weights;
-#[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
+#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 mod page;
 #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
 mod page_runs;
@@ -341,8 +345,8 @@ impl PageKernels for Arm {
     }
 
     /// Three heads: `page::scores3` (its `asm!` loop nests); on DSP cores with an FPU, runs of
-    /// one, two or four: `page_runs::scores` (with Helium, the eight-row kernels cost less).
-    #[cfg(any(edgekv_arm_dsp, edgekv_arm_mve))]
+    /// one, two or four: `page_runs::scores`.
+    #[cfg(edgekv_arm_dsp)]
     #[inline(always)]
     fn int8_page_scores<const G: usize>(
         q: QueryCodes<'_>,
@@ -361,8 +365,8 @@ impl PageKernels for Arm {
     }
 
     /// Three heads on hard-float targets: `page::values3`; on DSP cores, runs of one, two or
-    /// four: `page_runs::values` (with Helium, the eight-row kernels cost less).
-    #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), edgekv_arm_f16cvt))]
+    /// four: `page_runs::values`.
+    #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
     #[inline(always)]
     fn int8_page_values<const G: usize>(
         acc: &mut [f32],
@@ -379,6 +383,32 @@ impl PageKernels for Arm {
         #[cfg(not(edgekv_arm_dsp))]
         return false;
     }
+
+    /// Helium, runs of one to four heads: `mve_runs::scores` (its `asm!` loop nests).
+    #[cfg(edgekv_arm_mve)]
+    #[inline(always)]
+    fn int8_page_scores<const G: usize>(
+        q: QueryCodes<'_>,
+        rows: &PageRows<'_>,
+        g: usize,
+        scores: &mut [f32],
+        p: usize,
+    ) -> bool {
+        mve_runs::scores::<G>(q, rows, g, scores, p)
+    }
+
+    /// Helium on hard-float targets, runs of one to four heads: `mve_runs::values`.
+    #[cfg(all(edgekv_arm_mve, edgekv_arm_f16cvt))]
+    #[inline(always)]
+    fn int8_page_values<const G: usize>(
+        acc: &mut [f32],
+        w: &[f32],
+        p: usize,
+        rows: &PageRows<'_>,
+        g: usize,
+    ) -> bool {
+        mve_runs::values::<G>(acc, w, p, rows, g)
+    }
 }
 
 #[cfg(not(feature = "small-code"))]
@@ -390,18 +420,12 @@ impl Isa for Arm {
         // (`mve_weights`), one at a time on a scalar FPU (`fpu_weights`). Soft-float builds take
         // them one at a time (`exp::scalar`).
         scalar_exp: cfg!(not(any(edgekv_arm_mve, edgekv_arm_f16cvt))),
-        // Whole pages of int8 rows to `page.rs` (DSP or Helium).
+        // Whole pages of int8 rows to `page.rs` (DSP) or `mve_runs.rs` (Helium).
         int8_pages: cfg!(any(edgekv_arm_dsp, edgekv_arm_mve)),
-        // Runs of three to `page.rs`'s `asm!`; on DSP cores runs of one, two and four to
-        // `page_runs` (Gemma 3 270M, Qwen3-0.6B, Llama 3.2 1B: 12–13 % fewer instructions a
-        // decode step than the general loop). With Helium, `page_runs` cost more than the
-        // general loop's eight-row kernels (the same three shapes: 27–67 % more), so only runs
-        // of three take whole pages.
-        page_runs: if cfg!(edgekv_arm_mve) {
-            1 << 3
-        } else {
-            Strategy::GENERAL.page_runs
-        },
+        // Every run length takes whole pages: runs of three to `page.rs`'s `asm!`; on DSP cores
+        // runs of one, two and four to `page_runs` (Gemma 3 270M, Qwen3-0.6B, Llama 3.2 1B:
+        // 12–13 % fewer instructions a decode step than the general loop); with Helium every
+        // run to `mve_runs`' `asm!` loop nests.
         ..Strategy::GENERAL
     };
 }
