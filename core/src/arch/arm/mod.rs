@@ -3,14 +3,15 @@
 //! (two 16 × 16 products added per instruction, exact in an `i32`, each key word decoded once
 //! for every query head of its group) and int8 value rows four lanes at a time (a block's
 //! accumulators stay in registers across the rows). With Helium (M55, M85: `edgekv_arm_mve`),
-//! int8 scores by `VMLADAVA` and int8 value rows of three heads eight lanes at a time
-//! (`mve.rs`; the DSP kernels there cost more than they save), and a page's maxima and weights
-//! `exp(score − max)` four lanes per vector (`mve_weights.rs`). Whole pages of int8 rows for
-//! three query heads per KV head go to `page.rs` (`Strategy::int8_pages`): rows a stride apart, one
-//! `asm!` loop nest for a page's scores, value accumulators kept across a page's rows; on DSP
-//! cores with an FPU, runs of one, two and four heads to `page_runs.rs` (the same loops in Rust,
-//! generic in the run length; `Strategy::page_runs`); other pages (windows) and, with Helium,
-//! other run lengths take the eight-row kernels here. On hard-float targets
+//! int8 scores by `VMLADAVA` (`mve.rs`; the DSP kernels there cost more than they save), and a
+//! page's maxima and weights `exp(score − max)` four lanes per vector (`mve_weights.rs`). Whole
+//! pages of int8 rows (`Strategy::int8_pages`: rows a stride apart, one `asm!` loop nest for a
+//! page's scores, value accumulators kept across a page's rows) go, for three query heads per KV
+//! head on DSP cores, to `page.rs`; on DSP cores with an FPU, runs of one, two and four heads to
+//! `page_runs.rs` (the same loops in Rust, generic in the run length; `Strategy::page_runs`);
+//! with Helium, runs of one to four heads to `mve_runs.rs` (`asm!` loop nests generic in the run
+//! length: `mve_scores.rs`, `mve_values.rs`); other pages (windows) take the eight-row kernels
+//! here. On hard-float targets
 //! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. Without Helium,
 //! each attention weight's `exp` is taken alone, `libm::expf`'s steps inline (`exp::scalar`: its
 //! branches cost a scalar FPU less than the eight-lane form's selects).
@@ -33,9 +34,11 @@ mod fpu_weights;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 mod mve;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
-mod mve_page;
-#[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 mod mve_runs;
+#[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
+mod mve_scores;
+#[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
+mod mve_values;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 mod mve_weights;
 /// The page softmax's maxima, weights and sums: Helium's four lanes, or the scalar FPU's loops.

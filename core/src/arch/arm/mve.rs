@@ -1,5 +1,6 @@
 //! Helium (M-profile vector extension) integer dot products of the eight-row kernels, in `asm!`
-//! (Rust has no MVE intrinsics). The whole-page loop nests are `mve_page.rs`'s.
+//! (Rust has no MVE intrinsics). The whole-page loop nests are `mve_scores.rs` and
+//! `mve_values.rs`'s.
 
 use core::arch::asm;
 

@@ -3,14 +3,15 @@
 //! four heads over head_dim 256, Qwen3's two over 128, Llama 3.2's four over 64, SmolLM2's
 //! three over 64). A page's rows lie a fixed stride apart, so each row is one pointer step, the
 //! query's slices and scales are taken once per page, a chunk's integer sums of every group and
-//! head come from one `asm!` loop nest (`mve_page::page_sums`), its scores from them four rows
+//! head come from one `asm!` loop nest (`mve_scores::page_sums`), its scores from them four rows
 //! per vector, and the value accumulators of a block of lanes stay in registers across all of
 //! the page's rows (up to [`CHUNK`] at a time). Each score and each output element takes its
 //! terms in the portable kernels' order: the same bits.
 
 use core::mem::MaybeUninit;
 
-use super::mve_page::{self, AddRows, CHUNK, PageSums, value_lanes};
+use super::mve_scores::{self, CHUNK, PageSums};
+use super::mve_values::{self, AddRows, value_lanes};
 use crate::arch::query::QueryCodes;
 use crate::arch::rows::PageRows;
 
@@ -21,7 +22,7 @@ const MAX_GROUPS: usize = 8;
 /// (four heads of [`MAX_GROUPS`] groups at most).
 const SUMS: usize = 4 * MAX_GROUPS * CHUNK;
 
-/// Whether the score loops take groups of `g` codes: whole chunks of 16 (`mve_page::page_sums`),
+/// Whether the score loops take groups of `g` codes: whole chunks of 16 (`mve_scores::page_sums`),
 /// exact in `i32` up to 256.
 #[inline(always)]
 fn takes(g: usize) -> bool {
@@ -32,7 +33,7 @@ fn takes(g: usize) -> bool {
 /// of `rows` (int8 K rows of group `g`), [`kernels::int8_scores`](crate::arch::kernels::int8_scores)'s
 /// bits: the integer sums of up to [`CHUNK`] rows and all their groups in one `asm!` loop nest,
 /// then each row's score from its groups in order, four rows at a time
-/// (`mve_page::scores_x4`). `false`, nothing written, unless the shape fits (`G` from 1 to 4,
+/// (`mve_scores::scores_x4`). `false`, nothing written, unless the shape fits (`G` from 1 to 4,
 /// `g` a multiple of 16 up to 256, head_dim a multiple of `g` of at most [`MAX_GROUPS`]
 /// groups, every row's codes and scales within the view and the rows at least a head row
 /// apart, a page of a multiple of four rows with its scales 2-aligned, `G` heads' `p` scores
@@ -103,9 +104,9 @@ pub(super) fn scores<const G: usize>(
         // `q_end` as the loops need.
         unsafe {
             if g == 32 {
-                mve_page::page_sums32::<G>(&sums, k, out)
+                mve_scores::page_sums32::<G>(&sums, k, out)
             } else {
-                mve_page::page_sums::<G>(&sums, k, out)
+                mve_scores::page_sums::<G>(&sums, k, out)
             }
         };
         scale4::<G>(&isums, rows, r0, m, &qs, nb, scores, p);
@@ -114,7 +115,7 @@ pub(super) fn scores<const G: usize>(
 }
 
 /// The scores of rows `r0..r0 + m` (within a chunk, `m ≤ CHUNK`) of a run of `G` heads from
-/// their integer sums, four rows per `mve_page::scores_x4`. A last block of fewer than four rows
+/// their integer sums, four rows per `mve_scores::scores_x4`. A last block of fewer than four rows
 /// reads the last row's scales for the rest and writes scores past row `m` that no one reads
 /// (within the page's `p`, a multiple of four: `scores` checked it, the scales' alignment and
 /// `scores.len() ≥ G·p`).
@@ -147,7 +148,7 @@ fn scale4<const G: usize>(
         // groups; the four scores of each head at `h·p + r0 + j` lie within `scores`
         // (`r0 + j < n ≤ p`, `p` a multiple of four, `scores.len() ≥ G·p`).
         unsafe {
-            mve_page::scores_x4::<G>(
+            mve_scores::scores_x4::<G>(
                 isums[j..].as_ptr().cast(),
                 sc,
                 &offs,
@@ -171,8 +172,8 @@ fn scale_offsets(half: usize, last: usize) -> [u32; 4] {
 /// rows[r][i]` for every row `r` of `rows` (int8 V rows of group `g`) in order,
 /// [`kernels::int8_add_scaled_rows`](crate::arch::kernels::int8_add_scaled_rows)'s bits: per
 /// chunk and group, each row's weights times its scale four rows per vector
-/// (`mve_page::weights_x4`), then one `asm!` loop nest over the group's blocks of lanes and the
-/// rows (`mve_page::add_rows`). `false`, nothing written, unless the shape fits (`G` from 1 to
+/// (`mve_values::weights_x4`), then one `asm!` loop nest over the group's blocks of lanes and the
+/// rows (`mve_values::add_rows`). `false`, nothing written, unless the shape fits (`G` from 1 to
 /// 4, `g` a multiple of the kernel's lanes, head_dim a multiple of `g`, every row's values and
 /// scales within the view, a page of a multiple of four rows with its scales 2-aligned, `G`
 /// heads' `p` weights within `w`).
@@ -223,7 +224,7 @@ pub(super) fn values<const G: usize>(
             // bytes, within `rows.vals` (the view's `row_bytes ≥ d`); `ps` holds `m ≤ CHUNK`
             // rows, written by `weights4`; `g / lanes ≥ 1`.
             unsafe {
-                mve_page::add_rows::<G>(&mut pv, acc_ptr.wrapping_add(off), first, rows.stride)
+                mve_values::add_rows::<G>(&mut pv, acc_ptr.wrapping_add(off), first, rows.stride)
             };
         }
     }
@@ -232,7 +233,7 @@ pub(super) fn values<const G: usize>(
 
 /// `ps[j][h] = w_h[r0 + j] · s_j` for rows `j < m` of a chunk (`m ≤ CHUNK`) and the run's heads'
 /// weights `w_h = w[h·p..]`, `s_j` row `r0 + j`'s f16 scale of group `k`: four rows per
-/// `mve_page::weights_x4`. A last block of fewer than four rows reads the last row's scale and
+/// `mve_values::weights_x4`. A last block of fewer than four rows reads the last row's scale and
 /// weights past row `m` that no one reads (within `w`: `p` a multiple of four, `w.len() ≥ G·p`,
 /// both checked by `values`, as the scales' alignment).
 #[inline(always)]
@@ -256,7 +257,7 @@ fn weights4<const G: usize>(
         let (ps, w) = (ps.as_mut_ptr().cast(), w[r0..].as_ptr());
         let step = 4 * rows.sstride;
         // SAFETY: as above, for the `whole` blocks of four rows from `r0`.
-        unsafe { mve_page::weights_x4::<G>(w, 4 * p, sc, step, &offs, ps, whole) };
+        unsafe { mve_values::weights_x4::<G>(w, 4 * p, sc, step, &offs, ps, whole) };
     }
     let j = 4 * whole;
     if j < m {
@@ -265,6 +266,6 @@ fn weights4<const G: usize>(
         let offs = scale_offsets(half, m - 1 - j);
         let (ps, w) = (ps[j..].as_mut_ptr().cast(), w[r0 + j..].as_ptr());
         // SAFETY: as above, for the one block from `r0 + j` (its offsets stay on rows `< m`).
-        unsafe { mve_page::weights_x4::<G>(w, 4 * p, sc, 0, &offs, ps, 1) };
+        unsafe { mve_values::weights_x4::<G>(w, 4 * p, sc, 0, &offs, ps, 1) };
     }
 }
