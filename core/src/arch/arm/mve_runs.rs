@@ -22,8 +22,8 @@ const MAX_GROUPS: usize = 8;
 /// (four heads of [`MAX_GROUPS`] groups at most).
 const SUMS: usize = 4 * MAX_GROUPS * CHUNK;
 
-/// Whether the score loops take groups of `g` codes: whole chunks of 16 (`mve_scores::page_sums`),
-/// exact in `i32` up to 256.
+/// Whether the score loops take groups of `g` codes: whole chunks of 16
+/// (`mve_scores::page_sums`), exact in `i32` up to 256.
 #[inline(always)]
 fn takes(g: usize) -> bool {
     g != 0 && g % 16 == 0 && g <= 256
