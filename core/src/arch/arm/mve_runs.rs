@@ -85,7 +85,6 @@ pub(super) fn scores<const G: usize>(
     let mut sums = PageSums {
         q: core::array::from_fn(|h| codes.wrapping_add(h.min(G - 1) * hd)),
         chunks: g / 16 - 1,
-        groups: nb,
         advance: rows.stride - hd,
         back: nb * G * CHUNK * 4 - 4,
         q_end: codes.wrapping_add(hd),
@@ -102,13 +101,7 @@ pub(super) fn scores<const G: usize>(
         // within `rows.vals` (the view's `row_bytes ≥ hd`), so `k_end = k + m·stride` is
         // reached after row `m − 1`; `isums` holds `G · nb · CHUNK ≤ SUMS` sums; `back` and
         // `q_end` as the loops need.
-        unsafe {
-            if g == 32 {
-                mve_scores::page_sums32::<G>(&sums, k, out)
-            } else {
-                mve_scores::page_sums::<G>(&sums, k, out)
-            }
-        };
+        unsafe { mve_scores::page_sums::<G>(&sums, k, out) };
         scale4::<G>(&isums, rows, r0, m, &qs, nb, scores, p);
     }
     true

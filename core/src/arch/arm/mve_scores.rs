@@ -15,16 +15,15 @@ use core::arch::asm;
 pub(super) const CHUNK: usize = 16;
 const _: () = assert!(CHUNK * 4 == 64);
 
-/// What [`page_sums`] and [`page_sums32`] read (at these offsets): the run's query rows (slots
-/// past `G` any valid pointer, never read), the 16-code chunks of a group after its first, the
-/// groups per row, the bytes from a key row's end to the next row's start, the bytes from the
-/// sums' pointer after a row's last group back to the next row's first, the first query row's
-/// end, and the key pointer after the last row.
+/// What [`page_sums`] reads (at these offsets): the run's query rows (slots past `G` any valid
+/// pointer, never read), the 16-code chunks of a group after its first, the bytes from a key
+/// row's end to the next row's start, the bytes from the sums' pointer after a row's last group
+/// back to the next row's first, the first query row's end, and the key pointer after the last
+/// row.
 #[repr(C)]
 pub(super) struct PageSums {
     pub(super) q: [*const i16; 4],
     pub(super) chunks: usize,
-    pub(super) groups: usize,
     pub(super) advance: usize,
     pub(super) back: usize,
     pub(super) q_end: *const i16,
@@ -32,16 +31,15 @@ pub(super) struct PageSums {
 }
 
 // The byte offsets the `asm!` loops read `PageSums`'s fields at (`LDM` of the four query
-// pointers, then `#16`…`#36`).
+// pointers, then `#16`…`#32`).
 const _: () = {
     use core::mem::offset_of;
     assert!(offset_of!(PageSums, q) == 0);
     assert!(offset_of!(PageSums, chunks) == 16);
-    assert!(offset_of!(PageSums, groups) == 20);
-    assert!(offset_of!(PageSums, advance) == 24);
-    assert!(offset_of!(PageSums, back) == 28);
-    assert!(offset_of!(PageSums, q_end) == 32);
-    assert!(offset_of!(PageSums, k_end) == 36);
+    assert!(offset_of!(PageSums, advance) == 20);
+    assert!(offset_of!(PageSums, back) == 24);
+    assert!(offset_of!(PageSums, q_end) == 28);
+    assert!(offset_of!(PageSums, k_end) == 32);
 };
 
 /// Eight codes of the run's dot products: the key's eight bytes from `r1` and each head's eight
@@ -72,49 +70,22 @@ macro_rules! sums_store {
 macro_rules! sums_row_end {
     () => {
         concat!(
-            "ldr r8, [{pb}, #24]\n",
+            "ldr r8, [{pb}, #20]\n",
             "add r1, r1, r8\n",
-            "ldr r8, [{pb}, #28]\n",
+            "ldr r8, [{pb}, #24]\n",
             "sub {out}, {out}, r8\n",
-            "ldr r8, [{pb}, #36]\n",
+            "ldr r8, [{pb}, #32]\n",
             "cmp r1, r8\n",
             "bne 4b\n",
         )
     };
 }
 
-/// One [`page_sums32`] loop nest for a run's heads `[query pointer, sum register, store
-/// offset]` and the sums' step per group.
-macro_rules! sums32 {
-    ($p:expr, $k:expr, $out:expr, $heads:tt, $next:literal) => {
-        asm!(
-            "4:",
-            "ldm {pb}, {{r2, r3, r4, r5}}",
-            "ldr r8, [{pb}, #20]",
-            "dls lr, r8",
-            "3:",
-            sums_step!("vmladav", $heads),
-            sums_step!("vmladava", $heads),
-            sums_step!("vmladava", $heads),
-            sums_step!("vmladava", $heads),
-            sums_store!($heads, $next),
-            "le lr, 3b",
-            sums_row_end!(),
-            pb = in(reg) $p,
-            out = inout(reg) $out => _,
-            inout("r1") $k => _,
-            out("r0") _, out("r2") _, out("r3") _, out("r4") _, out("r5") _,
-            out("r8") _, out("r10") _, out("r12") _, out("lr") _,
-            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
-            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
-            options(nostack),
-        )
-    };
-}
-
-/// One [`page_sums`] loop nest: as [`sums32!`], a group's first 16 codes, then its further
-/// chunks of 16 in a low-overhead loop, the groups counted by the first query pointer.
-macro_rules! sums_any {
+/// One [`page_sums`] loop nest for a run's heads `[query pointer, sum register, store offset]`
+/// and the sums' step per group: a group's first 16 codes (its first step `VMLADAV`: no sum to
+/// clear), then its further chunks of 16 in a low-overhead loop, the groups counted by the
+/// first query pointer, the rows by the key pointer.
+macro_rules! sums {
     ($p:expr, $k:expr, $out:expr, $heads:tt, $next:literal) => {
         asm!(
             "4:",
@@ -130,7 +101,7 @@ macro_rules! sums_any {
             "le lr, 5b",
             "6:",
             sums_store!($heads, $next),
-            "ldr r8, [{pb}, #32]",
+            "ldr r8, [{pb}, #28]",
             "cmp r2, r8",
             "bne 3b",
             sums_row_end!(),
@@ -182,38 +153,28 @@ macro_rules! for_run {
 }
 
 /// The integer dot products `Σ q_h[i] · (k[i] as i8)` (exact in `i32`) of a run of `G` heads'
-/// query codes with every group of 32 codes of every row of a chunk, in one loop nest, eight
-/// codes a step (`VLDRB.S16`, then per head `VLDRH.S16` and `VMLADAVA.S16`), a group's four
-/// steps unrolled (the first `VMLADAV`: no sum to clear): head `h`'s sum of row `r`'s group `b`
-/// at `out[(G·b + h)·CHUNK + r]`.
+/// query codes with every group of `g` codes (a multiple of 16 up to 256) of every row of a
+/// chunk, in one loop nest, eight codes a step (`VLDRB.S16`, then per head `VLDRH.S16` and
+/// `VMLADAVA.S16`): head `h`'s sum of row `r`'s group `b` at `out[(G·b + h)·CHUNK + r]`. A
+/// group is its first 16 codes, then `p.chunks` further chunks of 16; a row's groups end where
+/// the first query pointer reaches `p.q_end`, the rows where the key pointer reaches `p.k_end`.
+/// (A copy for groups of 32 alone, unrolled, cost 1.5–3.5 % fewer instructions a decode step:
+/// under the 5 % a shape's own loop must buy.)
 ///
 /// # Safety
 ///
-/// `1 ≤ G ≤ 4`; `p.groups ≥ 1`; rows `r` of the chunk from `k` (while `k + r·stride` is not
-/// `p.k_end`, at least one) are `stride = p.groups · 32 + p.advance` bytes apart, each readable
-/// for `p.groups · 32` bytes; each `p.q[h]` (h < G) readable for `p.groups · 32` codes;
-/// `p.back = p.groups · G · 64 − 4`; `out` writable for the sums of every row (`G · CHUNK ·
-/// p.groups` words, rows < CHUNK), 4-byte aligned.
-#[inline(always)]
-pub(super) unsafe fn page_sums32<const G: usize>(p: &PageSums, k: *const u8, out: *mut i32) {
-    // SAFETY: the caller's contract: per row and group, 32 key bytes and 32 codes of each of
-    // the `G` query rows read, `G` words stored within `out`; `p` is only read. Only the
-    // declared registers and the flags are written.
-    unsafe { for_run!(G, sums32, p, k, out) }
-}
-
-/// [`page_sums32`] for groups of any multiple of 16 codes up to 256: a group's first 16 codes,
-/// then `p.chunks` further chunks of 16; the groups end where the first query pointer reaches
-/// `p.q_end`.
-///
-/// # Safety
-///
-/// As [`page_sums32`], for groups of `g = 16·(p.chunks + 1)` codes (`32` read as `g`), and
-/// `p.q_end = p.q[0] + p.groups · g`.
+/// `1 ≤ G ≤ 4`; groups of `g = 16·(p.chunks + 1)` codes, at least one a row, and `p.q_end`
+/// `p.q[0]` plus `groups · g` codes; rows `r` of the chunk from `k` (while `k + r·stride` is not `p.k_end`, at
+/// least one) are `stride = groups · g + p.advance` bytes apart, each readable for `groups · g`
+/// bytes; each `p.q[h]` (h < G) readable for `groups · g` codes; `p.back = groups · G · 64 −
+/// 4`; `out` writable for the sums of every row (`G · CHUNK · groups` words, rows < CHUNK),
+/// 4-byte aligned.
 #[inline(always)]
 pub(super) unsafe fn page_sums<const G: usize>(p: &PageSums, k: *const u8, out: *mut i32) {
-    // SAFETY: as `page_sums32`, with `g` codes per group.
-    unsafe { for_run!(G, sums_any, p, k, out) }
+    // SAFETY: the caller's contract: per row and group, `g` key bytes and `g` codes of each of
+    // the `G` query rows read, `G` words stored within `out`; `p` is only read. Only the
+    // declared registers and the flags are written.
+    unsafe { for_run!(G, sums, p, k, out) }
 }
 
 /// Four rows' scores of a run's heads from their groups' integer sums (the `scores` of
