@@ -38,7 +38,9 @@ fn takes(g: usize) -> bool {
 /// groups, every row's codes and scales within the view and the rows at least a head row
 /// apart, a page of a multiple of four rows with its scales 2-aligned, `G` heads' `p` scores
 /// within `scores`).
-#[inline(always)]
+// Out of line: one copy per run length for the whole-page and the general page loops (inline in
+// both, the chat firmware overflowed the M55's 512 KiB of code memory).
+#[inline(never)]
 pub(super) fn scores<const G: usize>(
     q: QueryCodes<'_>,
     rows: &PageRows<'_>,
@@ -170,7 +172,8 @@ fn scale_offsets(half: usize, last: usize) -> [u32; 4] {
 /// 4, `g` a multiple of the kernel's lanes, head_dim a multiple of `g`, every row's values and
 /// scales within the view, a page of a multiple of four rows with its scales 2-aligned, `G`
 /// heads' `p` weights within `w`).
-#[inline(always)]
+// Out of line, as `scores`.
+#[inline(never)]
 pub(super) fn values<const G: usize>(
     acc: &mut [f32],
     w: &[f32],
