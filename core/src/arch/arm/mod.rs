@@ -3,14 +3,15 @@
 //! (two 16 × 16 products added per instruction, exact in an `i32`, each key word decoded once
 //! for every query head of its group) and int8 value rows four lanes at a time (a block's
 //! accumulators stay in registers across the rows). With Helium (M55, M85: `edgekv_arm_mve`),
-//! int8 scores by `VMLADAVA` and int8 value rows of three heads eight lanes at a time
-//! (`mve.rs`; the DSP kernels there cost more than they save), and a page's maxima and weights
-//! `exp(score − max)` four lanes per vector (`mve_weights.rs`). Whole pages of int8 rows for
-//! three query heads per KV head go to `page.rs` (`Strategy::int8_pages`): rows a stride apart, one
-//! `asm!` loop nest for a page's scores, value accumulators kept across a page's rows; on DSP
-//! cores with an FPU, runs of one, two and four heads to `page_runs.rs` (`asm!` loop nests
-//! generic in the run length, `dsp_runs.rs`; `Strategy::page_runs`); other pages (windows) and, with Helium,
-//! other run lengths take the eight-row kernels here. On hard-float targets
+//! int8 scores by `VMLADAVA` (`mve.rs`; the DSP kernels there cost more than they save), and a
+//! page's maxima and weights `exp(score − max)` four lanes per vector (`mve_weights.rs`). Whole
+//! pages of int8 rows (`Strategy::int8_pages`: rows a stride apart, one `asm!` loop nest for a
+//! page's scores, value accumulators kept across a page's rows) go, for three query heads per KV
+//! head on DSP cores, to `page.rs`; on DSP cores with an FPU, runs of one, two and four heads to
+//! `page_runs.rs` (`asm!` loop nests generic in the run length, `dsp_runs.rs`;
+//! `Strategy::page_runs`); with Helium, runs of one to four heads to `mve_runs.rs` (`asm!` loop
+//! nests generic in the run length: `mve_scores.rs`, `mve_values.rs`); other pages (windows)
+//! take the eight-row kernels here. On hard-float targets
 //! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. Without Helium,
 //! each attention weight's `exp` is taken alone, `libm::expf`'s steps inline (`exp::scalar`: its
 //! branches cost a scalar FPU less than the eight-lane form's selects).
@@ -35,13 +36,19 @@ mod fpu_weights;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 mod mve;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
+mod mve_runs;
+#[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
+mod mve_scores;
+#[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
+mod mve_values;
+#[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 mod mve_weights;
 /// The page softmax's maxima, weights and sums: Helium's four lanes, or the scalar FPU's loops.
 #[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
 use fpu_weights as weights;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 use mve_weights as weights;
-#[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), not(feature = "small-code")))]
+#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 mod page;
 #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
 mod page_runs;
@@ -343,8 +350,8 @@ impl PageKernels for Arm {
     }
 
     /// Three heads: `page::scores3` (its `asm!` loop nests); on DSP cores with an FPU, runs of
-    /// one, two or four: `page_runs::scores` (with Helium, the eight-row kernels cost less).
-    #[cfg(any(edgekv_arm_dsp, edgekv_arm_mve))]
+    /// one, two or four: `page_runs::scores`.
+    #[cfg(edgekv_arm_dsp)]
     #[inline(always)]
     fn int8_page_scores<const G: usize>(
         q: QueryCodes<'_>,
@@ -363,8 +370,8 @@ impl PageKernels for Arm {
     }
 
     /// Three heads on hard-float targets: `page::values3`; on DSP cores, runs of one, two or
-    /// four: `page_runs::values` (with Helium, the eight-row kernels cost less).
-    #[cfg(all(any(edgekv_arm_dsp, edgekv_arm_mve), edgekv_arm_f16cvt))]
+    /// four: `page_runs::values`.
+    #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
     #[inline(always)]
     fn int8_page_values<const G: usize>(
         acc: &mut [f32],
@@ -381,6 +388,32 @@ impl PageKernels for Arm {
         #[cfg(not(edgekv_arm_dsp))]
         return false;
     }
+
+    /// Helium, runs of one to four heads: `mve_runs::scores` (its `asm!` loop nests).
+    #[cfg(edgekv_arm_mve)]
+    #[inline(always)]
+    fn int8_page_scores<const G: usize>(
+        q: QueryCodes<'_>,
+        rows: &PageRows<'_>,
+        g: usize,
+        scores: &mut [f32],
+        p: usize,
+    ) -> bool {
+        mve_runs::scores::<G>(q, rows, g, scores, p)
+    }
+
+    /// Helium on hard-float targets, runs of one to four heads: `mve_runs::values`.
+    #[cfg(all(edgekv_arm_mve, edgekv_arm_f16cvt))]
+    #[inline(always)]
+    fn int8_page_values<const G: usize>(
+        acc: &mut [f32],
+        w: &[f32],
+        p: usize,
+        rows: &PageRows<'_>,
+        g: usize,
+    ) -> bool {
+        mve_runs::values::<G>(acc, w, p, rows, g)
+    }
 }
 
 #[cfg(not(feature = "small-code"))]
@@ -392,19 +425,13 @@ impl Isa for Arm {
         // (`mve_weights`), one at a time on a scalar FPU (`fpu_weights`). Soft-float builds take
         // them one at a time (`exp::scalar`).
         scalar_exp: cfg!(not(any(edgekv_arm_mve, edgekv_arm_f16cvt))),
-        // Whole pages of int8 rows to `page.rs` (DSP or Helium).
+        // Whole pages of int8 rows to `page.rs` (DSP) or `mve_runs.rs` (Helium).
         int8_pages: cfg!(any(edgekv_arm_dsp, edgekv_arm_mve)),
-        // Runs of three to `page.rs`'s `asm!`; on DSP cores runs of one, two and four to
-        // `page_runs` (`dsp_runs`'s `asm!` loop nests: Gemma 3 270M, Qwen3-0.6B, Llama 3.2 1B
-        // take 7.47, 21.24 and 17.64 M instructions a decode step, against 14.21, 33.66 and
-        // 32.67 M on the general loop). With Helium, `page_runs` cost more than the
-        // general loop's eight-row kernels (the same three shapes: 27–67 % more), so only runs
-        // of three take whole pages.
-        page_runs: if cfg!(edgekv_arm_mve) {
-            1 << 3
-        } else {
-            Strategy::GENERAL.page_runs
-        },
+        // Every run length takes whole pages: runs of three to `page.rs`'s `asm!` on DSP cores,
+        // runs of one, two and four to `page_runs` (`dsp_runs`' `asm!` loop nests: Gemma 3 270M,
+        // Qwen3-0.6B, Llama 3.2 1B take 7.47, 21.24 and 17.64 M instructions a decode step,
+        // against 14.21, 33.66 and 32.67 M on the general loop); with Helium every run to
+        // `mve_runs`' `asm!` loop nests.
         ..Strategy::GENERAL
     };
 }

@@ -2,9 +2,8 @@
 //! models'): the Cortex-M page kernels behind `Strategy::int8_pages`. A page's rows
 //! lie a fixed stride apart, so each row is one pointer step, the query's slices and scales are
 //! taken once per page, and the value accumulators stay in registers across all of the page's
-//! rows (up to [`CHUNK`] at a time) instead of eight. With Helium, the scores from their integer
-//! sums and the value rows' weights × scales are taken four rows per vector too. Each score and
-//! each output element takes its terms in the portable kernels' order: the same bits.
+//! rows (up to [`CHUNK`] at a time) instead of eight. Each score and each output element takes its
+//! terms in the portable kernels' order: the same bits. (Helium's page kernels: `mve_runs.rs`.)
 
 #[cfg(not(edgekv_arm_mve))]
 use super::Arm;
@@ -12,8 +11,6 @@ use super::Arm;
 use super::dsp;
 #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
 use super::dsp_g32;
-#[cfg(edgekv_arm_mve)]
-use super::mve;
 #[cfg(not(edgekv_arm_mve))]
 use crate::numeric::Widen;
 #[cfg(not(edgekv_arm_mve))]
@@ -24,36 +21,26 @@ use crate::arch::rows::PageRows;
 #[cfg(not(edgekv_arm_mve))]
 use crate::format::u16_at;
 
-/// Groups per head row the score kernel takes (SmolLM2: two of 32; Helium's sums hold four).
+/// Groups per head row the score kernel takes (SmolLM2: two of 32).
 #[cfg(not(edgekv_arm_mve))]
 const MAX_GROUPS: usize = 8;
-#[cfg(edgekv_arm_mve)]
-const MAX_GROUPS: usize = 4;
 
-/// Integer sums the score kernel keeps between its two passes. The DSP loop stores each row's
+/// Integer sums the score kernel keeps between its two passes: the DSP loop stores each row's
 /// groups' three sums in turn (`[r·groups + b][h]`: [`CHUNK`] rows of up to four groups, fewer
-/// rows of more); the Helium loop stores head `h`'s sum of row `r`'s group `b` at
-/// `(3b + h)·CHUNK + r`, so that its second pass loads four rows' sums at once (its offsets, 64,
-/// 128 and 192 bytes, are [`CHUNK`] times 4, 8 and 12).
+/// rows of more).
 #[cfg(not(edgekv_arm_mve))]
 const SUMS: usize = 64 * 3;
-#[cfg(edgekv_arm_mve)]
-const SUMS: usize = 3 * MAX_GROUPS * CHUNK;
 
 /// Rows whose weights the value kernel scales, and whose scores the score kernel takes, at a
 /// time (a page of SmolLM2's cache: 16).
 const CHUNK: usize = 16;
 
-/// Lanes of one step of the value kernel: Helium's eight, or the DSP build's four (whose
-/// twelve accumulators fill half the FPU's registers).
-#[cfg(edgekv_arm_mve)]
-const V_LANES: usize = 8;
+/// Lanes of one step of the value kernel: four (whose twelve accumulators fill half the FPU's
+/// registers).
 #[cfg(not(edgekv_arm_mve))]
 const V_LANES: usize = 4;
 
-/// Codes per step of the ISA's score loop: Helium's sixteen, the DSP loop's eight.
-#[cfg(edgekv_arm_mve)]
-const SCORE_STEP: usize = 16;
+/// Codes per step of the DSP score loop.
 #[cfg(not(edgekv_arm_mve))]
 const SCORE_STEP: usize = 8;
 
@@ -70,8 +57,8 @@ pub(super) struct Dot3Page {
     back: usize,
 }
 
-// The byte offsets the `asm!` loops read `Dot3Page`'s fields at (`dsp::dot3_page`,
-// `mve::dot3_page`, `mve::dot3_page32`: `LDM` of the three query pointers, then `#12`…`#28`).
+// The byte offsets the `asm!` loop reads `Dot3Page`'s fields at (`dsp::dot3_page`: `LDM` of
+// the three query pointers, then `#12`…`#28`).
 const _: () = {
     use core::mem::offset_of;
     assert!(offset_of!(Dot3Page, q) == 0);
@@ -98,11 +85,7 @@ fn dot3_page(
     out: &mut [i32],
 ) -> bool {
     let row = groups * g;
-    let need = if cfg!(edgekv_arm_mve) {
-        3 * CHUNK * groups
-    } else {
-        3 * n * groups
-    };
+    let need = 3 * n * groups;
     let fits = n > 0
         && n <= CHUNK
         && groups > 0
@@ -125,17 +108,7 @@ fn dot3_page(
     };
     // SAFETY: checked above: every count ≥ 1 (`g ≥ SCORE_STEP`), each query row aligned and
     // `groups · g` codes long, the `n ≤ CHUNK` key rows `stride` apart within `k`, `out` holds
-    // the sums as this ISA lays them out, and `back` steps from a row's end to the next row's
-    // first sum (Helium).
-    #[cfg(edgekv_arm_mve)]
-    unsafe {
-        if p.steps == 2 {
-            mve::dot3_page32(&p, k.as_ptr(), out.as_mut_ptr())
-        } else {
-            mve::dot3_page(&p, k.as_ptr(), out.as_mut_ptr())
-        }
-    };
-    // SAFETY: as above.
+    // the sums as this ISA lays them out.
     #[cfg(not(edgekv_arm_mve))]
     unsafe {
         dsp::dot3_page(&p, k.as_ptr(), out.as_mut_ptr().cast())
@@ -148,63 +121,6 @@ fn dot3_page(
 #[inline(always)]
 fn dot3_takes(g: usize, q: &[i16]) -> bool {
     g != 0 && g % SCORE_STEP == 0 && g <= 256 && q.as_ptr().align_offset(4) == 0
-}
-
-/// `PageKernels::int8_page_scores` for three heads: the integer sums of up to [`CHUNK`] rows and all
-/// their groups in one `asm!` loop nest, then each row's score from its groups in order, four
-/// rows at a time (`mve::scores3x4`).
-#[cfg(edgekv_arm_mve)]
-#[inline(always)]
-pub(super) fn scores3(
-    q: QueryCodes<'_>,
-    rows: &PageRows<'_>,
-    g: usize,
-    scores: &mut [f32],
-    p: usize,
-) -> bool {
-    let hd = q.codes.len() / 3;
-    if !dot3_takes(g, q.codes) || hd % g != 0 || hd / g > MAX_GROUPS || rows.n > p {
-        return false;
-    }
-    // Every row's `hd` codes and `hd / g` scales within the view (so every chunk below fits
-    // `dot3_page` as the first does).
-    if rows.row_bytes < hd || rows.scale_bytes < 2 * (hd / g) {
-        return false;
-    }
-    // The scales are gathered as halfwords and four scores stored at a time: a page of a
-    // multiple of four rows, its scales aligned.
-    if p % 4 != 0
-        || rows.sstride % 2 != 0
-        || rows.scales.as_ptr().align_offset(2) != 0
-        || scores.len() < 3 * p
-    {
-        return false;
-    }
-    let nb = hd / g;
-    let mut qs = [[0f32; 3]; MAX_GROUPS];
-    for (b, qs) in qs.iter_mut().enumerate().take(nb) {
-        *qs = core::array::from_fn(|h| q.scales[h * nb + b]);
-    }
-    let qh: [&[i16]; 3] = core::array::from_fn(|h| &q.codes[h * hd..][..hd]);
-    let n = rows.n;
-    let mut isums = [0i32; SUMS];
-    for r0 in (0..n).step_by(CHUNK) {
-        let m = (n - r0).min(CHUNK);
-        // Only the first chunk can be refused (the checks above hold for all): nothing written.
-        if !dot3_page(
-            qh,
-            &rows.vals[r0 * rows.stride..],
-            rows.stride,
-            m,
-            g,
-            nb,
-            &mut isums,
-        ) {
-            return false;
-        }
-        scale4(&isums, rows, r0, m, &qs, nb, scores, p);
-    }
-    true
 }
 
 /// `PageKernels::int8_page_scores` for three heads: the integer sums of up to [`CHUNK`] rows and all
@@ -293,61 +209,6 @@ pub(super) fn scores3(
     true
 }
 
-/// The scores of rows `r0..r0 + m` (within a chunk, `m ≤ CHUNK`) of three heads from their
-/// integer sums, four rows per `mve::scores3x4`. A last block of fewer than four rows reads the
-/// last row's scales for the rest and writes scores past row `m` that no one reads (within the
-/// page's `p`, a multiple of four: `scores3` checked it, the scales' alignment and
-/// `scores.len() ≥ 3p`).
-#[cfg(edgekv_arm_mve)]
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn scale4(
-    isums: &[i32; SUMS],
-    rows: &PageRows<'_>,
-    r0: usize,
-    m: usize,
-    qs: &[[f32; 3]; MAX_GROUPS],
-    nb: usize,
-    scores: &mut [f32],
-    p: usize,
-) {
-    let half = rows.sstride / 2;
-    let full = scale_offsets(half, 3);
-    let out = scores.as_mut_ptr();
-    for j in (0..m).step_by(4) {
-        let offs = if j + 4 <= m {
-            full
-        } else {
-            scale_offsets(half, m - 1 - j)
-        };
-        let sc = rows.scales[(r0 + j) * rows.sstride..].as_ptr();
-        // SAFETY: the sums of rows `j..j + 4` of every group and head lie within `isums`
-        // (`j + 4 ≤ CHUNK`, `nb ≤ MAX_GROUPS`); each gathered scale is row `r0 + j + min(i,
-        // last)`'s (a row of the page, `< n`) group `b < nb`, 2-aligned (checked in `scores3`);
-        // `qs` holds `nb` groups; the four scores of each head at `h·p + r0 + j` lie within
-        // `scores` (`r0 + j < n ≤ p`, `p` a multiple of four, `scores.len() ≥ 3p`).
-        unsafe {
-            mve::scores3x4(
-                isums[j..].as_ptr(),
-                sc,
-                &offs,
-                qs.as_ptr(),
-                nb,
-                out.wrapping_add(r0 + j),
-                4 * p,
-            )
-        };
-    }
-}
-
-/// The offsets in halfwords of four rows' scales from the first's, rows `half` halfwords apart:
-/// rows past `last` read row `last`'s (a last block of fewer than four rows).
-#[cfg(edgekv_arm_mve)]
-#[inline(always)]
-fn scale_offsets(half: usize, last: usize) -> [u32; 4] {
-    core::array::from_fn(|i| (i.min(last) * half) as u32)
-}
-
 /// `PageKernels::int8_page_values` for three heads: per group of `g` values, each row's three
 /// weights times its scale, then one `asm!` loop over the rows per block of lanes.
 #[cfg(edgekv_arm_f16cvt)]
@@ -363,18 +224,10 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
     if rows.row_bytes < d || rows.scale_bytes < 2 * (d / g) {
         return false;
     }
-    // Helium gathers the scales as halfwords and reads four rows' weights at a time: a page of
-    // a multiple of four rows, its scales aligned.
-    #[cfg(edgekv_arm_mve)]
-    if p % 4 != 0 || rows.sstride % 2 != 0 || rows.scales.as_ptr().align_offset(2) != 0 {
-        return false;
-    }
     let acc_ptr = acc.as_mut_ptr();
-    // `kernels::scale_weights`'s products, each chunk's and group's in turn (without Helium,
-    // rows of two groups take both groups' at once: `pb` the second's); each written before it
-    // is read, so not cleared first.
-    #[cfg(edgekv_arm_mve)]
-    let mut ps = [[0f32; PS]; CHUNK];
+    // `kernels::scale_weights`'s products, each chunk's and group's in turn (rows of two groups
+    // take both groups' at once: `pb` the second's); each written before it is read, so not
+    // cleared first.
     #[cfg(not(edgekv_arm_mve))]
     let (mut pa, mut pb) = (
         [MaybeUninit::<[f32; PS]>::uninit(); CHUNK],
@@ -406,8 +259,6 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
             };
         }
         for (k, off) in (0..d).step_by(g).enumerate() {
-            #[cfg(edgekv_arm_mve)]
-            weights4(&mut ps, w, p, rows, r0, m, k);
             #[cfg(not(edgekv_arm_mve))]
             let ps = if !two {
                 let sc = rows.scales[r0 * rows.sstride + 2 * k..].as_ptr();
@@ -421,24 +272,6 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
             }
             .cast::<[f32; PS]>();
             let first = rows.vals[r0 * rows.stride + off..].as_ptr();
-            // Helium: the group's blocks of lanes in one `asm!` loop nest.
-            #[cfg(edgekv_arm_mve)]
-            {
-                let mut pv = mve::AddRows3 {
-                    ps: ps.as_ptr(),
-                    n: m,
-                    head: 4 * d,
-                    blocks: g / V_LANES,
-                };
-                // SAFETY: `acc_ptr` derives from the whole `acc` slice (borrowed mutably by
-                // this function, no other reference to it in use), f32-aligned; for each block
-                // `at = 8b < g`, the three heads' blocks at `off + at`, `d + off + at` and
-                // `2d + off + at` lie within `acc` (`off + g ≤ d`, `acc.len() = 3d`); rows
-                // `r0..r0 + m` (≤ n) lie `rows.stride` apart from `first`, each one's bytes
-                // `[off + at, off + at + 8)` within its `d` bytes, within `rows.vals` (`fits`);
-                // `ps` holds `m ≤ CHUNK` rows; `g / 8 ≥ 1`.
-                unsafe { mve::add_rows3(&mut pv, acc_ptr.wrapping_add(off), first, rows.stride) };
-            }
             #[cfg(not(edgekv_arm_mve))]
             for at in (0..g).step_by(V_LANES) {
                 // `off + at + V_LANES ≤ d` and `acc.len() = 3d`: the three blocks at
@@ -458,52 +291,9 @@ pub(super) fn values3(acc: &mut [f32], w: &[f32], p: usize, rows: &PageRows<'_>,
     true
 }
 
-/// Floats per row of the value kernel's weights × scales: Helium's loop loads four (the fourth
-/// unused, as its interleaving stores write four), the DSP loop three.
-#[cfg(edgekv_arm_mve)]
-const PS: usize = 4;
+/// Floats per row of the value kernel's weights × scales.
 #[cfg(not(edgekv_arm_mve))]
 const PS: usize = 3;
-
-/// `ps[j] = [w_h[r0 + j] · s_j]` for rows `j < m` of a chunk (`m ≤ CHUNK`) and the three heads'
-/// weights `w_h = w[h·p..]`, `s_j` row `r0 + j`'s f16 scale of group `k`: four rows per
-/// `mve::weights3x4`. A last block of fewer than four rows reads the last row's scale and
-/// weights past row `m` that no one reads (within `w`: `p` a multiple of four, `w.len() ≥ 3p`,
-/// both checked by `values3`, as the scales' alignment).
-#[cfg(edgekv_arm_mve)]
-#[inline(always)]
-fn weights4(
-    ps: &mut [[f32; PS]; CHUNK],
-    w: &[f32],
-    p: usize,
-    rows: &PageRows<'_>,
-    r0: usize,
-    m: usize,
-    k: usize,
-) {
-    let (half, whole) = (rows.sstride / 2, m / 4);
-    // Both calls: each gathered scale is group `k`'s of a row `< r0 + m ≤ n`, 2-aligned (checked
-    // by `values3`); the weights `w[h·p + r0 + j..][..4]` of each block `j` lie within `w`
-    // (`r0 + j < n ≤ p`, `p` a multiple of four, `w.len() ≥ 3p`); `ps[j..j + 4]` lies within
-    // `ps` (`j + 4 ≤ CHUNK`).
-    if whole > 0 {
-        let sc = rows.scales[r0 * rows.sstride + 2 * k..].as_ptr();
-        let offs = scale_offsets(half, 3);
-        let (ps, w) = (ps.as_mut_ptr(), w[r0..].as_ptr());
-        let step = 4 * rows.sstride;
-        // SAFETY: as above, for the `whole` blocks of four rows from `r0`.
-        unsafe { mve::weights3x4(w, 4 * p, sc, step, &offs, ps, whole) };
-    }
-    let j = 4 * whole;
-    if j < m {
-        // A last block of fewer than four rows.
-        let sc = rows.scales[(r0 + j) * rows.sstride + 2 * k..].as_ptr();
-        let offs = scale_offsets(half, m - 1 - j);
-        let (ps, w) = (ps[j..].as_mut_ptr(), w[r0 + j..].as_ptr());
-        // SAFETY: as above, for the one block from `r0 + j` (its offsets stay on rows `< m`).
-        unsafe { mve::weights3x4(w, 4 * p, sc, 0, &offs, ps, 1) };
-    }
-}
 
 /// The DSP value loop over `ps.len()` rows `stride` bytes apart from `row`: the accumulator
 /// blocks at `acc`, `acc + d` and `acc + 2d` (`V_LANES` floats each).
