@@ -48,7 +48,7 @@ pub(super) fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) -> bool {
 
 /// Four `floor::weight(libm::expf(x))`s: `numeric::exp`'s lane, step for step.
 #[inline(always)]
-fn exp4(x: float32x4_t) -> float32x4_t {
+pub(super) fn exp4(x: float32x4_t) -> float32x4_t {
     // SAFETY: register-only NEON operations.
     unsafe {
         let f = vdupq_n_f32;

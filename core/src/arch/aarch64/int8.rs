@@ -88,17 +88,25 @@ unsafe fn group_sums4<const DOT: bool, const G: usize, const CH: usize>(
             let mut out = [zero; G];
             for (h, o) in out.iter_mut().enumerate() {
                 let qb = qc.add(h * hd + b * g).cast::<i8>();
-                let (mut hi, mut lo) = ([zero; 4], [zero; 4]);
+                // One accumulator per row: the high bytes' sums, times 256 (`SHL`), then the
+                // low bytes' added (exact in wrapping `i32` steps: the sum fits).
+                let mut a = [zero; 4];
                 for c in 0..chunks {
                     let qh = vld1q_s8(qb.add(2 * c * CHUNK));
-                    let ql = vld1q_s8(qb.add(2 * c * CHUNK + CHUNK));
-                    for i in 0..4 {
-                        let kv = vld1q_s8(k[i].add(c * CHUNK));
-                        hi[i] = sdot(hi[i], qh, kv);
-                        lo[i] = sdot(lo[i], ql, kv);
+                    for (i, a) in a.iter_mut().enumerate() {
+                        *a = sdot(*a, qh, vld1q_s8(k[i].add(c * CHUNK)));
                     }
                 }
-                *o = vaddq_s32(vaddq_s32(vshlq_n_s32::<8>(sums4(hi)), sums4(lo)), ksum);
+                for a in a.iter_mut() {
+                    *a = vshlq_n_s32::<8>(*a);
+                }
+                for c in 0..chunks {
+                    let ql = vld1q_s8(qb.add(2 * c * CHUNK + CHUNK));
+                    for (i, a) in a.iter_mut().enumerate() {
+                        *a = sdot(*a, ql, vld1q_s8(k[i].add(c * CHUNK)));
+                    }
+                }
+                *o = vaddq_s32(sums4(a), ksum);
             }
             out
         } else {
@@ -136,7 +144,7 @@ unsafe fn group_sums4<const DOT: bool, const G: usize, const CH: usize>(
 /// `G·hd` codes and `q.scales` `G·hd/g` scales; `g` a multiple of 16 dividing `hd`; `DOT` only
 /// where the CPU has `SDOT`.
 #[inline(always)]
-unsafe fn scores4<const DOT: bool, const G: usize, const CH: usize>(
+pub(super) unsafe fn scores4<const DOT: bool, const G: usize, const CH: usize>(
     q: QueryCodes<'_>,
     hd: usize,
     g: usize,

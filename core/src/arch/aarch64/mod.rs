@@ -1,7 +1,8 @@
 //! AArch64 (Cortex-A: NEON on every core; the dot-product extension, where the core has it,
 //! detected at run time by `detect`): the [`Isa`](super::Isa) of the attention page loop's
 //! AArch64 build (`isa`: f16 widening with `FCVTL`, lane sums with `FADDP`), its Q8_0 page
-//! kernels (`int8`: scores with `SDOT` or `SMLAL`, values) and f16 page kernels (`f16`), and
+//! kernels (`int8`: scores with `SDOT` or `SMLAL`, values), its whole-page Q8_0 loop for runs of
+//! up to four query heads in the lanes of one register (`page`), f16 page kernels (`f16`), and
 //! the page quantizers ([`NativeQuant`]: Q8 groups in `quantize_int8`, FP8 E4M3 tiles in
 //! `quantize_fp8`, sharing `quantize_lanes`, for groups and tiles of a multiple of 16 values;
 //! Q4_0 / Q4_1 blocks in `quantize_int4`).
@@ -16,6 +17,7 @@ mod exp;
 mod f16;
 mod int8;
 mod isa;
+mod page;
 mod quantize_fp8;
 mod quantize_int4;
 mod quantize_int8;

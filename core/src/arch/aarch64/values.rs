@@ -10,9 +10,8 @@
 //! the bits are theirs (the kernel check and `attention::dispatch`'s tests compare them).
 
 use core::arch::aarch64::{
-    float32x4_t, vaddq_f32, vcvtq_f32_s32, vdupq_n_f32, vget_low_s8, vget_low_s16, vld1_u16,
-    vld1q_f32, vld1q_s8, vmovl_high_s8, vmovl_high_s16, vmovl_s8, vmovl_s16, vmulq_f32,
-    vmulq_laneq_f32, vmulq_n_f32, vst1q_f32,
+    float32x4_t, vaddq_f32, vcvtq_n_f32_s32, vdupq_n_f32, vld1_u16, vld1q_f32, vld1q_u8, vmulq_f32,
+    vmulq_laneq_f32, vmulq_n_f32, vqtbl1q_u8, vreinterpretq_s32_u8, vst1q_f32,
 };
 
 use super::int8::page_fits;
@@ -28,23 +27,36 @@ const Q8_GROUP: usize = 32;
 /// Rows whose scaled weights [`page_values`] keeps at a time (a page of 16 tokens: all).
 const ROWS: usize = 32;
 
-/// The 16 codes at `c` widened to f32 (exact).
+/// Byte indices of `TBL` that put code `4m + j` of 16 in the top byte of lane `j` of vector `m`
+/// (the other bytes zero: index 255 is out of range).
+const TOP_BYTES: [[u8; 16]; 4] = {
+    let mut t = [[255u8; 16]; 4];
+    let mut i = 0;
+    while i < 16 {
+        t[i / 4][4 * (i % 4) + 3] = i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// The 16 codes at `c` widened to f32 (exact): each code into the top byte of an `i32` lane
+/// (`TBL`), then converted with 24 fraction bits (`SCVTF`: `code · 2²⁴ / 2²⁴`).
 ///
 /// # Safety
 ///
 /// `c` points at 16 readable bytes.
 #[inline(always)]
-unsafe fn widen16(c: *const i8) -> [float32x4_t; 4] {
-    // SAFETY: the caller's obligation: the load reads the 16 bytes at `c`.
+pub(super) unsafe fn widen16(c: *const i8) -> [float32x4_t; 4] {
+    // SAFETY: the caller's obligation: the load reads the 16 bytes at `c`; the index loads read
+    // the 16 bytes of a `TOP_BYTES` row.
     unsafe {
-        let v = vld1q_s8(c);
-        let (lo, hi) = (vmovl_s8(vget_low_s8(v)), vmovl_high_s8(v));
-        [
-            vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
-            vcvtq_f32_s32(vmovl_high_s16(lo)),
-            vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
-            vcvtq_f32_s32(vmovl_high_s16(hi)),
-        ]
+        let v = vld1q_u8(c.cast::<u8>());
+        let mut x = [vdupq_n_f32(0.0); 4];
+        for (x, idx) in x.iter_mut().zip(&TOP_BYTES) {
+            let top = vqtbl1q_u8(v, vld1q_u8(idx.as_ptr()));
+            *x = vcvtq_n_f32_s32::<24>(vreinterpretq_s32_u8(top));
+        }
+        x
     }
 }
 
@@ -94,7 +106,11 @@ unsafe fn add_row16_lane<const G: usize, const L: i32>(
 ///
 /// `acc` holds `G·d` elements and `at + 16 ≤ d`.
 #[inline(always)]
-unsafe fn load_acc16<const G: usize>(acc: &[f32], d: usize, at: usize) -> [[float32x4_t; 4]; G] {
+pub(super) unsafe fn load_acc16<const G: usize>(
+    acc: &[f32],
+    d: usize,
+    at: usize,
+) -> [[float32x4_t; 4]; G] {
     // SAFETY: the caller's obligation: each load reads 4 of a head's 16 elements at `at`.
     unsafe {
         let mut a = [[vdupq_n_f32(0.0); 4]; G];
@@ -113,7 +129,7 @@ unsafe fn load_acc16<const G: usize>(acc: &[f32], d: usize, at: usize) -> [[floa
 ///
 /// As [`load_acc16`].
 #[inline(always)]
-unsafe fn store_acc16<const G: usize>(
+pub(super) unsafe fn store_acc16<const G: usize>(
     acc: &mut [f32],
     d: usize,
     at: usize,

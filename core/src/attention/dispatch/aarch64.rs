@@ -1,22 +1,28 @@
 //! AArch64: the page loop with the NEON kernels, [`Neon<true>`](crate::arch::Neon) (int8 scores
 //! with `SDOT`) where the CPU has the dot-product extension, `Neon<false>` elsewhere (chosen at
 //! run time by `arch::build`, which also lays the query's codes out for it). A whole page of
-//! Q8_0 or f16 rows (query heads in runs of four, three, two or one: the longest that divides
-//! the group) goes to the lean page loop, other pages to the general one, each out of line.
-//! Both share the portable code (the page loop and its kernels are `#[inline(always)]`), so the
-//! bits are the portable build's (tested below and by the kernel check).
+//! int8 K and Q8_0 V rows goes to [`q8_page`] (runs of up to four query heads in the lanes of one
+//! register, see `arch::aarch64::page`), other whole pages of Q8_0 or f16 rows to the lean page
+//! loop (`fast::attend_whole_page`; query heads in runs of four, three, two or one: the longest
+//! that divides the group), other pages to the general one, each out of line. Every step keeps
+//! the portable page loop's arithmetic in its order, so the bits are the portable build's
+//! (tested below and by the kernel check).
 
 use super::super::page::{
-    Heads, Keys, Layout, PageSlices, attend_page as page, attend_whole_page, whole_page_rows,
+    Heads, Keys, Layout, PageSlices, attend_page as page, attend_whole_page, rescale,
+    whole_page_rows,
 };
+use crate::arch::query::{self, QueryCodes};
 use crate::arch::{Build, Isa, Neon, build};
+use crate::format::ElementFormat;
+use crate::numeric::larger;
 
 /// The page loop with this CPU's NEON kernels.
 #[inline(always)]
 pub(crate) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
     match build() {
-        Build::NeonDot => attend::<Neon<true>, F>(l, keys, heads),
-        Build::Neon => attend::<Neon<false>, F>(l, keys, heads),
+        Build::NeonDot => attend_neon::<true, F>(l, keys, heads),
+        Build::Neon => attend_neon::<false, F>(l, keys, heads),
         Build::Portable => portable_page(l, keys, heads),
     }
 }
@@ -25,6 +31,95 @@ pub(crate) fn attend_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, he
 #[inline(never)]
 fn portable_page<F: Fn(u32) -> bool>(l: &Layout, keys: &Keys<'_, F>, heads: Heads<'_>) {
     page::<crate::arch::Portable, F>(l, keys, heads)
+}
+
+/// Whole pages of int8 K and Q8_0 V rows to [`q8_page`] in runs of the longest length up to
+/// four that divides the group, other pages to [`attend`].
+#[inline(always)]
+fn attend_neon<const DOT: bool, F: Fn(u32) -> bool>(
+    l: &Layout,
+    keys: &Keys<'_, F>,
+    heads: Heads<'_>,
+) {
+    let q8 = match l.group {
+        g if g % 4 == 0 => q8_rows::<DOT, F, 4>(l, keys).map(|n| (4, n)),
+        g if g % 3 == 0 => q8_rows::<DOT, F, 3>(l, keys).map(|n| (3, n)),
+        g if g % 2 == 0 => q8_rows::<DOT, F, 2>(l, keys).map(|n| (2, n)),
+        _ => q8_rows::<DOT, F, 1>(l, keys).map(|n| (1, n)),
+    };
+    match q8 {
+        Some((4, n)) => q8_page::<DOT, 4>(l, keys.kv, heads, n),
+        Some((3, n)) => q8_page::<DOT, 3>(l, keys.kv, heads, n),
+        Some((2, n)) => q8_page::<DOT, 2>(l, keys.kv, heads, n),
+        Some((_, n)) => q8_page::<DOT, 1>(l, keys.kv, heads, n),
+        None => attend::<Neon<DOT>, F>(l, keys, heads),
+    }
+}
+
+/// The rows of a whole page (no window drops any) of int8 K rows and Q8_0 V rows whose geometry
+/// [`q8_page`] takes for runs of `G` query heads (every KV head's rows of a page share it).
+#[inline(always)]
+fn q8_rows<const DOT: bool, F: Fn(u32) -> bool, const G: usize>(
+    l: &Layout,
+    keys: &Keys<'_, F>,
+) -> Option<usize> {
+    if l.v_fmt != ElementFormat::Q8_0 {
+        return None;
+    }
+    let g = query::int8_group(l.k_fmt)?;
+    let n = whole_page_rows::<Neon<DOT>, F, G>(l, keys)?;
+    let (k, v) = (
+        l.page_rows(keys.kv, false, 0, n),
+        l.page_rows(keys.kv, true, 0, n),
+    );
+    Neon::<DOT>::q8_run_takes::<G>(l.head_dim, g, &k, &v).then_some(n)
+}
+
+/// A whole page of `n` int8 K and Q8_0 V rows that [`q8_rows`] took, KV head by KV head, run
+/// by run of `G` query heads: the run's scores and page maxima (`Neon::q8_run_scores`), each
+/// head's rescale to its new maximum (as `attention::fast`'s softmax), then its weights, sums and
+/// V pass (`Neon::q8_run_values`). Each head's steps are those of the portable page loop.
+#[inline(never)]
+fn q8_page<const DOT: bool, const G: usize>(
+    l: &Layout,
+    kv: &PageSlices<'_>,
+    heads: Heads<'_>,
+    n: usize,
+) {
+    let Heads {
+        qc, out, max, sum, ..
+    } = heads;
+    let hd = l.head_dim;
+    let g = query::int8_group(l.k_fmt).unwrap_or(hd);
+    let nb = hd / g;
+    let mut w = Neon::<DOT>::q8_run_rows();
+    for kh in 0..l.kv_heads {
+        let (k, v) = (l.page_rows(kv, false, kh, n), l.page_rows(kv, true, kh, n));
+        for h0 in (kh * l.group..(kh + 1) * l.group).step_by(G) {
+            let q = QueryCodes {
+                codes: &qc.codes[h0 * hd..(h0 + G) * hd],
+                scales: &qc.scales[h0 * nb..(h0 + G) * nb],
+            };
+            // `q8_rows` checked the geometry these kernels check: they take every run.
+            let Some(page_max) = Neon::<DOT>::q8_run_scores::<G>(q, &k, g, &mut w) else {
+                return;
+            };
+            let mut shifts = [0f32; 4];
+            for (h, shift) in shifts.iter_mut().enumerate().take(G) {
+                let i = h0 + h;
+                let new_max = larger(max[i], page_max[h]);
+                rescale(
+                    &mut out[i * hd..(i + 1) * hd],
+                    &mut max[i],
+                    &mut sum[i],
+                    new_max,
+                );
+                *shift = max[i];
+            }
+            let acc = &mut out[h0 * hd..(h0 + G) * hd];
+            Neon::<DOT>::q8_run_values::<G>(&mut w, shifts, &mut sum[h0..h0 + G], acc, &v);
+        }
+    }
 }
 
 /// Whole pages to [`whole_page`] in runs of the longest length up to four that divides the
@@ -73,8 +168,9 @@ mod tests {
     use crate::shape::Shape;
 
     /// Decode and prefill attention of the portable build and of the NEON builds (with `SDOT`
-    /// where the CPU has it, and without), f16, Q8_0 and other int8 pages at head_dim 64 to 256,
-    /// full and windowed, groups of 1 to 4: the same bits.
+    /// where the CPU has it, and without), f16, Q8_0 and other int8 pages (and int8 K rows of
+    /// every group with Q8_0 V rows: `q8_page`) at head_dim 36 to 256, full and windowed, groups
+    /// of 1 to 4: the same bits.
     #[test]
     fn neon_builds_give_the_portable_bits() {
         let int8: &[ElementFormat] = &[
@@ -119,7 +215,11 @@ mod tests {
             let v: Vec<f32> = (0..tokens as usize * row).map(|_| next()).collect();
             let q: Vec<f32> = (0..4 * 4 * row).map(|_| next()).collect();
             for &fmt in fmts {
-                for (k_fmt, v_fmt) in [(fmt, fmt), (ElementFormat::F16, fmt)] {
+                let mut pairs = std::vec![(fmt, fmt), (ElementFormat::F16, fmt)];
+                if hd % 32 == 0 {
+                    pairs.push((fmt, ElementFormat::Q8_0));
+                }
+                for (k_fmt, v_fmt) in pairs {
                     let cfg = CacheConfig::new(shape)
                         .with_page_tokens(16)
                         .with_formats(k_fmt, v_fmt)
