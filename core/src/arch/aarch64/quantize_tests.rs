@@ -10,7 +10,7 @@ use super::NativeQuant;
 use super::quantize_lanes::Lanes;
 use crate::format::QuantKernels;
 use crate::format::fp8::quantize_tiles;
-use crate::format::int4::{Q4_BLOCK, Q4Kind, encode_block, quantize_q4_with};
+use crate::format::int4::{Q4_BLOCK, Q4Kind, quantize_q4_with};
 use crate::format::int8::groups::quantize_groups;
 use crate::format::kernels::Reference;
 use crate::format::load::{F16Bits, Load, ViaElement};
@@ -288,18 +288,13 @@ fn entry_declines_other_sizes() {
     assert!(!NativeQuant::fp8_f32(&x, 8, &mut c, &mut sc));
 }
 
-/// Q4 blocks of `kind` from `x` (whole blocks) by the NEON entry and by the reference encoder.
+/// Q4 blocks of `kind` from `x` (whole blocks) by the NEON entry and by the reference codec.
 fn q4_both(kind: Q4Kind, x: &[f32]) -> [Vec<u8>; 2] {
     let bytes = kind.bytes_for(x.len()).expect("whole blocks");
     let mut simd = vec![0x55u8; bytes];
     assert!(NativeQuant::q4_f32(kind, x, &mut simd));
     let mut reference = vec![0x55u8; bytes];
-    for (b, o) in x
-        .chunks_exact(Q4_BLOCK)
-        .zip(reference.chunks_exact_mut(kind.block_bytes()))
-    {
-        encode_block(kind, b.try_into().expect("a block"), o);
-    }
+    quantize_q4_with::<Reference, f32>(kind, x, &mut reference).expect("lengths");
     [simd, reference]
 }
 

@@ -157,19 +157,12 @@ pub(crate) fn quantize_q4_with<K: QuantKernels, T: Element>(
     if kind.bytes_for(x.len()) != Some(out.len()) {
         return Err(Error::LengthMismatch);
     }
+    // f32 rows to the kernel whole; other rows (and f32 rows it declines) a block at a time.
     if T::FORMAT == ElementFormat::F32 {
         if let Ok(f) = bytemuck::try_cast_slice::<T, f32>(x) {
-            if !K::q4_f32(kind, f, out) {
-                for (b, o) in f
-                    .chunks_exact(Q4_BLOCK)
-                    .zip(out.chunks_exact_mut(kind.block_bytes()))
-                {
-                    if let Some(b) = b.first_chunk() {
-                        encode_block(kind, b, o);
-                    }
-                }
+            if K::q4_f32(kind, f, out) {
+                return Ok(());
             }
-            return Ok(());
         }
     }
     for (b, o) in x
