@@ -1,4 +1,4 @@
-//! The Cortex-M4's whole-page loops for a run of `G` query heads (one, two or four), in `asm!`:
+//! The Cortex-M4's whole-page loops for a run of `G` query heads (one to four), in `asm!`:
 //! one macro each, instantiated per run length. Scores ([`page_scores_run`]): from a page's int8 key codes
 //! to its scores: per row and key group the run's integer dot products by `SMLAD` (each key word
 //! loaded and sign-extended once for the run), then each head's
@@ -183,8 +183,7 @@ macro_rules! page_scores_run {
     };
 }
 
-/// The scores of `st.rows` int8 key rows from `k` for a run of `G` query heads (one, two or
-/// four): `out[h·out_stride + r]` (in bytes) is head `h`'s score of row `r`, its groups' terms
+/// The scores of `st.rows` int8 key rows from `k` for a run of `G` query heads (one to four): `out[h·out_stride + r]` (in bytes) is head `h`'s score of row `r`, its groups' terms
 /// `(q_scale · k_scale) · isum` added to `+0` in order, each isum the exact dot product of the
 /// group's codes with the head's (`kernels::int8_scores`'s bits). `false`, nothing done, for
 /// other run lengths.
@@ -225,6 +224,20 @@ pub(super) unsafe fn page_scores_run<const G: usize>(st: &mut RunScores, k: *con
                 ("r11", "s1", "s10", "s5")
             )
         },
+        // SAFETY: as above, for three heads.
+        3 => unsafe {
+            page_scores_run!(
+                st, k;
+                {
+                    ["ldm r1!, {{r4, r5, r8, r9}}"; ("r10", "r4", "r5"), ("r11", "r8", "r9")],
+                    ["ldrd r4, r5, [r1], #8"; ("r12", "r4", "r5")]
+                };
+                "vmov s0, s1, r10, r11\nvmov s2, r12", "s9-s11",
+                ("r10", "s0", "s9", "s4"),
+                ("r11", "s1", "s10", "s5"),
+                ("r12", "s2", "s11", "s6")
+            )
+        },
         // SAFETY: as above, for four heads.
         4 => unsafe {
             page_scores_run!(
@@ -245,27 +258,27 @@ pub(super) unsafe fn page_scores_run<const G: usize>(st: &mut RunScores, k: *con
     true
 }
 
-/// One row's value step in [`add_rows_run`]'s registers: its four codes (in `$c`) converted
-/// to floats in `$x` (four S registers), then four `VMLA` per head `($w, $a0…$a3)`: its weight ×
-/// scale and its accumulators.
+/// Four codes of a row in [`add_rows_run`]'s and [`add_rows_wide`]'s registers: loaded
+/// sign-extended (`LDRSB`, bytes `$o` on from `{rp}`), converted to floats in `s0`–`s3`, then
+/// four `VMLA` per head `($w, $a0…$a3)`: its weight × scale and its accumulators.
 macro_rules! value_row_run {
-    ($c:literal, $x0:literal, $x1:literal, $x2:literal, $x3:literal; $( ($w:literal, $a0:literal, $a1:literal, $a2:literal, $a3:literal) ),+) => {
+    ($o0:literal, $o1:literal, $o2:literal, $o3:literal; $( ($w:literal, $a0:literal, $a1:literal, $a2:literal, $a3:literal) ),+) => {
         concat!(
-            "sxtb {t}, ", $c, "\n",
-            "sbfx {x}, ", $c, ", #8, #8\n",
-            "vmov ", $x0, ", ", $x1, ", {t}, {x}\n",
-            "sbfx {t}, ", $c, ", #16, #8\n",
-            "asr {x}, ", $c, ", #24\n",
-            "vmov ", $x2, ", ", $x3, ", {t}, {x}\n",
-            "vcvt.f32.s32 ", $x0, ", ", $x0, "\n",
-            "vcvt.f32.s32 ", $x1, ", ", $x1, "\n",
-            "vcvt.f32.s32 ", $x2, ", ", $x2, "\n",
-            "vcvt.f32.s32 ", $x3, ", ", $x3, "\n",
+            "ldrsb {t}, [{rp}, #", $o0, "]\n",
+            "ldrsb {x}, [{rp}, #", $o1, "]\n",
+            "vmov s0, s1, {t}, {x}\n",
+            "ldrsb {t}, [{rp}, #", $o2, "]\n",
+            "ldrsb {x}, [{rp}, #", $o3, "]\n",
+            "vmov s2, s3, {t}, {x}\n",
+            "vcvt.f32.s32 s0, s0\n",
+            "vcvt.f32.s32 s1, s1\n",
+            "vcvt.f32.s32 s2, s2\n",
+            "vcvt.f32.s32 s3, s3\n",
             $(
-                "vmla.f32 ", $a0, ", ", $w, ", ", $x0, "\n",
-                "vmla.f32 ", $a1, ", ", $w, ", ", $x1, "\n",
-                "vmla.f32 ", $a2, ", ", $w, ", ", $x2, "\n",
-                "vmla.f32 ", $a3, ", ", $w, ", ", $x3, "\n",
+                "vmla.f32 ", $a0, ", ", $w, ", s0\n",
+                "vmla.f32 ", $a1, ", ", $w, ", s1\n",
+                "vmla.f32 ", $a2, ", ", $w, ", s2\n",
+                "vmla.f32 ", $a3, ", ", $w, ", s3\n",
             )+
         )
     };
@@ -283,20 +296,18 @@ macro_rules! add_rows_run {
             "lsrs {n}, {n}, #1",
             "beq 3f",
             "2:",
-            "ldr {w}, [{rp}]",
-            "ldr {w2}, [{rp}, {stride}]",
-            "add {rp}, {rp}, {stride}, lsl #1",
             concat!("vldmia {pp}!, {{", $ws, "}}"),
-            value_row_run!("{w}", "s0", "s1", "s2", "s3"; $( ($w, $a0, $a1, $a2, $a3) ),+),
-            value_row_run!("{w2}", "s4", "s5", "s6", "s7"; $( ($v, $a0, $a1, $a2, $a3) ),+),
+            value_row_run!("0", "1", "2", "3"; $( ($w, $a0, $a1, $a2, $a3) ),+),
+            "add {rp}, {rp}, {stride}",
+            value_row_run!("0", "1", "2", "3"; $( ($v, $a0, $a1, $a2, $a3) ),+),
+            "add {rp}, {rp}, {stride}",
             "subs {n}, {n}, #1",
             "bne 2b",
             "3:",
             "cmp {odd}, #0",
             "beq 4f",
-            "ldr {w}, [{rp}]",
             concat!("vldmia {pp}, {{", $w1, "}}"),
-            value_row_run!("{w}", "s0", "s1", "s2", "s3"; $( ($w, $a0, $a1, $a2, $a3) ),+),
+            value_row_run!("0", "1", "2", "3"; $( ($w, $a0, $a1, $a2, $a3) ),+),
             "4:",
             "mov {t}, {acc}",
             $( concat!("vstmia {t}, {{", $r, "}}"), "add {t}, {t}, {d}, lsl #2", )+
@@ -308,8 +319,6 @@ macro_rules! add_rows_run {
             pp = inout(reg) $ps => _,
             n = inout(reg) $n => _,
             t = out(reg) _,
-            w = out(reg) _,
-            w2 = out(reg) _,
             x = out(reg) _,
             out("s0") _, out("s1") _, out("s2") _, out("s3") _,
             out("s4") _, out("s5") _, out("s6") _, out("s7") _,
@@ -324,7 +333,101 @@ macro_rules! add_rows_run {
     };
 }
 
-/// `acc[h·d + l] += ps[ρ][h] · (row_ρ[l] as i8)` for a run of `G` heads `h` (one, two or four),
+/// The `asm!` of [`add_rows_wide`] for one run length: a row at a time (its weights × scales by
+/// one `VLDM`, `$ws`), eight lanes as two words of codes; per head `($w, $r, $a0…$a7)` its
+/// weight's register and its accumulators (eight registers, loaded from and stored to `acc + h·d`
+/// around the loop, `$r` their range).
+macro_rules! add_rows_wide {
+    ($acc:expr, $d:expr, $ps:expr, $n:expr, $row:expr, $stride:expr; $ws:literal, $( ($w:literal, $r:literal, $a0:literal, $a1:literal, $a2:literal, $a3:literal, $a4:literal, $a5:literal, $a6:literal, $a7:literal) ),+) => {
+        asm!(
+            "mov {t}, {acc}",
+            $( concat!("vldmia {t}, {{", $r, "}}"), "add {t}, {t}, {d}, lsl #2", )+
+            "2:",
+            concat!("vldmia {pp}!, {{", $ws, "}}"),
+            value_row_run!("0", "1", "2", "3"; $( ($w, $a0, $a1, $a2, $a3) ),+),
+            value_row_run!("4", "5", "6", "7"; $( ($w, $a4, $a5, $a6, $a7) ),+),
+            "add {rp}, {rp}, {stride}",
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            "mov {t}, {acc}",
+            $( concat!("vstmia {t}, {{", $r, "}}"), "add {t}, {t}, {d}, lsl #2", )+
+            acc = in(reg) $acc,
+            d = in(reg) $d,
+            stride = in(reg) $stride,
+            rp = inout(reg) $row => _,
+            pp = inout(reg) $ps => _,
+            n = inout(reg) $n => _,
+            t = out(reg) _,
+            x = out(reg) _,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
+            out("s12") _, out("s13") _, out("s14") _, out("s15") _,
+            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
+            out("s20") _, out("s21") _, out("s22") _, out("s23") _,
+            out("s24") _, out("s25") _, out("s26") _, out("s27") _,
+            out("s28") _, out("s29") _, out("s30") _, out("s31") _,
+            options(nostack),
+        )
+    };
+}
+
+/// [`add_rows_run`] eight lanes at a time for a run of `G` heads (one to three, whose eight
+/// accumulators each fit the FPU's registers beside a row's weights and codes): a row at a time,
+/// each row's two code words converted once for all the run's heads. `false`, nothing done, for
+/// other run lengths.
+///
+/// # Safety
+///
+/// As [`add_rows_run`], with eight lanes: `acc` valid for reads and writes of floats
+/// `[h·d, h·d + 8)` for every `h < G`, every row for reads of bytes `[0, 8)`.
+#[inline(always)]
+pub(super) unsafe fn add_rows_wide<const G: usize>(
+    acc: *mut f32,
+    d: usize,
+    ps: *const [f32; G],
+    n: usize,
+    row: *const u8,
+    stride: usize,
+) -> bool {
+    // Each arm: the caller's contract for `acc`, `ps` and the rows; the loop runs `n` times,
+    // reading `ps[ρ]` (`G` floats, `VLDM`) and row ρ's eight bytes (two `LDR`, which ARMv7-M
+    // allows unaligned); the accumulators are read before and written after it. Only the
+    // declared registers and the flags are written.
+    match G {
+        // SAFETY: as above, for one head.
+        1 => unsafe {
+            add_rows_wide!(
+                acc, d, ps, n, row, stride;
+                "s4",
+                ("s4", "s24-s31", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31")
+            )
+        },
+        // SAFETY: as above, for two heads.
+        2 => unsafe {
+            add_rows_wide!(
+                acc, d, ps, n, row, stride;
+                "s4-s5",
+                ("s4", "s16-s23", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23"),
+                ("s5", "s24-s31", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31")
+            )
+        },
+        // SAFETY: as above, for three heads.
+        3 => unsafe {
+            add_rows_wide!(
+                acc, d, ps, n, row, stride;
+                "s4-s6",
+                ("s4", "s8-s15", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15"),
+                ("s5", "s16-s23", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23"),
+                ("s6", "s24-s31", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31")
+            )
+        },
+        _ => return false,
+    }
+    true
+}
+
+/// `acc[h·d + l] += ps[ρ][h] · (row_ρ[l] as i8)` for a run of `G` heads `h` (one to four),
 /// four lanes `l` and the rows `row_ρ = row + ρ·stride` (ρ < `n`) in order: each product rounded,
 /// then added (`VMLA` does not fuse), as the portable kernel does; the run's accumulators stay
 /// in `s16`–`s31` across the rows (taken in pairs). `false`, nothing done, for other run
@@ -365,6 +468,16 @@ pub(super) unsafe fn add_rows_run<const G: usize>(
                 "s8-s11", "s8-s9",
                 ("s8", "s10", "s16-s19", "s16", "s17", "s18", "s19"),
                 ("s9", "s11", "s20-s23", "s20", "s21", "s22", "s23")
+            )
+        },
+        // SAFETY: as above, for three heads.
+        3 => unsafe {
+            add_rows_run!(
+                acc, d, ps, n, row, stride;
+                "s8-s13", "s8-s10",
+                ("s8", "s11", "s16-s19", "s16", "s17", "s18", "s19"),
+                ("s9", "s12", "s20-s23", "s20", "s21", "s22", "s23"),
+                ("s10", "s13", "s24-s27", "s24", "s25", "s26", "s27")
             )
         },
         // SAFETY: as above, for four heads.
@@ -411,7 +524,7 @@ macro_rules! weights_run {
     };
 }
 
-/// `ps[j][h] = w[h·p + j] · s_j` for rows `j < m` and a run of `G` heads (one, two or four),
+/// `ps[j][h] = w[h·p + j] · s_j` for rows `j < m` and a run of `G` heads (one to four),
 /// `s_j` the f16 at `sc + j·sstride` converted by `VCVTB` (as `f16::to_f32`): the value
 /// kernel's weights × scales of a chunk's rows for one group (`kernels::scale_weights`'s
 /// products). `false`, nothing done, for other run lengths.
@@ -442,6 +555,16 @@ pub(super) unsafe fn weights_run<const G: usize>(
                 "s1-s2",
                 (w0, "{w0}", 0, "s1"),
                 (w1, "{w1}", 1, "s2")
+            )
+        },
+        // SAFETY: as above, for three heads.
+        3 => unsafe {
+            weights_run!(
+                ps, w, p, sc, sstride, m;
+                "s1-s3",
+                (w0, "{w0}", 0, "s1"),
+                (w1, "{w1}", 1, "s2"),
+                (w2, "{w2}", 2, "s3")
             )
         },
         // SAFETY: as above, for four heads.

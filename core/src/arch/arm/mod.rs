@@ -360,9 +360,6 @@ impl PageKernels for Arm {
         scores: &mut [f32],
         p: usize,
     ) -> bool {
-        if G == 3 {
-            return page::scores3(q, rows, g, scores, p);
-        }
         #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
         return page_runs::scores::<G>(q, rows, g, scores, p);
         #[cfg(not(all(edgekv_arm_dsp, edgekv_arm_f16cvt)))]
@@ -380,9 +377,6 @@ impl PageKernels for Arm {
         rows: &PageRows<'_>,
         g: usize,
     ) -> bool {
-        if G == 3 {
-            return page::values3(acc, w, p, rows, g);
-        }
         #[cfg(edgekv_arm_dsp)]
         return page_runs::values::<G>(acc, w, p, rows, g);
         #[cfg(not(edgekv_arm_dsp))]

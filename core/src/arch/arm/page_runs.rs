@@ -25,6 +25,9 @@ const QUERY_WORDS: usize = 4 * (MAX_HD / 2 + MAX_HD / 32);
 /// Lanes of one step of the value kernel (a run of four heads' accumulators: sixteen floats).
 const V_LANES: usize = 4;
 
+/// Lanes of one step of the value kernel for runs of up to three heads (24 accumulators).
+const WIDE_LANES: usize = 8;
+
 /// `PageKernels::int8_page_scores` for a run of `G` heads: `scores[h·p + r]` for every row `r`
 /// of `rows` (int8 K rows of group `g`), [`kernels::int8_scores`](crate::arch::kernels::int8_scores)'s
 /// bits, in one `asm!` loop nest (`dsp_runs::page_scores_run`) over the query interleaved by
@@ -41,7 +44,7 @@ pub(super) fn scores<const G: usize>(
 ) -> bool {
     let hd = q.codes.len() / G;
     let n = rows.n;
-    if !matches!(G, 1 | 2 | 4) || g == 0 || g % 32 != 0 || n == 0 || n > p {
+    if !matches!(G, 1..=4) || g == 0 || g % 32 != 0 || n == 0 || n > p {
         return false;
     }
     if hd % g != 0 || hd > MAX_HD {
@@ -116,7 +119,7 @@ pub(super) fn values<const G: usize>(
 ) -> bool {
     let d = acc.len() / G;
     let n = rows.n;
-    if !matches!(G, 1 | 2 | 4) || g == 0 || g % V_LANES != 0 || d % g != 0 || n == 0 || n > p {
+    if !matches!(G, 1..=4) || g == 0 || g % V_LANES != 0 || d % g != 0 || n == 0 || n > p {
         return false;
     }
     if w.len() < G * p || rows.row_bytes < d || rows.scale_bytes < 2 * (d / g) {
@@ -144,6 +147,24 @@ pub(super) fn values<const G: usize>(
                     m,
                 )
             };
+            if G < 4 && g % WIDE_LANES == 0 {
+                for at in (off..off + g).step_by(WIDE_LANES) {
+                    let heads = accp.wrapping_add(at);
+                    let row = vals.wrapping_add(r0 * rows.stride + at);
+                    // SAFETY: as below, with blocks of `WIDE_LANES` (`at + WIDE_LANES ≤ d`).
+                    unsafe {
+                        dsp_runs::add_rows_wide::<G>(
+                            heads,
+                            d,
+                            ps.as_ptr().cast(),
+                            m,
+                            row,
+                            rows.stride,
+                        )
+                    };
+                }
+                continue;
+            }
             for at in (off..off + g).step_by(V_LANES) {
                 let heads = accp.wrapping_add(at);
                 let row = vals.wrapping_add(r0 * rows.stride + at);
