@@ -47,6 +47,96 @@ const _: () = {
     assert!(offset_of!(RunScores, out) == 32);
 };
 
+/// The `asm!` of [`interleave_run`] for one run length: `$set` the heads' pointers from the
+/// first (`{p0}`, a head's bytes `{hs}` apart), `$step` the loads and stores of one quad of each.
+macro_rules! interleave_run {
+    ($out:expr, $q:expr, $hs:expr, $n:expr; $set:literal, $step:literal, $( $p:ident ),*) => {
+        asm!(
+            $set,
+            "2:",
+            $step,
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            o = inout(reg) $out => _,
+            p0 = inout(reg) $q => _,
+            hs = in(reg) $hs,
+            n = inout(reg) $n => _,
+            $( $p = out(reg) _, )*
+            out("r2") _, out("r3") _, out("r4") _, out("r5") _,
+            options(nostack),
+        )
+    };
+}
+
+/// `out[2·(w·G + h) + i] = q[h·hs/4 + 2w + i]` for quads `w < n` (two words, `i < 2`) of `G`
+/// heads `h` (one to four) whose codes lie `hs` bytes apart: a group of the query as
+/// [`RunScores::q`] lays it out (its scales aside), each quad moved by one `LDRD` and the run's
+/// quads stored by one `STM`. `false`, nothing done, for other run lengths.
+///
+/// # Safety
+///
+/// `n ≥ 1`; `q + h·hs` (bytes) is 4-byte aligned and valid for reads of `2n` words for each
+/// `h < G`; `out` for writes of `2·G·n` words (4-byte aligned).
+#[inline(always)]
+pub(super) unsafe fn interleave_run<const G: usize>(
+    out: *mut u32,
+    q: *const u32,
+    hs: usize,
+    n: usize,
+) -> bool {
+    // Each arm: the caller's contract; the loop runs `n` times, reading one quad of each head
+    // (`LDRD`, aligned) and writing the run's (`STM`). Only the declared registers and the flags
+    // are written.
+    match G {
+        // SAFETY: as above, for one head (a copy: `hs` unused).
+        1 => unsafe {
+            asm!(
+                "2:",
+                "ldrd r2, r3, [{p0}], #8",
+                "stmia {o}!, {{r2, r3}}",
+                "subs {n}, {n}, #1",
+                "bne 2b",
+                o = inout(reg) out => _,
+                p0 = inout(reg) q => _,
+                n = inout(reg) n => _,
+                out("r2") _, out("r3") _,
+                options(nostack),
+            )
+        },
+        // SAFETY: as above, for two heads.
+        2 => unsafe {
+            interleave_run!(
+                out, q, hs, n;
+                "add {p1}, {p0}, {hs}",
+                "ldrd r2, r3, [{p0}], #8\nldrd r4, r5, [{p1}], #8\nstmia {o}!, {{r2-r5}}",
+                p1
+            )
+        },
+        // SAFETY: as above, for three heads (two quads by one `STM`, then the third).
+        3 => unsafe {
+            interleave_run!(
+                out, q, hs, n;
+                "add {p1}, {p0}, {hs}\nadd {p2}, {p1}, {hs}",
+                "ldrd r2, r3, [{p0}], #8\nldrd r4, r5, [{p1}], #8\nstmia {o}!, {{r2-r5}}\n\
+                 ldrd r2, r3, [{p2}], #8\nstmia {o}!, {{r2, r3}}",
+                p1, p2
+            )
+        },
+        // SAFETY: as above, for four heads (two quads per `STM`).
+        4 => unsafe {
+            interleave_run!(
+                out, q, hs, n;
+                "add {p1}, {p0}, {hs}\nadd {p2}, {p1}, {hs}\nadd {p3}, {p2}, {hs}",
+                "ldrd r2, r3, [{p0}], #8\nldrd r4, r5, [{p1}], #8\nstmia {o}!, {{r2-r5}}\n\
+                 ldrd r2, r3, [{p2}], #8\nldrd r4, r5, [{p3}], #8\nstmia {o}!, {{r2-r5}}",
+                p1, p2, p3
+            )
+        },
+        _ => return false,
+    }
+    true
+}
+
 /// One key word (four codes) against the run's query: its even and odd codes as two pairs
 /// (`SXTB16`), then per load (`$load`: the quads of one or two heads) each of its heads'
 /// (`$a` its sum, `$qe` and `$qo` its quad's words) two products: `SMUAD` then `SMLAD` for a
@@ -88,18 +178,18 @@ macro_rules! key_word_run {
 /// the sums to their `$i`, `$qs` is the run's `$q` range. `r9` (the state) is kept in `s13`
 /// while the key words use it; `s14` holds `more_steps`, `s15` counts a group's steps.
 macro_rules! page_scores_run {
-    ($st:expr, $k:expr; $words:tt; $to_s:literal, $qs:literal, $( ($a:literal, $i:literal, $q:literal, $s:literal) ),+) => {
+    ($st:expr, $k:expr; $words:tt; $save:literal, $restore:literal, $zero:literal, $to_s:literal, $qs:literal, $( ($a:literal, $i:literal, $q:literal, $s:literal) ),+) => {
         asm!(
             "ldr r4, [r9, #{more_steps}]",
             "vmov s14, r4",
             "ldr r1, [r9, #{q}]",
             "movs r4, #0",
-            $( concat!("vmov ", $s, ", r4"), )+
+            $zero,
             // A row.
             "2:",
             // A group: its first 32 codes, then the rest 32 at a time.
             "3:",
-            "vmov s13, r9",
+            $save,
             key_word_run!(start; $words),
             key_word_run!(add; $words),
             key_word_run!(add; $words),
@@ -128,7 +218,7 @@ macro_rules! page_scores_run {
             // The group's terms: (q_scale · k_scale) · isum, added to each score.
             $to_s,
             $( concat!("vcvt.f32.s32 ", $i, ", ", $i), )+
-            "vmov r9, s13",
+            $restore,
             "ldr r4, [r9, #{scales}]",
             "ldrh r5, [r4], #2",
             "str r4, [r9, #{scales}]",
@@ -156,7 +246,7 @@ macro_rules! page_scores_run {
             "str r4, [r9, #{scales}]",
             "ldr r1, [r9, #{q}]",
             "movs r4, #0",
-            $( concat!("vmov ", $s, ", r4"), )+
+            $zero,
             "ldr r4, [r9, #{rows}]",
             "subs r4, r4, #1",
             "str r4, [r9, #{rows}]",
@@ -210,6 +300,7 @@ pub(super) unsafe fn page_scores_run<const G: usize>(st: &mut RunScores, k: *con
             page_scores_run!(
                 st, k;
                 { ["ldrd r4, r5, [r1], #8"; ("r10", "r4", "r5")] };
+                "", "", "vmov s4, r4",
                 "vmov s0, r10", "s9",
                 ("r10", "s0", "s9", "s4")
             )
@@ -218,7 +309,8 @@ pub(super) unsafe fn page_scores_run<const G: usize>(st: &mut RunScores, k: *con
         2 => unsafe {
             page_scores_run!(
                 st, k;
-                { ["ldm r1!, {{r4, r5, r8, r9}}"; ("r10", "r4", "r5"), ("r11", "r8", "r9")] };
+                { ["ldm r1!, {{r4, r5, r8, lr}}"; ("r10", "r4", "r5"), ("r11", "r8", "lr")] };
+                "", "", "vmov s4, s5, r4, r4",
                 "vmov s0, s1, r10, r11", "s9-s10",
                 ("r10", "s0", "s9", "s4"),
                 ("r11", "s1", "s10", "s5")
@@ -229,9 +321,10 @@ pub(super) unsafe fn page_scores_run<const G: usize>(st: &mut RunScores, k: *con
             page_scores_run!(
                 st, k;
                 {
-                    ["ldm r1!, {{r4, r5, r8, r9}}"; ("r10", "r4", "r5"), ("r11", "r8", "r9")],
+                    ["ldm r1!, {{r4, r5, r8, lr}}"; ("r10", "r4", "r5"), ("r11", "r8", "lr")],
                     ["ldrd r4, r5, [r1], #8"; ("r12", "r4", "r5")]
                 };
+                "", "", "vmov s4, s5, r4, r4\nvmov s6, r4",
                 "vmov s0, s1, r10, r11\nvmov s2, r12", "s9-s11",
                 ("r10", "s0", "s9", "s4"),
                 ("r11", "s1", "s10", "s5"),
@@ -246,6 +339,7 @@ pub(super) unsafe fn page_scores_run<const G: usize>(st: &mut RunScores, k: *con
                     ["ldm r1!, {{r4, r5, r8, r9}}"; ("r10", "r4", "r5"), ("r11", "r8", "r9")],
                     ["ldm r1!, {{r4, r5, r8, r9}}"; ("r12", "r4", "r5"), ("lr", "r8", "r9")]
                 };
+                "vmov s13, r9", "vmov r9, s13", "vmov s4, s5, r4, r4\nvmov s6, s7, r4, r4",
                 "vmov s0, s1, r10, r11\nvmov s2, s3, r12, lr", "s9-s12",
                 ("r10", "s0", "s9", "s4"),
                 ("r11", "s1", "s10", "s5"),
@@ -333,27 +427,68 @@ macro_rules! add_rows_run {
     };
 }
 
-/// The `asm!` of [`add_rows_wide`] for one run length: a row at a time (its weights × scales by
-/// one `VLDM`, `$ws`), eight lanes as two words of codes; per head `($w, $r, $a0…$a7)` its
-/// weight's register and its accumulators (eight registers, loaded from and stored to `acc + h·d`
-/// around the loop, `$r` their range).
+/// Two codes of a row in [`add_rows_wide`]'s registers: loaded sign-extended (`LDRSB`, bytes
+/// `$o` on from `{rp}`), converted to floats in `s0` and `s1`, then two `VMLA` per head
+/// `($w, $a0, $a1)`: its weight × scale and its accumulators.
+macro_rules! value_pair_run {
+    ($o0:literal, $o1:literal; $( ($w:literal, $a0:literal, $a1:literal) ),+) => {
+        concat!(
+            "ldrsb {t}, [{rp}, #", $o0, "]\n",
+            "ldrsb {x}, [{rp}, #", $o1, "]\n",
+            "vmov s0, s1, {t}, {x}\n",
+            "vcvt.f32.s32 s0, s0\n",
+            "vcvt.f32.s32 s1, s1\n",
+            $(
+                "vmla.f32 ", $a0, ", ", $w, ", s0\n",
+                "vmla.f32 ", $a1, ", ", $w, ", s1\n",
+            )+
+        )
+    };
+}
+
+/// A row's eight lanes in [`add_rows_wide`]'s registers, `$w` naming each head's weight.
+macro_rules! value_row_wide {
+    ($( ($w:literal, $a0:literal, $a1:literal, $a2:literal, $a3:literal, $a4:literal, $a5:literal, $a6:literal, $a7:literal) ),+) => {
+        concat!(
+            value_pair_run!("0", "1"; $( ($w, $a0, $a1) ),+),
+            value_pair_run!("2", "3"; $( ($w, $a2, $a3) ),+),
+            value_pair_run!("4", "5"; $( ($w, $a4, $a5) ),+),
+            value_pair_run!("6", "7"; $( ($w, $a6, $a7) ),+),
+        )
+    };
+}
+
+/// The `asm!` of [`add_rows_wide`] for one run length: rows in pairs (their weights × scales by
+/// one `VLDM`, `$ws`: the first row's `$w`, then the second's `$v`), an odd last row alone
+/// (`$w1`: its `$w`); per head its accumulators (`$a`: eight registers, loaded from and stored
+/// to `acc + h·d` around the loops, `$r` their range).
 macro_rules! add_rows_wide {
-    ($acc:expr, $d:expr, $ps:expr, $n:expr, $row:expr, $stride:expr; $ws:literal, $( ($w:literal, $r:literal, $a0:literal, $a1:literal, $a2:literal, $a3:literal, $a4:literal, $a5:literal, $a6:literal, $a7:literal) ),+) => {
+    ($acc:expr, $d:expr, $ps:expr, $n:expr, $row:expr, $stride:expr; $ws:literal, $w1:literal, $( ($w:literal, $v:literal, $r:literal, $a0:literal, $a1:literal, $a2:literal, $a3:literal, $a4:literal, $a5:literal, $a6:literal, $a7:literal) ),+) => {
         asm!(
             "mov {t}, {acc}",
             $( concat!("vldmia {t}, {{", $r, "}}"), "add {t}, {t}, {d}, lsl #2", )+
+            "lsrs {n}, {n}, #1",
+            "beq 3f",
             "2:",
             concat!("vldmia {pp}!, {{", $ws, "}}"),
-            value_row_run!("0", "1", "2", "3"; $( ($w, $a0, $a1, $a2, $a3) ),+),
-            value_row_run!("4", "5", "6", "7"; $( ($w, $a4, $a5, $a6, $a7) ),+),
+            value_row_wide!($( ($w, $a0, $a1, $a2, $a3, $a4, $a5, $a6, $a7) ),+),
+            "add {rp}, {rp}, {stride}",
+            value_row_wide!($( ($v, $a0, $a1, $a2, $a3, $a4, $a5, $a6, $a7) ),+),
             "add {rp}, {rp}, {stride}",
             "subs {n}, {n}, #1",
             "bne 2b",
+            "3:",
+            "cmp {odd}, #0",
+            "beq 4f",
+            concat!("vldmia {pp}, {{", $w1, "}}"),
+            value_row_wide!($( ($w, $a0, $a1, $a2, $a3, $a4, $a5, $a6, $a7) ),+),
+            "4:",
             "mov {t}, {acc}",
             $( concat!("vstmia {t}, {{", $r, "}}"), "add {t}, {t}, {d}, lsl #2", )+
             acc = in(reg) $acc,
             d = in(reg) $d,
             stride = in(reg) $stride,
+            odd = in(reg) $n & 1,
             rp = inout(reg) $row => _,
             pp = inout(reg) $ps => _,
             n = inout(reg) $n => _,
@@ -399,27 +534,27 @@ pub(super) unsafe fn add_rows_wide<const G: usize>(
         1 => unsafe {
             add_rows_wide!(
                 acc, d, ps, n, row, stride;
-                "s4",
-                ("s4", "s24-s31", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31")
+                "s2-s3", "s2",
+                ("s2", "s3", "s24-s31", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31")
             )
         },
         // SAFETY: as above, for two heads.
         2 => unsafe {
             add_rows_wide!(
                 acc, d, ps, n, row, stride;
-                "s4-s5",
-                ("s4", "s16-s23", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23"),
-                ("s5", "s24-s31", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31")
+                "s2-s5", "s2-s3",
+                ("s2", "s4", "s16-s23", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23"),
+                ("s3", "s5", "s24-s31", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31")
             )
         },
         // SAFETY: as above, for three heads.
         3 => unsafe {
             add_rows_wide!(
                 acc, d, ps, n, row, stride;
-                "s4-s6",
-                ("s4", "s8-s15", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15"),
-                ("s5", "s16-s23", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23"),
-                ("s6", "s24-s31", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31")
+                "s2-s7", "s2-s4",
+                ("s2", "s5", "s8-s15", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15"),
+                ("s3", "s6", "s16-s23", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23"),
+                ("s4", "s7", "s24-s31", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31")
             )
         },
         _ => return false,

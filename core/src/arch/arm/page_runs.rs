@@ -70,15 +70,18 @@ pub(super) fn scores<const G: usize>(
     let (words, gw) = (hd / 4, g / 4);
     let block = 2 * G * gw + G;
     for (b, blk) in qi.chunks_exact_mut(block).take(nb).enumerate() {
-        let (codes, scales) = blk.split_at_mut(2 * G * gw);
-        for h in 0..G {
-            let head = &quads[h * words + b * gw..][..gw];
-            for (out, &[lo, hi]) in codes[2 * h..].chunks_mut(2 * G).zip(head) {
-                out[0].write(lo);
-                out[1].write(hi);
-            }
-        }
-        for (h, out) in scales.iter_mut().enumerate() {
+        // SAFETY: `gw ≥ 8`; head `h`'s quads `b·gw..(b + 1)·gw` lie at `h·words + b·gw` within
+        // `quads` (`G·words` of them, aligned), `8·words` bytes apart; `blk` holds `2·G·gw`
+        // words of them and `G` scales.
+        unsafe {
+            dsp_runs::interleave_run::<G>(
+                blk.as_mut_ptr().cast(),
+                quads[b * gw..].as_ptr().cast(),
+                8 * words,
+                gw,
+            )
+        };
+        for (h, out) in blk[2 * G * gw..].iter_mut().enumerate() {
             out.write(q.scales[h * nb + b].to_bits());
         }
     }
