@@ -6,10 +6,9 @@
 //! int8 scores by `VMLADAVA` (`mve.rs`; the DSP kernels there cost more than they save), and a
 //! page's maxima and weights `exp(score − max)` four lanes per vector (`mve_weights.rs`). Whole
 //! pages of int8 rows (`Strategy::int8_pages`: rows a stride apart, one `asm!` loop nest for a
-//! page's scores, value accumulators kept across a page's rows) go, for three query heads per KV
-//! head on DSP cores, to `page.rs`; on DSP cores with an FPU, runs of one, two and four heads to
-//! `page_runs.rs` (`asm!` loop nests generic in the run length, `dsp_runs.rs`;
-//! `Strategy::page_runs`); with Helium, runs of one to four heads to `mve_runs.rs` (`asm!` loop
+//! page's scores, value accumulators kept across a page's rows) go, on DSP cores with an FPU,
+//! for runs of one to four heads to `page_runs.rs` (`asm!` loop nests generic in the run length,
+//! `dsp_runs.rs`); with Helium, runs of one to four heads to `mve_runs.rs` (`asm!` loop
 //! nests generic in the run length: `mve_scores.rs`, `mve_values.rs`); other pages (windows)
 //! take the eight-row kernels here. On hard-float targets
 //! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. Without Helium,
@@ -25,8 +24,6 @@
 
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 mod dsp;
-#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
-mod dsp_g32;
 #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
 mod dsp_runs;
 #[cfg(edgekv_arm_f16cvt)]
@@ -48,8 +45,6 @@ mod mve_weights;
 use fpu_weights as weights;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 use mve_weights as weights;
-#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
-mod page;
 #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
 mod page_runs;
 
@@ -71,7 +66,7 @@ use crate::format::u16_at;
 use crate::numeric::{LANES, Widen};
 
 /// With the DSP extension, groups of a multiple of 4 codes up to 256 (those the `SMLAD` kernels
-/// take: `Arm::int8_scores`, `page::scores3`) interleaved quad by quad
+/// take: `Arm::int8_scores`, `page_runs::scores`) interleaved quad by quad
 /// (`query::interleave_quads`), so that a key word's `SXTB16` halves pair with the query's words
 /// as they are. Every other group, and every other build, keeps its order.
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
@@ -349,8 +344,8 @@ impl PageKernels for Arm {
         }
     }
 
-    /// Three heads: `page::scores3` (its `asm!` loop nests); on DSP cores with an FPU, runs of
-    /// one, two or four: `page_runs::scores`.
+    /// On DSP cores with an FPU, runs of one to four heads: `page_runs::scores` (its `asm!` loop
+    /// nest).
     #[cfg(edgekv_arm_dsp)]
     #[inline(always)]
     fn int8_page_scores<const G: usize>(
@@ -366,8 +361,7 @@ impl PageKernels for Arm {
         return false;
     }
 
-    /// Three heads on hard-float targets: `page::values3`; on DSP cores, runs of one, two or
-    /// four: `page_runs::values`.
+    /// On DSP cores with an FPU, runs of one to four heads: `page_runs::values`.
     #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
     #[inline(always)]
     fn int8_page_values<const G: usize>(
@@ -419,7 +413,7 @@ impl Isa for Arm {
         // (`mve_weights`), one at a time on a scalar FPU (`fpu_weights`). Soft-float builds take
         // them one at a time (`exp::scalar`).
         scalar_exp: cfg!(not(any(edgekv_arm_mve, edgekv_arm_f16cvt))),
-        // Whole pages of int8 rows to `page.rs` (DSP) or `mve_runs.rs` (Helium).
+        // Whole pages of int8 rows to `page_runs.rs` (DSP) or `mve_runs.rs` (Helium).
         int8_pages: cfg!(any(edgekv_arm_dsp, edgekv_arm_mve)),
         // Every run length takes whole pages: runs of three to `page.rs`'s `asm!` on DSP cores,
         // runs of one, two and four to `page_runs` (`dsp_runs`' `asm!` loop nests: Gemma 3 270M,

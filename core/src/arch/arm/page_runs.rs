@@ -1,14 +1,14 @@
 //! Whole pages of int8 rows for a run of any `G` query heads (1 to 4) and any head_dim whose key
 //! groups the ISA's integer dot products take: the Cortex-M page kernels behind
-//! `Strategy::int8_pages` for the runs and shapes the three-head `asm!` loop nests of `page.rs`
-//! do not serve (Gemma 3's run of four heads over head_dim 256, Qwen3's two over 128, Llama
-//! 3.2's four over 64), on DSP cores with an FPU (M4, M7, M33; with Helium the general loop's
-//! eight-row kernels cost less). Generic in the run length: a page's rows lie a fixed stride
-//! apart, the query is interleaved by head once per page for `dsp_runs`'s `asm!` score loop nest
-//! (each key word decoded once for all the run's heads: `SXTB16`, then two `SMLAD` per head),
-//! and the value accumulators of a block of lanes stay in registers across all of the page's
-//! rows (`dsp_runs::add_rows_run`). Each score and each output element takes its terms in the portable kernels' order:
-//! the same bits.
+//! `Strategy::int8_pages` on DSP cores with an FPU (M4, M7, M33), for every run length (SmolLM2's
+//! three heads over head_dim 64, Gemma 3's four over 256, Qwen3's two over 128, Llama 3.2's four
+//! over 64). Generic in the run length: a page's rows lie a fixed stride apart, the query is
+//! interleaved by head once per page (`dsp_runs::interleave_run`) for `dsp_runs`'s `asm!` score
+//! loop nest (each key word decoded once for all the run's heads: `SXTB16`, then two `SMLAD` per
+//! head), and the value accumulators of a block of lanes stay in registers across all of the
+//! page's rows (`dsp_runs::add_rows_wide`: eight lanes for runs of up to three heads;
+//! `dsp_runs::add_rows_run`: four for four heads). Each score and each output element takes its
+//! terms in the portable kernels' order: the same bits.
 
 use super::dsp_runs;
 use crate::arch::query::QueryCodes;
@@ -150,34 +150,28 @@ pub(super) fn values<const G: usize>(
                     m,
                 )
             };
-            if G < 4 && g % WIDE_LANES == 0 {
-                for at in (off..off + g).step_by(WIDE_LANES) {
-                    let heads = accp.wrapping_add(at);
-                    let row = vals.wrapping_add(r0 * rows.stride + at);
-                    // SAFETY: as below, with blocks of `WIDE_LANES` (`at + WIDE_LANES ≤ d`).
-                    unsafe {
-                        dsp_runs::add_rows_wide::<G>(
-                            heads,
-                            d,
-                            ps.as_ptr().cast(),
-                            m,
-                            row,
-                            rows.stride,
-                        )
-                    };
-                }
-                continue;
-            }
-            for at in (off..off + g).step_by(V_LANES) {
+            // Runs of up to three heads eight lanes at a time where the group takes them.
+            let lanes = if G < 4 && g % WIDE_LANES == 0 {
+                WIDE_LANES
+            } else {
+                V_LANES
+            };
+            for at in (off..off + g).step_by(lanes) {
                 let heads = accp.wrapping_add(at);
                 let row = vals.wrapping_add(r0 * rows.stride + at);
-                // SAFETY: `m ≥ 1`; `at + V_LANES ≤ d` and `acc.len() ≥ G·d`: each head's block
-                // `[h·d + at, h·d + at + V_LANES)` lies within `acc`, which this function borrows
-                // mutably (no other reference in use); `ps` holds the `m` rows' products,
-                // written above; rows `r0..r0 + m` (≤ n) lie `stride` apart from `row`, each
-                // one's bytes `[at, at + V_LANES)` within its `d` value bytes, within the view.
+                let ps = ps.as_ptr().cast();
+                // SAFETY: `m ≥ 1`; `at + lanes ≤ d` (`lanes` divides `g`, which divides `d`) and
+                // `acc.len() ≥ G·d`: each head's block `[h·d + at, h·d + at + lanes)` lies within
+                // `acc`, which this function borrows mutably (no other reference in use); `ps`
+                // holds the `m` rows' products, written above; rows `r0..r0 + m` (≤ n) lie
+                // `stride` apart from `row`, each one's bytes `[at, at + lanes)` within its `d`
+                // value bytes, within the view.
                 unsafe {
-                    dsp_runs::add_rows_run::<G>(heads, d, ps.as_ptr().cast(), m, row, rows.stride)
+                    if lanes == WIDE_LANES {
+                        dsp_runs::add_rows_wide::<G>(heads, d, ps, m, row, rows.stride)
+                    } else {
+                        dsp_runs::add_rows_run::<G>(heads, d, ps, m, row, rows.stride)
+                    }
                 };
             }
         }
