@@ -8,9 +8,9 @@
 //! pages of int8 rows (`Strategy::int8_pages`: rows a stride apart, one `asm!` loop nest for a
 //! page's scores, value accumulators kept across a page's rows) go, on DSP cores with an FPU,
 //! for runs of one to four heads to `page_runs.rs` (`asm!` loop nests generic in the run length,
-//! `dsp_runs.rs`); with Helium, runs of one to four heads to `mve_runs.rs` (`asm!` loop
-//! nests generic in the run length: `mve_scores.rs`, `mve_values.rs`); other pages (windows)
-//! take the eight-row kernels here. On hard-float targets
+//! `dsp_runs.rs`, `dsp_values.rs`); with Helium, runs of one to four heads to `mve_runs.rs`
+//! (`asm!` loop nests generic in the run length: `mve_scores.rs`, `mve_values.rs`); other pages
+//! (windows) take the eight-row kernels here. On hard-float targets
 //! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. Without Helium,
 //! each attention weight's `exp` is taken alone, `libm::expf`'s steps inline (`exp::scalar`: its
 //! branches cost a scalar FPU less than the eight-lane form's selects).
@@ -26,6 +26,8 @@
 mod dsp;
 #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
 mod dsp_runs;
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
+mod dsp_values;
 #[cfg(edgekv_arm_f16cvt)]
 mod f16;
 #[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
@@ -415,11 +417,10 @@ impl Isa for Arm {
         scalar_exp: cfg!(not(any(edgekv_arm_mve, edgekv_arm_f16cvt))),
         // Whole pages of int8 rows to `page_runs.rs` (DSP) or `mve_runs.rs` (Helium).
         int8_pages: cfg!(any(edgekv_arm_dsp, edgekv_arm_mve)),
-        // Every run length takes whole pages: runs of three to `page.rs`'s `asm!` on DSP cores,
-        // runs of one, two and four to `page_runs` (`dsp_runs`' `asm!` loop nests: Gemma 3 270M,
-        // Qwen3-0.6B, Llama 3.2 1B take 7.47, 21.24 and 17.64 M instructions a decode step,
-        // against 14.21, 33.66 and 32.67 M on the general loop); with Helium every run to
-        // `mve_runs`' `asm!` loop nests.
+        // Every run length takes whole pages: on DSP cores every run to `page_runs` (the `asm!`
+        // loop nests of `dsp_runs` and `dsp_values`: SmolLM2-135M, SmolLM2-360M, Gemma 3 270M,
+        // Qwen3-0.6B and Llama 3.2 1B take 5.25, 8.68, 7.19, 19.60 and 17.04 M instructions a
+        // decode step at 2,048 keys); with Helium every run to `mve_runs`' `asm!` loop nests.
         ..Strategy::GENERAL
     };
 }

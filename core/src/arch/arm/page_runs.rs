@@ -6,11 +6,11 @@
 //! interleaved by head once per page (`dsp_runs::interleave_run`) for `dsp_runs`'s `asm!` score
 //! loop nest (each key word decoded once for all the run's heads: `SXTB16`, then two `SMLAD` per
 //! head), and the value accumulators of a block of lanes stay in registers across all of the
-//! page's rows (`dsp_runs::add_rows_wide`: eight lanes for runs of up to three heads;
-//! `dsp_runs::add_rows_run`: four for four heads). Each score and each output element takes its
+//! page's rows (`dsp_values::add_rows_wide`: eight lanes for runs of up to three heads;
+//! `dsp_values::add_rows_run`: four for four heads). Each score and each output element takes its
 //! terms in the portable kernels' order: the same bits.
 
-use super::dsp_runs;
+use super::{dsp_runs, dsp_values};
 use crate::arch::query::QueryCodes;
 use crate::arch::rows::PageRows;
 use core::mem::MaybeUninit;
@@ -70,9 +70,9 @@ pub(super) fn scores<const G: usize>(
     let (words, gw) = (hd / 4, g / 4);
     let block = 2 * G * gw + G;
     for (b, blk) in qi.chunks_exact_mut(block).take(nb).enumerate() {
-        // SAFETY: `gw ≥ 8`; head `h`'s quads `b·gw..(b + 1)·gw` lie at `h·words + b·gw` within
-        // `quads` (`G·words` of them, aligned), `8·words` bytes apart; `blk` holds `2·G·gw`
-        // words of them and `G` scales.
+        // SAFETY: `gw ≥ 8`; head `h`'s quads `b·gw..(b + 1)·gw` lie at `h·words + b·gw`
+        // within `quads` (`G·words` of them, aligned), `8·words` bytes apart; `blk` holds
+        // `2·G·gw` words of them and `G` scales.
         unsafe {
             dsp_runs::interleave_run::<G>(
                 blk.as_mut_ptr().cast(),
@@ -141,7 +141,7 @@ pub(super) fn values<const G: usize>(
             // `w` (`r0 + m ≤ n ≤ p`, `w.len() ≥ G·p`); row `r0 + j`'s scale of group `k < d / g`
             // lies at `(r0 + j)·sstride + 2k`, within `rows.scales` (the view, checked above).
             unsafe {
-                dsp_runs::weights_run::<G>(
+                dsp_values::weights_run::<G>(
                     ps.as_mut_ptr().cast(),
                     w[r0..].as_ptr(),
                     p,
@@ -160,17 +160,17 @@ pub(super) fn values<const G: usize>(
                 let heads = accp.wrapping_add(at);
                 let row = vals.wrapping_add(r0 * rows.stride + at);
                 let ps = ps.as_ptr().cast();
-                // SAFETY: `m ≥ 1`; `at + lanes ≤ d` (`lanes` divides `g`, which divides `d`) and
-                // `acc.len() ≥ G·d`: each head's block `[h·d + at, h·d + at + lanes)` lies within
-                // `acc`, which this function borrows mutably (no other reference in use); `ps`
-                // holds the `m` rows' products, written above; rows `r0..r0 + m` (≤ n) lie
-                // `stride` apart from `row`, each one's bytes `[at, at + lanes)` within its `d`
-                // value bytes, within the view.
+                // SAFETY: `m ≥ 1`; `at + lanes ≤ d` (`lanes` divides `g`, which divides `d`)
+                // and `acc.len() ≥ G·d`: each head's block `[h·d + at, h·d + at + lanes)` lies
+                // within `acc`, which this function borrows mutably (no other reference in
+                // use); `ps` holds the `m` rows' products, written above; rows `r0..r0 + m`
+                // (≤ n) lie `stride` apart from `row`, each one's bytes `[at, at + lanes)`
+                // within its `d` value bytes, within the view.
                 unsafe {
                     if lanes == WIDE_LANES {
-                        dsp_runs::add_rows_wide::<G>(heads, d, ps, m, row, rows.stride)
+                        dsp_values::add_rows_wide::<G>(heads, d, ps, m, row, rows.stride)
                     } else {
-                        dsp_runs::add_rows_run::<G>(heads, d, ps, m, row, rows.stride)
+                        dsp_values::add_rows_run::<G>(heads, d, ps, m, row, rows.stride)
                     }
                 };
             }
