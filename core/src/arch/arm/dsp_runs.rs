@@ -1,10 +1,10 @@
-//! The Cortex-M4's whole-page loops for a run of `G` query heads (one, two or four), in `asm!`:
-//! one macro each, instantiated per run length. Scores ([`page_scores_run`]): from a page's int8 key codes
-//! to its scores: per row and key group the run's integer dot products by `SMLAD` (each key word
+//! The Cortex-M4's whole-page score loop for a run of `G` query heads (one to four), in `asm!`:
+//! one macro, instantiated per run length ([`page_scores_run`]), from a page's int8 key codes to
+//! its scores: per row and key group the run's integer dot products by `SMLAD` (each key word
 //! loaded and sign-extended once for the run), then each head's
 //! `score += (q_scale · k_scale) · isum` (`VMLA` rounds the product, then adds), from `+0`, in
-//! group order: `kernels::int8_scores`'s bits. Values ([`add_rows_run`]): four lanes of every
-//! head's accumulators in registers across a page's rows.
+//! group order: `kernels::int8_scores`'s bits. The query it reads is laid out once per page by
+//! [`interleave_run`]. (The value loops: `dsp_values.rs`.)
 
 use core::arch::asm;
 use core::mem::offset_of;
@@ -47,6 +47,96 @@ const _: () = {
     assert!(offset_of!(RunScores, out) == 32);
 };
 
+/// The `asm!` of [`interleave_run`] for one run length: `$set` the heads' pointers from the
+/// first (`{p0}`, a head's bytes `{hs}` apart), `$step` the loads and stores of one quad of each.
+macro_rules! interleave_run {
+    ($out:expr, $q:expr, $hs:expr, $n:expr; $set:literal, $step:literal, $( $p:ident ),*) => {
+        asm!(
+            $set,
+            "2:",
+            $step,
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            o = inout(reg) $out => _,
+            p0 = inout(reg) $q => _,
+            hs = in(reg) $hs,
+            n = inout(reg) $n => _,
+            $( $p = out(reg) _, )*
+            out("r2") _, out("r3") _, out("r4") _, out("r5") _,
+            options(nostack),
+        )
+    };
+}
+
+/// `out[2·(w·G + h) + i] = q[h·hs/4 + 2w + i]` for quads `w < n` (two words, `i < 2`) of `G`
+/// heads `h` (one to four) whose codes lie `hs` bytes apart: a group of the query as
+/// [`RunScores::q`] lays it out (its scales aside), each quad moved by one `LDRD` and the run's
+/// quads stored by one `STM`. `false`, nothing done, for other run lengths.
+///
+/// # Safety
+///
+/// `n ≥ 1`; `q + h·hs` (bytes) is 4-byte aligned and valid for reads of `2n` words for each
+/// `h < G`; `out` for writes of `2·G·n` words (4-byte aligned).
+#[inline(always)]
+pub(super) unsafe fn interleave_run<const G: usize>(
+    out: *mut u32,
+    q: *const u32,
+    hs: usize,
+    n: usize,
+) -> bool {
+    // Each arm: the caller's contract; the loop runs `n` times, reading one quad of each head
+    // (`LDRD`, aligned) and writing the run's (`STM`). Only the declared registers and the flags
+    // are written.
+    match G {
+        // SAFETY: as above, for one head (a copy: `hs` unused).
+        1 => unsafe {
+            asm!(
+                "2:",
+                "ldrd r2, r3, [{p0}], #8",
+                "stmia {o}!, {{r2, r3}}",
+                "subs {n}, {n}, #1",
+                "bne 2b",
+                o = inout(reg) out => _,
+                p0 = inout(reg) q => _,
+                n = inout(reg) n => _,
+                out("r2") _, out("r3") _,
+                options(nostack),
+            )
+        },
+        // SAFETY: as above, for two heads.
+        2 => unsafe {
+            interleave_run!(
+                out, q, hs, n;
+                "add {p1}, {p0}, {hs}",
+                "ldrd r2, r3, [{p0}], #8\nldrd r4, r5, [{p1}], #8\nstmia {o}!, {{r2-r5}}",
+                p1
+            )
+        },
+        // SAFETY: as above, for three heads (two quads by one `STM`, then the third).
+        3 => unsafe {
+            interleave_run!(
+                out, q, hs, n;
+                "add {p1}, {p0}, {hs}\nadd {p2}, {p1}, {hs}",
+                "ldrd r2, r3, [{p0}], #8\nldrd r4, r5, [{p1}], #8\nstmia {o}!, {{r2-r5}}\n\
+                 ldrd r2, r3, [{p2}], #8\nstmia {o}!, {{r2, r3}}",
+                p1, p2
+            )
+        },
+        // SAFETY: as above, for four heads (two quads per `STM`).
+        4 => unsafe {
+            interleave_run!(
+                out, q, hs, n;
+                "add {p1}, {p0}, {hs}\nadd {p2}, {p1}, {hs}\nadd {p3}, {p2}, {hs}",
+                "ldrd r2, r3, [{p0}], #8\nldrd r4, r5, [{p1}], #8\nstmia {o}!, {{r2-r5}}\n\
+                 ldrd r2, r3, [{p2}], #8\nldrd r4, r5, [{p3}], #8\nstmia {o}!, {{r2-r5}}",
+                p1, p2, p3
+            )
+        },
+        _ => return false,
+    }
+    true
+}
+
 /// One key word (four codes) against the run's query: its even and odd codes as two pairs
 /// (`SXTB16`), then per load (`$load`: the quads of one or two heads) each of its heads'
 /// (`$a` its sum, `$qe` and `$qo` its quad's words) two products: `SMUAD` then `SMLAD` for a
@@ -85,21 +175,22 @@ macro_rules! key_word_run {
 /// The `asm!` of [`page_scores_run`] for one run length: `$words` the loads and registers of a
 /// key word (see [`key_word_run`]); per head `($a, $i, $q, $s)` its integer sum's core register,
 /// its sum as a float, its query scale × key scale and its score (S registers); `$to_s` moves
-/// the sums to their `$i`, `$qs` is the run's `$q` range. `r9` (the state) is kept in `s13`
-/// while the key words use it; `s14` holds `more_steps`, `s15` counts a group's steps.
+/// the sums to their `$i`, `$qs` is the run's `$q` range; `$zero` zeroes the scores (from
+/// `r4`). `r9` (the state) is kept in `s13` while the key words use it where they load into it
+/// (`$save`, `$restore`: four heads); `s14` holds `more_steps`, `s15` counts a group's steps.
 macro_rules! page_scores_run {
-    ($st:expr, $k:expr; $words:tt; $to_s:literal, $qs:literal, $( ($a:literal, $i:literal, $q:literal, $s:literal) ),+) => {
+    ($st:expr, $k:expr; $words:tt; $save:literal, $restore:literal, $zero:literal, $to_s:literal, $qs:literal, $( ($a:literal, $i:literal, $q:literal, $s:literal) ),+) => {
         asm!(
             "ldr r4, [r9, #{more_steps}]",
             "vmov s14, r4",
             "ldr r1, [r9, #{q}]",
             "movs r4, #0",
-            $( concat!("vmov ", $s, ", r4"), )+
+            $zero,
             // A row.
             "2:",
             // A group: its first 32 codes, then the rest 32 at a time.
             "3:",
-            "vmov s13, r9",
+            $save,
             key_word_run!(start; $words),
             key_word_run!(add; $words),
             key_word_run!(add; $words),
@@ -128,7 +219,7 @@ macro_rules! page_scores_run {
             // The group's terms: (q_scale · k_scale) · isum, added to each score.
             $to_s,
             $( concat!("vcvt.f32.s32 ", $i, ", ", $i), )+
-            "vmov r9, s13",
+            $restore,
             "ldr r4, [r9, #{scales}]",
             "ldrh r5, [r4], #2",
             "str r4, [r9, #{scales}]",
@@ -156,7 +247,7 @@ macro_rules! page_scores_run {
             "str r4, [r9, #{scales}]",
             "ldr r1, [r9, #{q}]",
             "movs r4, #0",
-            $( concat!("vmov ", $s, ", r4"), )+
+            $zero,
             "ldr r4, [r9, #{rows}]",
             "subs r4, r4, #1",
             "str r4, [r9, #{rows}]",
@@ -183,8 +274,7 @@ macro_rules! page_scores_run {
     };
 }
 
-/// The scores of `st.rows` int8 key rows from `k` for a run of `G` query heads (one, two or
-/// four): `out[h·out_stride + r]` (in bytes) is head `h`'s score of row `r`, its groups' terms
+/// The scores of `st.rows` int8 key rows from `k` for a run of `G` query heads (one to four): `out[h·out_stride + r]` (in bytes) is head `h`'s score of row `r`, its groups' terms
 /// `(q_scale · k_scale) · isum` added to `+0` in order, each isum the exact dot product of the
 /// group's codes with the head's (`kernels::int8_scores`'s bits). `false`, nothing done, for
 /// other run lengths.
@@ -211,6 +301,7 @@ pub(super) unsafe fn page_scores_run<const G: usize>(st: &mut RunScores, k: *con
             page_scores_run!(
                 st, k;
                 { ["ldrd r4, r5, [r1], #8"; ("r10", "r4", "r5")] };
+                "", "", "vmov s4, r4",
                 "vmov s0, r10", "s9",
                 ("r10", "s0", "s9", "s4")
             )
@@ -219,10 +310,26 @@ pub(super) unsafe fn page_scores_run<const G: usize>(st: &mut RunScores, k: *con
         2 => unsafe {
             page_scores_run!(
                 st, k;
-                { ["ldm r1!, {{r4, r5, r8, r9}}"; ("r10", "r4", "r5"), ("r11", "r8", "r9")] };
+                { ["ldm r1!, {{r4, r5, r8, lr}}"; ("r10", "r4", "r5"), ("r11", "r8", "lr")] };
+                "", "", "vmov s4, s5, r4, r4",
                 "vmov s0, s1, r10, r11", "s9-s10",
                 ("r10", "s0", "s9", "s4"),
                 ("r11", "s1", "s10", "s5")
+            )
+        },
+        // SAFETY: as above, for three heads.
+        3 => unsafe {
+            page_scores_run!(
+                st, k;
+                {
+                    ["ldm r1!, {{r4, r5, r8, lr}}"; ("r10", "r4", "r5"), ("r11", "r8", "lr")],
+                    ["ldrd r4, r5, [r1], #8"; ("r12", "r4", "r5")]
+                };
+                "", "", "vmov s4, s5, r4, r4\nvmov s6, r4",
+                "vmov s0, s1, r10, r11\nvmov s2, r12", "s9-s11",
+                ("r10", "s0", "s9", "s4"),
+                ("r11", "s1", "s10", "s5"),
+                ("r12", "s2", "s11", "s6")
             )
         },
         // SAFETY: as above, for four heads.
@@ -233,226 +340,12 @@ pub(super) unsafe fn page_scores_run<const G: usize>(st: &mut RunScores, k: *con
                     ["ldm r1!, {{r4, r5, r8, r9}}"; ("r10", "r4", "r5"), ("r11", "r8", "r9")],
                     ["ldm r1!, {{r4, r5, r8, r9}}"; ("r12", "r4", "r5"), ("lr", "r8", "r9")]
                 };
+                "vmov s13, r9", "vmov r9, s13", "vmov s4, s5, r4, r4\nvmov s6, s7, r4, r4",
                 "vmov s0, s1, r10, r11\nvmov s2, s3, r12, lr", "s9-s12",
                 ("r10", "s0", "s9", "s4"),
                 ("r11", "s1", "s10", "s5"),
                 ("r12", "s2", "s11", "s6"),
                 ("lr", "s3", "s12", "s7")
-            )
-        },
-        _ => return false,
-    }
-    true
-}
-
-/// One row's value step in [`add_rows_run`]'s registers: its four codes (in `$c`) converted
-/// to floats in `$x` (four S registers), then four `VMLA` per head `($w, $a0…$a3)`: its weight ×
-/// scale and its accumulators.
-macro_rules! value_row_run {
-    ($c:literal, $x0:literal, $x1:literal, $x2:literal, $x3:literal; $( ($w:literal, $a0:literal, $a1:literal, $a2:literal, $a3:literal) ),+) => {
-        concat!(
-            "sxtb {t}, ", $c, "\n",
-            "sbfx {x}, ", $c, ", #8, #8\n",
-            "vmov ", $x0, ", ", $x1, ", {t}, {x}\n",
-            "sbfx {t}, ", $c, ", #16, #8\n",
-            "asr {x}, ", $c, ", #24\n",
-            "vmov ", $x2, ", ", $x3, ", {t}, {x}\n",
-            "vcvt.f32.s32 ", $x0, ", ", $x0, "\n",
-            "vcvt.f32.s32 ", $x1, ", ", $x1, "\n",
-            "vcvt.f32.s32 ", $x2, ", ", $x2, "\n",
-            "vcvt.f32.s32 ", $x3, ", ", $x3, "\n",
-            $(
-                "vmla.f32 ", $a0, ", ", $w, ", ", $x0, "\n",
-                "vmla.f32 ", $a1, ", ", $w, ", ", $x1, "\n",
-                "vmla.f32 ", $a2, ", ", $w, ", ", $x2, "\n",
-                "vmla.f32 ", $a3, ", ", $w, ", ", $x3, "\n",
-            )+
-        )
-    };
-}
-
-/// The `asm!` of [`add_rows_run`] for one run length: rows in pairs (their weights × scales by
-/// one `VLDM`, `$ws`: the first row's `$w`, then the second's `$v`), an odd last row alone
-/// (`$w1`: its `$w`); per head its accumulators (`$a`: four registers, loaded from and stored to
-/// `acc + h·d` around the loops, `$r` their range).
-macro_rules! add_rows_run {
-    ($acc:expr, $d:expr, $ps:expr, $n:expr, $row:expr, $stride:expr; $ws:literal, $w1:literal, $( ($w:literal, $v:literal, $r:literal, $a0:literal, $a1:literal, $a2:literal, $a3:literal) ),+) => {
-        asm!(
-            "mov {t}, {acc}",
-            $( concat!("vldmia {t}, {{", $r, "}}"), "add {t}, {t}, {d}, lsl #2", )+
-            "lsrs {n}, {n}, #1",
-            "beq 3f",
-            "2:",
-            "ldr {w}, [{rp}]",
-            "ldr {w2}, [{rp}, {stride}]",
-            "add {rp}, {rp}, {stride}, lsl #1",
-            concat!("vldmia {pp}!, {{", $ws, "}}"),
-            value_row_run!("{w}", "s0", "s1", "s2", "s3"; $( ($w, $a0, $a1, $a2, $a3) ),+),
-            value_row_run!("{w2}", "s4", "s5", "s6", "s7"; $( ($v, $a0, $a1, $a2, $a3) ),+),
-            "subs {n}, {n}, #1",
-            "bne 2b",
-            "3:",
-            "cmp {odd}, #0",
-            "beq 4f",
-            "ldr {w}, [{rp}]",
-            concat!("vldmia {pp}, {{", $w1, "}}"),
-            value_row_run!("{w}", "s0", "s1", "s2", "s3"; $( ($w, $a0, $a1, $a2, $a3) ),+),
-            "4:",
-            "mov {t}, {acc}",
-            $( concat!("vstmia {t}, {{", $r, "}}"), "add {t}, {t}, {d}, lsl #2", )+
-            acc = in(reg) $acc,
-            d = in(reg) $d,
-            stride = in(reg) $stride,
-            odd = in(reg) $n & 1,
-            rp = inout(reg) $row => _,
-            pp = inout(reg) $ps => _,
-            n = inout(reg) $n => _,
-            t = out(reg) _,
-            w = out(reg) _,
-            w2 = out(reg) _,
-            x = out(reg) _,
-            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
-            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
-            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
-            out("s12") _, out("s13") _, out("s14") _, out("s15") _,
-            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
-            out("s20") _, out("s21") _, out("s22") _, out("s23") _,
-            out("s24") _, out("s25") _, out("s26") _, out("s27") _,
-            out("s28") _, out("s29") _, out("s30") _, out("s31") _,
-            options(nostack),
-        )
-    };
-}
-
-/// `acc[h·d + l] += ps[ρ][h] · (row_ρ[l] as i8)` for a run of `G` heads `h` (one, two or four),
-/// four lanes `l` and the rows `row_ρ = row + ρ·stride` (ρ < `n`) in order: each product rounded,
-/// then added (`VMLA` does not fuse), as the portable kernel does; the run's accumulators stay
-/// in `s16`–`s31` across the rows (taken in pairs). `false`, nothing done, for other run
-/// lengths.
-///
-/// # Safety
-///
-/// `n ≥ 1`; `acc` is valid for reads and writes of floats `[h·d, h·d + 4)` for every `h < G`;
-/// `ps` for reads of `n` rows (initialized); every `row_ρ` (ρ < `n`) for reads of bytes `[0, 4)`;
-/// no other reference to those floats is used meanwhile.
-#[inline(always)]
-pub(super) unsafe fn add_rows_run<const G: usize>(
-    acc: *mut f32,
-    d: usize,
-    ps: *const [f32; G],
-    n: usize,
-    row: *const u8,
-    stride: usize,
-) -> bool {
-    // Each arm: the caller's contract for `acc`, `ps` and the rows; the loops run `n / 2` times
-    // over two rows and `n % 2` times over one, reading `ps[ρ]` (`G` floats, `VLDM`) and row
-    // ρ's four bytes (`LDR`, which ARMv7-M allows unaligned) for ρ < `n`; the accumulators are
-    // read before and written after them. Only the declared registers and the flags are
-    // written.
-    match G {
-        // SAFETY: as above, for one head.
-        1 => unsafe {
-            add_rows_run!(
-                acc, d, ps, n, row, stride;
-                "s8-s9", "s8",
-                ("s8", "s9", "s16-s19", "s16", "s17", "s18", "s19")
-            )
-        },
-        // SAFETY: as above, for two heads.
-        2 => unsafe {
-            add_rows_run!(
-                acc, d, ps, n, row, stride;
-                "s8-s11", "s8-s9",
-                ("s8", "s10", "s16-s19", "s16", "s17", "s18", "s19"),
-                ("s9", "s11", "s20-s23", "s20", "s21", "s22", "s23")
-            )
-        },
-        // SAFETY: as above, for four heads.
-        4 => unsafe {
-            add_rows_run!(
-                acc, d, ps, n, row, stride;
-                "s8-s15", "s8-s11",
-                ("s8", "s12", "s16-s19", "s16", "s17", "s18", "s19"),
-                ("s9", "s13", "s20-s23", "s20", "s21", "s22", "s23"),
-                ("s10", "s14", "s24-s27", "s24", "s25", "s26", "s27"),
-                ("s11", "s15", "s28-s31", "s28", "s29", "s30", "s31")
-            )
-        },
-        _ => return false,
-    }
-    true
-}
-
-/// The `asm!` of [`weights_run`] for one run length: per head `($wp, $wn, $h, $s)` its weight
-/// pointer's operand and its name in the template, its index and its S register; `$ws` their
-/// range.
-macro_rules! weights_run {
-    ($ps:expr, $w:expr, $p:expr, $sc:expr, $ss:expr, $m:expr; $ws:literal, $( ($wp:ident, $wn:literal, $h:literal, $s:literal) ),+) => {
-        asm!(
-            "2:",
-            "ldrh {t}, [{sc}]",
-            "add {sc}, {sc}, {ss}",
-            "vmov s0, {t}",
-            "vcvtb.f32.f16 s0, s0",
-            $( concat!("vldmia ", $wn, "!, {{", $s, "}}"), )+
-            $( concat!("vmul.f32 ", $s, ", ", $s, ", s0"), )+
-            concat!("vstmia {ps}!, {{", $ws, "}}"),
-            "subs {m}, {m}, #1",
-            "bne 2b",
-            ps = inout(reg) $ps => _,
-            $( $wp = inout(reg) $w.wrapping_add($h * $p) => _, )+
-            sc = inout(reg) $sc => _,
-            ss = in(reg) $ss,
-            m = inout(reg) $m => _,
-            t = out(reg) _,
-            out("s0") _, out("s1") _, out("s2") _, out("s3") _, out("s4") _,
-            options(nostack),
-        )
-    };
-}
-
-/// `ps[j][h] = w[h·p + j] · s_j` for rows `j < m` and a run of `G` heads (one, two or four),
-/// `s_j` the f16 at `sc + j·sstride` converted by `VCVTB` (as `f16::to_f32`): the value
-/// kernel's weights × scales of a chunk's rows for one group (`kernels::scale_weights`'s
-/// products). `false`, nothing done, for other run lengths.
-///
-/// # Safety
-///
-/// `m ≥ 1`; `ps` is valid for writes of `m` rows; `w + h·p` for reads of `m` floats for each
-/// head `h < G` (4-byte aligned); `sc + j·sstride` for reads of two bytes for every `j < m`.
-#[inline(always)]
-pub(super) unsafe fn weights_run<const G: usize>(
-    ps: *mut [f32; G],
-    w: *const f32,
-    p: usize,
-    sc: *const u8,
-    sstride: usize,
-    m: usize,
-) -> bool {
-    // Each arm: the caller's contract; the loop runs `m` times, reading a halfword at `sc`
-    // (unaligned halfwords are allowed) and one float of each head's weights, and writing `G`
-    // floats to `ps`. Only the declared registers and the flags are written.
-    match G {
-        // SAFETY: as above, for one head.
-        1 => unsafe { weights_run!(ps, w, p, sc, sstride, m; "s1", (w0, "{w0}", 0, "s1")) },
-        // SAFETY: as above, for two heads.
-        2 => unsafe {
-            weights_run!(
-                ps, w, p, sc, sstride, m;
-                "s1-s2",
-                (w0, "{w0}", 0, "s1"),
-                (w1, "{w1}", 1, "s2")
-            )
-        },
-        // SAFETY: as above, for four heads.
-        4 => unsafe {
-            weights_run!(
-                ps, w, p, sc, sstride, m;
-                "s1-s4",
-                (w0, "{w0}", 0, "s1"),
-                (w1, "{w1}", 1, "s2"),
-                (w2, "{w2}", 2, "s3"),
-                (w3, "{w3}", 3, "s4")
             )
         },
         _ => return false,

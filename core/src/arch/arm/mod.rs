@@ -6,12 +6,11 @@
 //! int8 scores by `VMLADAVA` (`mve.rs`; the DSP kernels there cost more than they save), and a
 //! page's maxima and weights `exp(score − max)` four lanes per vector (`mve_weights.rs`). Whole
 //! pages of int8 rows (`Strategy::int8_pages`: rows a stride apart, one `asm!` loop nest for a
-//! page's scores, value accumulators kept across a page's rows) go, for three query heads per KV
-//! head on DSP cores, to `page.rs`; on DSP cores with an FPU, runs of one, two and four heads to
-//! `page_runs.rs` (`asm!` loop nests generic in the run length, `dsp_runs.rs`;
-//! `Strategy::page_runs`); with Helium, runs of one to four heads to `mve_runs.rs` (`asm!` loop
-//! nests generic in the run length: `mve_scores.rs`, `mve_values.rs`); other pages (windows)
-//! take the eight-row kernels here. On hard-float targets
+//! page's scores, value accumulators kept across a page's rows) go, on DSP cores with an FPU,
+//! for runs of one to four heads to `page_runs.rs` (`asm!` loop nests generic in the run length,
+//! `dsp_runs.rs`, `dsp_values.rs`); with Helium, runs of one to four heads to `mve_runs.rs`
+//! (`asm!` loop nests generic in the run length: `mve_scores.rs`, `mve_values.rs`); other pages
+//! (windows) take the eight-row kernels here. On hard-float targets
 //! (`edgekv_arm_f16cvt`), f16 scales and values converted by the FPU's `VCVTB`. Without Helium,
 //! each attention weight's `exp` is taken alone, `libm::expf`'s steps inline (`exp::scalar`: its
 //! branches cost a scalar FPU less than the eight-lane form's selects).
@@ -26,9 +25,9 @@
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 mod dsp;
 #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
-mod dsp_g32;
-#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
 mod dsp_runs;
+#[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
+mod dsp_values;
 #[cfg(edgekv_arm_f16cvt)]
 mod f16;
 #[cfg(all(edgekv_arm_f16cvt, not(edgekv_arm_mve), not(feature = "small-code")))]
@@ -48,8 +47,6 @@ mod mve_weights;
 use fpu_weights as weights;
 #[cfg(all(edgekv_arm_mve, not(feature = "small-code")))]
 use mve_weights as weights;
-#[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
-mod page;
 #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]
 mod page_runs;
 
@@ -71,7 +68,7 @@ use crate::format::u16_at;
 use crate::numeric::{LANES, Widen};
 
 /// With the DSP extension, groups of a multiple of 4 codes up to 256 (those the `SMLAD` kernels
-/// take: `Arm::int8_scores`, `page::scores3`) interleaved quad by quad
+/// take: `Arm::int8_scores`, `page_runs::scores`) interleaved quad by quad
 /// (`query::interleave_quads`), so that a key word's `SXTB16` halves pair with the query's words
 /// as they are. Every other group, and every other build, keeps its order.
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
@@ -349,8 +346,8 @@ impl PageKernels for Arm {
         }
     }
 
-    /// Three heads: `page::scores3` (its `asm!` loop nests); on DSP cores with an FPU, runs of
-    /// one, two or four: `page_runs::scores`.
+    /// On DSP cores with an FPU, runs of one to four heads: `page_runs::scores` (its `asm!` loop
+    /// nest).
     #[cfg(edgekv_arm_dsp)]
     #[inline(always)]
     fn int8_page_scores<const G: usize>(
@@ -360,17 +357,13 @@ impl PageKernels for Arm {
         scores: &mut [f32],
         p: usize,
     ) -> bool {
-        if G == 3 {
-            return page::scores3(q, rows, g, scores, p);
-        }
         #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
         return page_runs::scores::<G>(q, rows, g, scores, p);
         #[cfg(not(all(edgekv_arm_dsp, edgekv_arm_f16cvt)))]
         return false;
     }
 
-    /// Three heads on hard-float targets: `page::values3`; on DSP cores, runs of one, two or
-    /// four: `page_runs::values`.
+    /// On DSP cores with an FPU, runs of one to four heads: `page_runs::values`.
     #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt))]
     #[inline(always)]
     fn int8_page_values<const G: usize>(
@@ -380,9 +373,6 @@ impl PageKernels for Arm {
         rows: &PageRows<'_>,
         g: usize,
     ) -> bool {
-        if G == 3 {
-            return page::values3(acc, w, p, rows, g);
-        }
         #[cfg(edgekv_arm_dsp)]
         return page_runs::values::<G>(acc, w, p, rows, g);
         #[cfg(not(edgekv_arm_dsp))]
@@ -425,13 +415,12 @@ impl Isa for Arm {
         // (`mve_weights`), one at a time on a scalar FPU (`fpu_weights`). Soft-float builds take
         // them one at a time (`exp::scalar`).
         scalar_exp: cfg!(not(any(edgekv_arm_mve, edgekv_arm_f16cvt))),
-        // Whole pages of int8 rows to `page.rs` (DSP) or `mve_runs.rs` (Helium).
+        // Whole pages of int8 rows to `page_runs.rs` (DSP) or `mve_runs.rs` (Helium).
         int8_pages: cfg!(any(edgekv_arm_dsp, edgekv_arm_mve)),
-        // Every run length takes whole pages: runs of three to `page.rs`'s `asm!` on DSP cores,
-        // runs of one, two and four to `page_runs` (`dsp_runs`' `asm!` loop nests: Gemma 3 270M,
-        // Qwen3-0.6B, Llama 3.2 1B take 7.47, 21.24 and 17.64 M instructions a decode step,
-        // against 14.21, 33.66 and 32.67 M on the general loop); with Helium every run to
-        // `mve_runs`' `asm!` loop nests.
+        // Every run length takes whole pages: on DSP cores every run to `page_runs` (the `asm!`
+        // loop nests of `dsp_runs` and `dsp_values`: SmolLM2-135M, SmolLM2-360M, Gemma 3 270M,
+        // Qwen3-0.6B and Llama 3.2 1B take 5.25, 8.68, 7.19, 19.60 and 17.04 M instructions a
+        // decode step at 2,048 keys); with Helium every run to `mve_runs`' `asm!` loop nests.
         ..Strategy::GENERAL
     };
 }

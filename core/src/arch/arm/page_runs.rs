@@ -1,16 +1,16 @@
 //! Whole pages of int8 rows for a run of any `G` query heads (1 to 4) and any head_dim whose key
 //! groups the ISA's integer dot products take: the Cortex-M page kernels behind
-//! `Strategy::int8_pages` for the runs and shapes the three-head `asm!` loop nests of `page.rs`
-//! do not serve (Gemma 3's run of four heads over head_dim 256, Qwen3's two over 128, Llama
-//! 3.2's four over 64), on DSP cores with an FPU (M4, M7, M33; with Helium the general loop's
-//! eight-row kernels cost less). Generic in the run length: a page's rows lie a fixed stride
-//! apart, the query is interleaved by head once per page for `dsp_runs`'s `asm!` score loop nest
-//! (each key word decoded once for all the run's heads: `SXTB16`, then two `SMLAD` per head),
-//! and the value accumulators of a block of lanes stay in registers across all of the page's
-//! rows (`dsp_runs::add_rows_run`). Each score and each output element takes its terms in the portable kernels' order:
-//! the same bits.
+//! `Strategy::int8_pages` on DSP cores with an FPU (M4, M7, M33), for every run length (SmolLM2's
+//! three heads over head_dim 64, Gemma 3's four over 256, Qwen3's two over 128, Llama 3.2's four
+//! over 64). Generic in the run length: a page's rows lie a fixed stride apart, the query is
+//! interleaved by head once per page (`dsp_runs::interleave_run`) for `dsp_runs`'s `asm!` score
+//! loop nest (each key word decoded once for all the run's heads: `SXTB16`, then two `SMLAD` per
+//! head), and the value accumulators of a block of lanes stay in registers across all of the
+//! page's rows (`dsp_values::add_rows_wide`: eight lanes for runs of up to three heads;
+//! `dsp_values::add_rows_run`: four for four heads). Each score and each output element takes its
+//! terms in the portable kernels' order: the same bits.
 
-use super::dsp_runs;
+use super::{dsp_runs, dsp_values};
 use crate::arch::query::QueryCodes;
 use crate::arch::rows::PageRows;
 use core::mem::MaybeUninit;
@@ -24,6 +24,9 @@ const QUERY_WORDS: usize = 4 * (MAX_HD / 2 + MAX_HD / 32);
 
 /// Lanes of one step of the value kernel (a run of four heads' accumulators: sixteen floats).
 const V_LANES: usize = 4;
+
+/// Lanes of one step of the value kernel for runs of up to three heads (24 accumulators).
+const WIDE_LANES: usize = 8;
 
 /// `PageKernels::int8_page_scores` for a run of `G` heads: `scores[h·p + r]` for every row `r`
 /// of `rows` (int8 K rows of group `g`), [`kernels::int8_scores`](crate::arch::kernels::int8_scores)'s
@@ -41,7 +44,7 @@ pub(super) fn scores<const G: usize>(
 ) -> bool {
     let hd = q.codes.len() / G;
     let n = rows.n;
-    if !matches!(G, 1 | 2 | 4) || g == 0 || g % 32 != 0 || n == 0 || n > p {
+    if !matches!(G, 1..=4) || g == 0 || g % 32 != 0 || n == 0 || n > p {
         return false;
     }
     if hd % g != 0 || hd > MAX_HD {
@@ -67,15 +70,18 @@ pub(super) fn scores<const G: usize>(
     let (words, gw) = (hd / 4, g / 4);
     let block = 2 * G * gw + G;
     for (b, blk) in qi.chunks_exact_mut(block).take(nb).enumerate() {
-        let (codes, scales) = blk.split_at_mut(2 * G * gw);
-        for h in 0..G {
-            let head = &quads[h * words + b * gw..][..gw];
-            for (out, &[lo, hi]) in codes[2 * h..].chunks_mut(2 * G).zip(head) {
-                out[0].write(lo);
-                out[1].write(hi);
-            }
-        }
-        for (h, out) in scales.iter_mut().enumerate() {
+        // SAFETY: `gw ≥ 8`; head `h`'s quads `b·gw..(b + 1)·gw` lie at `h·words + b·gw`
+        // within `quads` (`G·words` of them, aligned), `8·words` bytes apart; `blk` holds
+        // `2·G·gw` words of them and `G` scales.
+        unsafe {
+            dsp_runs::interleave_run::<G>(
+                blk.as_mut_ptr().cast(),
+                quads[b * gw..].as_ptr().cast(),
+                8 * words,
+                gw,
+            )
+        };
+        for (h, out) in blk[2 * G * gw..].iter_mut().enumerate() {
             out.write(q.scales[h * nb + b].to_bits());
         }
     }
@@ -116,7 +122,7 @@ pub(super) fn values<const G: usize>(
 ) -> bool {
     let d = acc.len() / G;
     let n = rows.n;
-    if !matches!(G, 1 | 2 | 4) || g == 0 || g % V_LANES != 0 || d % g != 0 || n == 0 || n > p {
+    if !matches!(G, 1..=4) || g == 0 || g % V_LANES != 0 || d % g != 0 || n == 0 || n > p {
         return false;
     }
     if w.len() < G * p || rows.row_bytes < d || rows.scale_bytes < 2 * (d / g) {
@@ -135,7 +141,7 @@ pub(super) fn values<const G: usize>(
             // `w` (`r0 + m ≤ n ≤ p`, `w.len() ≥ G·p`); row `r0 + j`'s scale of group `k < d / g`
             // lies at `(r0 + j)·sstride + 2k`, within `rows.scales` (the view, checked above).
             unsafe {
-                dsp_runs::weights_run::<G>(
+                dsp_values::weights_run::<G>(
                     ps.as_mut_ptr().cast(),
                     w[r0..].as_ptr(),
                     p,
@@ -144,16 +150,28 @@ pub(super) fn values<const G: usize>(
                     m,
                 )
             };
-            for at in (off..off + g).step_by(V_LANES) {
+            // Runs of up to three heads eight lanes at a time where the group takes them.
+            let lanes = if G < 4 && g % WIDE_LANES == 0 {
+                WIDE_LANES
+            } else {
+                V_LANES
+            };
+            for at in (off..off + g).step_by(lanes) {
                 let heads = accp.wrapping_add(at);
                 let row = vals.wrapping_add(r0 * rows.stride + at);
-                // SAFETY: `m ≥ 1`; `at + V_LANES ≤ d` and `acc.len() ≥ G·d`: each head's block
-                // `[h·d + at, h·d + at + V_LANES)` lies within `acc`, which this function borrows
-                // mutably (no other reference in use); `ps` holds the `m` rows' products,
-                // written above; rows `r0..r0 + m` (≤ n) lie `stride` apart from `row`, each
-                // one's bytes `[at, at + V_LANES)` within its `d` value bytes, within the view.
+                let ps = ps.as_ptr().cast();
+                // SAFETY: `m ≥ 1`; `at + lanes ≤ d` (`lanes` divides `g`, which divides `d`)
+                // and `acc.len() ≥ G·d`: each head's block `[h·d + at, h·d + at + lanes)` lies
+                // within `acc`, which this function borrows mutably (no other reference in
+                // use); `ps` holds the `m` rows' products, written above; rows `r0..r0 + m`
+                // (≤ n) lie `stride` apart from `row`, each one's bytes `[at, at + lanes)`
+                // within its `d` value bytes, within the view.
                 unsafe {
-                    dsp_runs::add_rows_run::<G>(heads, d, ps.as_ptr().cast(), m, row, rows.stride)
+                    if lanes == WIDE_LANES {
+                        dsp_values::add_rows_wide::<G>(heads, d, ps, m, row, rows.stride)
+                    } else {
+                        dsp_values::add_rows_run::<G>(heads, d, ps, m, row, rows.stride)
+                    }
                 };
             }
         }
