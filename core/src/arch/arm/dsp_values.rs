@@ -1,13 +1,13 @@
 //! The Cortex-M4's whole-page value loops for a run of `G` query heads (one to four), in `asm!`:
 //! one macro each, instantiated per run length. [`weights_run`]: a chunk of rows' weights ×
-//! scales; [`add_rows_wide`] (runs of up to three heads, eight lanes) and [`add_rows_run`] (four
+//! scales; [`add_rows_wide`] (runs of up to three heads, eight lanes) and [`add_rows_four`] (four
 //! heads, four lanes): every head's accumulators of a block of lanes in registers across a
 //! page's rows, each code loaded sign-extended (`LDRSB`) and converted once for the run, each
 //! product rounded, then added in row order: `kernels::int8_add_scaled_rows`'s bits.
 
 use core::arch::asm;
 
-/// Four codes of a row in [`add_rows_run`]'s registers: loaded
+/// Four codes of a row in [`add_rows_four`]'s registers: loaded
 /// sign-extended (`LDRSB`, bytes `$o` on from `{rp}`), converted to floats in `s0`–`s3`, then
 /// four `VMLA` per head `($w, $a0…$a3)`: its weight × scale and its accumulators.
 macro_rules! value_row_run {
@@ -33,11 +33,11 @@ macro_rules! value_row_run {
     };
 }
 
-/// The `asm!` of [`add_rows_run`] for one run length: rows in pairs (their weights × scales by
+/// The `asm!` of [`add_rows_four`] for one run length: rows in pairs (their weights × scales by
 /// one `VLDM`, `$ws`: the first row's `$w`, then the second's `$v`), an odd last row alone
 /// (`$w1`: its `$w`); per head its accumulators (`$a`: four registers, loaded from and stored to
 /// `acc + h·d` around the loops, `$r` their range).
-macro_rules! add_rows_run {
+macro_rules! add_rows_four {
     ($acc:expr, $d:expr, $ps:expr, $n:expr, $row:expr, $stride:expr; $ws:literal, $w1:literal, $( ($w:literal, $v:literal, $r:literal, $a0:literal, $a1:literal, $a2:literal, $a3:literal) ),+) => {
         asm!(
             "mov {t}, {acc}",
@@ -162,14 +162,14 @@ macro_rules! add_rows_wide {
     };
 }
 
-/// [`add_rows_run`] eight lanes at a time for a run of `G` heads (one to three, whose eight
+/// [`add_rows_four`] eight lanes at a time for a run of `G` heads (one to three, whose eight
 /// accumulators each fit the FPU's registers beside a row's weights and codes): a row at a time,
 /// each row's two code words converted once for all the run's heads. `false`, nothing done, for
 /// other run lengths.
 ///
 /// # Safety
 ///
-/// As [`add_rows_run`], with eight lanes: `acc` valid for reads and writes of floats
+/// As [`add_rows_four`], with eight lanes: `acc` valid for reads and writes of floats
 /// `[h·d, h·d + 8)` for every `h < G`, every row for reads of bytes `[0, 8)`.
 #[inline(always)]
 pub(super) unsafe fn add_rows_wide<const G: usize>(
@@ -217,8 +217,8 @@ pub(super) unsafe fn add_rows_wide<const G: usize>(
     true
 }
 
-/// `acc[h·d + l] += ps[ρ][h] · (row_ρ[l] as i8)` for a run of `G` heads `h` (one to four),
-/// four lanes `l` and the rows `row_ρ = row + ρ·stride` (ρ < `n`) in order: each product rounded,
+/// `acc[h·d + l] += ps[ρ][h] · (row_ρ[l] as i8)` for a run of `G = 4` heads `h` (shorter runs
+/// take [`add_rows_wide`]), four lanes `l` and the rows `row_ρ = row + ρ·stride` (ρ < `n`) in order: each product rounded,
 /// then added (`VMLA` does not fuse), as the portable kernel does; the run's accumulators stay
 /// in `s16`–`s31` across the rows (taken in pairs). `false`, nothing done, for other run
 /// lengths.
@@ -229,7 +229,7 @@ pub(super) unsafe fn add_rows_wide<const G: usize>(
 /// `ps` for reads of `n` rows (initialized); every `row_ρ` (ρ < `n`) for reads of bytes `[0, 4)`;
 /// no other reference to those floats is used meanwhile.
 #[inline(always)]
-pub(super) unsafe fn add_rows_run<const G: usize>(
+pub(super) unsafe fn add_rows_four<const G: usize>(
     acc: *mut f32,
     d: usize,
     ps: *const [f32; G],
@@ -243,36 +243,9 @@ pub(super) unsafe fn add_rows_run<const G: usize>(
     // read before and written after them. Only the declared registers and the flags are
     // written.
     match G {
-        // SAFETY: as above, for one head.
-        1 => unsafe {
-            add_rows_run!(
-                acc, d, ps, n, row, stride;
-                "s8-s9", "s8",
-                ("s8", "s9", "s16-s19", "s16", "s17", "s18", "s19")
-            )
-        },
-        // SAFETY: as above, for two heads.
-        2 => unsafe {
-            add_rows_run!(
-                acc, d, ps, n, row, stride;
-                "s8-s11", "s8-s9",
-                ("s8", "s10", "s16-s19", "s16", "s17", "s18", "s19"),
-                ("s9", "s11", "s20-s23", "s20", "s21", "s22", "s23")
-            )
-        },
-        // SAFETY: as above, for three heads.
-        3 => unsafe {
-            add_rows_run!(
-                acc, d, ps, n, row, stride;
-                "s8-s13", "s8-s10",
-                ("s8", "s11", "s16-s19", "s16", "s17", "s18", "s19"),
-                ("s9", "s12", "s20-s23", "s20", "s21", "s22", "s23"),
-                ("s10", "s13", "s24-s27", "s24", "s25", "s26", "s27")
-            )
-        },
         // SAFETY: as above, for four heads.
         4 => unsafe {
-            add_rows_run!(
+            add_rows_four!(
                 acc, d, ps, n, row, stride;
                 "s8-s15", "s8-s11",
                 ("s8", "s12", "s16-s19", "s16", "s17", "s18", "s19"),

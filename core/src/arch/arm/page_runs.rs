@@ -7,7 +7,7 @@
 //! loop nest (each key word decoded once for all the run's heads: `SXTB16`, then two `SMLAD` per
 //! head), and the value accumulators of a block of lanes stay in registers across all of the
 //! page's rows (`dsp_values::add_rows_wide`: eight lanes for runs of up to three heads;
-//! `dsp_values::add_rows_run`: four for four heads). Each score and each output element takes its
+//! `dsp_values::add_rows_four`: four for four heads). Each score and each output element takes its
 //! terms in the portable kernels' order: the same bits.
 
 use super::{dsp_runs, dsp_values};
@@ -22,7 +22,7 @@ const MAX_HD: usize = 256;
 /// codes, two a word, and their scales (a group of 32 codes at least).
 const QUERY_WORDS: usize = 4 * (MAX_HD / 2 + MAX_HD / 32);
 
-/// Lanes of one step of the value kernel (a run of four heads' accumulators: sixteen floats).
+/// Lanes of one step of the value kernel for a run of four heads (sixteen accumulators).
 const V_LANES: usize = 4;
 
 /// Lanes of one step of the value kernel for runs of up to three heads (24 accumulators).
@@ -110,7 +110,8 @@ pub(super) fn scores<const G: usize>(
 /// [`kernels::int8_add_scaled_rows`](crate::arch::kernels::int8_add_scaled_rows)'s bits: each
 /// row's weights times its group's scale (`kernels::scale_weights`'s products), then each
 /// product of that and a code added in row order. `false`, nothing written, unless the shape
-/// fits (`g` a multiple of [`V_LANES`], head_dim a multiple of `g`, every row's values and
+/// fits (`g` a multiple of [`WIDE_LANES`] for runs of up to three heads, of [`V_LANES`] for
+/// four; every format's groups are multiples of 32), head_dim a multiple of `g`, every row's values and
 /// scales within the view, `G` heads' `p` weights within `w`, a run length the loops take).
 #[inline(always)]
 pub(super) fn values<const G: usize>(
@@ -122,7 +123,9 @@ pub(super) fn values<const G: usize>(
 ) -> bool {
     let d = acc.len() / G;
     let n = rows.n;
-    if !matches!(G, 1..=4) || g == 0 || g % V_LANES != 0 || d % g != 0 || n == 0 || n > p {
+    // Runs of up to three heads take eight lanes a step, runs of four four.
+    let lanes = if G < 4 { WIDE_LANES } else { V_LANES };
+    if !matches!(G, 1..=4) || g == 0 || g % lanes != 0 || d % g != 0 || n == 0 || n > p {
         return false;
     }
     if w.len() < G * p || rows.row_bytes < d || rows.scale_bytes < 2 * (d / g) {
@@ -150,12 +153,6 @@ pub(super) fn values<const G: usize>(
                     m,
                 )
             };
-            // Runs of up to three heads eight lanes at a time where the group takes them.
-            let lanes = if G < 4 && g % WIDE_LANES == 0 {
-                WIDE_LANES
-            } else {
-                V_LANES
-            };
             for at in (off..off + g).step_by(lanes) {
                 let heads = accp.wrapping_add(at);
                 let row = vals.wrapping_add(r0 * rows.stride + at);
@@ -167,10 +164,10 @@ pub(super) fn values<const G: usize>(
                 // (≤ n) lie `stride` apart from `row`, each one's bytes `[at, at + lanes)`
                 // within its `d` value bytes, within the view.
                 unsafe {
-                    if lanes == WIDE_LANES {
+                    if G < 4 {
                         dsp_values::add_rows_wide::<G>(heads, d, ps, m, row, rows.stride)
                     } else {
-                        dsp_values::add_rows_run::<G>(heads, d, ps, m, row, rows.stride)
+                        dsp_values::add_rows_four::<G>(heads, d, ps, m, row, rows.stride)
                     }
                 };
             }
