@@ -190,16 +190,18 @@ impl<const DOT: bool> Neon<DOT> {
         let mut max = [unsafe { vdupq_n_f32(f32::NEG_INFINITY) }; 4];
         let (k, s) = (rows.vals.as_ptr(), rows.scales.as_ptr());
         for (j, r0) in (0..n).step_by(4).enumerate() {
-            // Rows past `n` repeat the last (their lanes are not stored).
-            let at = |i: usize| (r0 + i).min(n - 1);
             // SAFETY: rows `< n` lie within the checked page (`hd` codes, `2·hd/g` scale bytes
             // each); the query's lengths are checked above; `DOT` only where the CPU has `SDOT`
             // (the type's contract).
             let acc = unsafe {
-                let (mut kr, mut sr) = ([k.cast::<i8>(); 4], [s; 4]);
-                for i in 0..4 {
-                    kr[i] = k.add(at(i) * rows.stride).cast::<i8>();
-                    sr[i] = s.add(at(i) * rows.sstride);
+                let (mut kr, mut sr) = ([k.add(r0 * rows.stride).cast::<i8>(); 4], [s; 4]);
+                sr[0] = s.add(r0 * rows.sstride);
+                for i in 1..4 {
+                    // Each row one stride past the last; rows past `n` repeat the last (their
+                    // lanes are not stored).
+                    let more = r0 + i < n;
+                    kr[i] = kr[i - 1].add(if more { rows.stride } else { 0 });
+                    sr[i] = sr[i - 1].add(if more { rows.sstride } else { 0 });
                 }
                 let mut acc = [vdupq_n_f32(0.0); 4];
                 if g == Q8_GROUP {
