@@ -139,8 +139,8 @@ unsafe fn dot_scores4<const G: usize, const CH: usize>(
             for c in 0..chunks {
                 let t = b * chunks + c;
                 let kv = rows_in_lanes(k, t);
-                if CH > 0 {
-                    kept[c] = kv;
+                if let Some(kept) = kept.get_mut(c) {
+                    *kept = kv;
                 }
                 for kv in kv {
                     ksum = sdot(ksum, kv, ones);
@@ -155,7 +155,10 @@ unsafe fn dot_scores4<const G: usize, const CH: usize>(
             }
             for c in 0..chunks {
                 let t = b * chunks + c;
-                let kv = if CH > 0 { kept[c] } else { rows_in_lanes(k, t) };
+                let kv = match kept.get(c) {
+                    Some(&kv) => kv,
+                    None => rows_in_lanes(k, t),
+                };
                 for (h, acc) in acc.iter_mut().enumerate() {
                     let ql = vld1q_s8(qc.add(h * hd + t * CHUNK).cast::<i8>().add(CHUNK));
                     *acc = sdot_rows(*acc, &kv, ql);
