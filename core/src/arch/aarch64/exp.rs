@@ -9,11 +9,11 @@
 //! tests compare every path with `floor::weight(libm::expf(x))`.
 
 use core::arch::aarch64::{
-    float32x4_t, uint32x4_t, vaddq_f32, vaddq_s32, vandq_u32, vbslq_f32, vbslq_s32, vcgtq_u32,
-    vcltq_f32, vcvtq_f32_s32, vcvtq_s32_f32, vdivq_f32, vdupq_n_f32, vdupq_n_s32, vdupq_n_u32,
-    vld1q_f32, vmaxvq_u32, vmulq_f32, vorrq_s32, vorrq_u32, vreinterpretq_f32_s32,
-    vreinterpretq_f32_u32, vreinterpretq_s32_f32, vreinterpretq_s32_u32, vreinterpretq_u32_f32,
-    vreinterpretq_u32_s32, vshlq_n_s32, vshrq_n_s32, vst1q_f32, vsubq_f32,
+    float32x4_t, uint32x4_t, vabsq_f32, vaddq_f32, vaddq_s32, vandq_u32, vbicq_u32, vbslq_f32,
+    vbslq_s32, vcgtq_u32, vcltq_f32, vcvtq_f32_s32, vcvtq_s32_f32, vdivq_f32, vdupq_n_f32,
+    vdupq_n_s32, vdupq_n_u32, veorq_u32, vld1q_f32, vmaxvq_u32, vmulq_f32, vorrq_s32, vorrq_u32,
+    vreinterpretq_f32_s32, vreinterpretq_f32_u32, vreinterpretq_s32_f32, vreinterpretq_s32_u32,
+    vreinterpretq_u32_f32, vreinterpretq_u32_s32, vshlq_n_s32, vshrq_n_s32, vst1q_f32, vsubq_f32,
 };
 
 use crate::numeric::exp::{
@@ -54,9 +54,11 @@ pub(super) fn exp4(x: float32x4_t) -> float32x4_t {
         let f = vdupq_n_f32;
         let u = vdupq_n_u32;
         let bits = vreinterpretq_u32_f32(x);
-        let hx = vandq_u32(bits, u(0x7fff_ffff));
+        // `FABS` clears the sign bit only (NaNs too); the sign is what it cleared. (Fewer
+        // constants: LLVM keeps the rest in registers across a page's rows.)
+        let hx = vreinterpretq_u32_f32(vabsq_f32(x));
         // libm's HALF[sign]: 0.5 with the sign of x; the ±1 of k takes the sign too.
-        let sign = vandq_u32(bits, u(0x8000_0000));
+        let sign = veorq_u32(bits, hx);
         let half = vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(f(0.5)), sign));
         let one = vorrq_s32(vshrq_n_s32::<31>(vreinterpretq_s32_f32(x)), vdupq_n_s32(1));
         // For |x| < 87.3 the sum is below 127 in magnitude: truncation is libm's `as i32`.
@@ -73,8 +75,10 @@ pub(super) fn exp4(x: float32x4_t) -> float32x4_t {
         let c = vsubq_f32(r, vmulq_f32(rr, vaddq_f32(f(P1), vmulq_f32(rr, f(P2)))));
         let q = vdivq_f32(vmulq_f32(r, c), vsubq_f32(f(2.0), c));
         let y = vaddq_f32(f(1.0), vaddq_f32(vsubq_f32(q, lo), hi));
-        // scalbnf(y, k) for −126 ≤ k ≤ 126: one multiplication by 2^k.
-        let two_k = vreinterpretq_f32_s32(vshlq_n_s32::<23>(vaddq_s32(k, vdupq_n_s32(127))));
+        // scalbnf(y, k) for −126 ≤ k ≤ 126: one multiplication by 2^k, `(k + 127) << 23` as
+        // `(k << 23) + bits(1.0)`.
+        let one_bits = vreinterpretq_s32_f32(f(1.0));
+        let two_k = vreinterpretq_f32_s32(vaddq_s32(vshlq_n_s32::<23>(k), one_bits));
         let scaled = vmulq_f32(y, two_k);
         // At or below 2^-14: 1 + x.
         let not_tiny = vcgtq_u32(hx, u(TINY));
@@ -83,9 +87,9 @@ pub(super) fn exp4(x: float32x4_t) -> float32x4_t {
         if vmaxvq_u32(edge) != 0 {
             e = edge_lanes(x, e, edge);
         }
-        // The floor: below 2^-60 is zero (NaN compares false and stays).
+        // The floor: below 2^-60 is zero (`BIC`: +0.0; NaN compares false and stays).
         let low = vcltq_f32(e, f(WEIGHT_FLOOR));
-        vbslq_f32(low, f(0.0), e)
+        vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(e), low))
     }
 }
 

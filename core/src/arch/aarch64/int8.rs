@@ -1,5 +1,6 @@
 //! Int8 (Q8_0) rows with NEON: the scores of four rows at a time for `G` query heads, each
-//! group's exact integer sums either with `SDOT` (the query's 16-bit codes split into bytes by
+//! group's exact integer sums either with `SDOT` by element on the four rows' codes loaded rows
+//! in lanes (the query's 16-bit codes split into bytes by
 //! [`arrange_query`](super::arrange_query)) or with `SMLAL` on codes widened to 16 bits, then
 //! the portable kernel's float steps four rows per instruction (the value accumulation is
 //! `values`). Each score takes its terms in the portable kernel's order
@@ -8,8 +9,8 @@
 use core::arch::aarch64::{
     float32x4_t, int8x16_t, int32x4_t, vaddq_f32, vaddq_s32, vcvtq_f32_s32, vdupq_n_f32,
     vdupq_n_s8, vdupq_n_s32, vget_low_s8, vget_low_s16, vld1_u16, vld1q_s8, vld1q_s16,
-    vmlal_high_s16, vmlal_s16, vmovl_high_s8, vmovl_s8, vmulq_f32, vpaddq_s32, vshlq_n_s32,
-    vst1q_f32,
+    vld4q_dup_s32, vld4q_lane_s32, vmlal_high_s16, vmlal_s16, vmovl_high_s8, vmovl_s8, vmulq_f32,
+    vpaddq_s32, vreinterpretq_s8_s32, vshlq_n_s32, vst1q_f32,
 };
 use core::arch::asm;
 
@@ -47,22 +48,160 @@ fn sums4(x: [int32x4_t; 4]) -> int32x4_t {
     unsafe { vpaddq_s32(vpaddq_s32(x[0], x[1]), vpaddq_s32(x[2], x[3])) }
 }
 
-/// Group `b`'s exact integer sums of four key rows (`k[i]`: row `i`'s `g` codes of the group)
-/// with `G` heads' query codes (`qc`: `G` heads of `hd` codes, laid out for `SDOT` by
-/// [`arrange_query`](super::arrange_query) when `DOT`): per head, row `i`'s sum in lane `i`.
+/// Chunk `t`'s codes (16 from code `16·t`) of four rows (`k[i]`: row `i`), rows in lanes:
+/// vector `j` holds row `i`'s codes `4j..4j + 4` in lane `i` (`LD4R` for row 0, then `LD4` by
+/// lane: one load per row, the transposition free).
 ///
-/// With `SDOT`, a query code `q = 256·hi + lo` (`hi = q >> 8`, `lo` its low byte) gives
-/// `Σ q·k = 256·Σ hi·k + Σ (lo − 128)·k + 128·Σ k`, three byte dot products whose terms all
-/// fit an `i8`; the sums are exact (`|Σ q·k| < 2³¹` for `g ≤ 256`, and the wrapping `i32`
-/// steps give it). Without, the key codes widened to 16 bits and multiplied into `i32` lanes by
-/// `SMLAL`.
+/// # Safety
+///
+/// `k[i]` points at `16·t + 16` readable bytes (no alignment needed: `LD4` takes any address).
+#[inline(always)]
+unsafe fn rows_in_lanes(k: [*const i8; 4], t: usize) -> [int8x16_t; 4] {
+    // SAFETY: the caller's obligation: each load reads 16 bytes of one row.
+    unsafe {
+        let at = |i: usize| k[i].add(CHUNK * t).cast::<i32>();
+        let mut x = vld4q_dup_s32(at(0));
+        x = vld4q_lane_s32::<1>(at(1), x);
+        x = vld4q_lane_s32::<2>(at(2), x);
+        x = vld4q_lane_s32::<3>(at(3), x);
+        let b = vreinterpretq_s8_s32;
+        [b(x.0), b(x.1), b(x.2), b(x.3)]
+    }
+}
+
+/// `acc + Σ_j k[j] · q[4j..4j + 4]` (`SDOT` by element: lane `i` takes the four bytes of lane
+/// `i` of `k[j]` times query bytes `4j..4j + 4`; exact).
+///
+/// # Safety
+///
+/// Only where the CPU has the dot-product extension.
+#[inline(always)]
+unsafe fn sdot_rows(acc: int32x4_t, k: &[int8x16_t; 4], q: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    // SAFETY: register-only; the caller's obligation (`SDOT`).
+    unsafe {
+        asm!(
+            ".arch_extension dotprod",
+            "sdot {acc:v}.4s, {k0:v}.16b, {q:v}.4b[0]",
+            "sdot {acc:v}.4s, {k1:v}.16b, {q:v}.4b[1]",
+            "sdot {acc:v}.4s, {k2:v}.16b, {q:v}.4b[2]",
+            "sdot {acc:v}.4s, {k3:v}.16b, {q:v}.4b[3]",
+            acc = inout(vreg) acc,
+            k0 = in(vreg) k[0],
+            k1 = in(vreg) k[1],
+            k2 = in(vreg) k[2],
+            k3 = in(vreg) k[3],
+            q = in(vreg) q,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
+/// The scores of four rows for `G` heads with `SDOT` (`qc`: `G` heads of `hd` codes laid out
+/// by [`arrange_query`](super::arrange_query), `qs` their scales; `k[i]`, `s[i]`: row `i`'s
+/// codes and f16 scales), rows in lanes ([`rows_in_lanes`]): per group, each head's exact sum
+/// in one accumulator, then `score += (q scale · k scale) · (f32)sum`, groups in order from zero
+/// (`kernels::int8_scores`' steps).
+///
+/// A query code `q = 256·hi + lo` (`hi = q >> 8`, `lo` its low byte) gives
+/// `Σ q·k = 256·Σ hi·k + Σ (lo − 128)·k + 128·Σ k`: the high bytes' sums, shifted by 8, then the
+/// low bytes' added, then the keys' sum times 128 (exact in wrapping `i32` steps: the sum fits,
+/// `|Σ q·k| < 2³¹` for `g ≤ 256`).
+///
+/// # Safety
+///
+/// As [`scores4`]'s; `CH` is `g / 16` or 0; only where the CPU has `SDOT`.
+#[inline(always)]
+unsafe fn dot_scores4<const G: usize, const CH: usize>(
+    qc: *const i16,
+    qs: &[f32],
+    hd: usize,
+    g: usize,
+    k: [*const i8; 4],
+    s: [*const u8; 4],
+) -> [float32x4_t; G] {
+    // A group of `CH` chunks known at compile time unrolls and keeps its keys in registers
+    // between the high and the low bytes (Q8_0's 32 codes: `CH = 2`); otherwise they load twice.
+    let chunks = if CH > 0 { CH } else { g / CHUNK };
+    let nb = hd / g;
+    // SAFETY: the caller's obligations: each key load reads 16 of a row's `hd` codes (chunk
+    // `t < hd/16`), each query load 16 bytes of a head's split chunk, each scale read 2 of a row's
+    // `2·nb` bytes; `SDOT` only where the CPU has it.
+    unsafe {
+        let ones = vdupq_n_s8(1);
+        let mut score = [vdupq_n_f32(0.0); G];
+        for b in 0..nb {
+            let kscale = kscales4(s, b);
+            let mut acc = [vdupq_n_s32(0); G];
+            let mut ksum = vdupq_n_s32(0);
+            let mut kept = [[vdupq_n_s8(0); 4]; CH];
+            for c in 0..chunks {
+                let t = b * chunks + c;
+                let kv = rows_in_lanes(k, t);
+                if let Some(kept) = kept.get_mut(c) {
+                    *kept = kv;
+                }
+                for kv in kv {
+                    ksum = sdot(ksum, kv, ones);
+                }
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    let qh = vld1q_s8(qc.add(h * hd + t * CHUNK).cast::<i8>());
+                    *acc = sdot_rows(*acc, &kv, qh);
+                }
+            }
+            for acc in acc.iter_mut() {
+                *acc = vshlq_n_s32::<8>(*acc);
+            }
+            for c in 0..chunks {
+                let t = b * chunks + c;
+                let kv = match kept.get(c) {
+                    Some(&kv) => kv,
+                    None => rows_in_lanes(k, t),
+                };
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    let ql = vld1q_s8(qc.add(h * hd + t * CHUNK).cast::<i8>().add(CHUNK));
+                    *acc = sdot_rows(*acc, &kv, ql);
+                }
+            }
+            let kfix = vshlq_n_s32::<7>(ksum);
+            for (h, (score, acc)) in score.iter_mut().zip(acc).enumerate() {
+                let scale = vmulq_f32(vdupq_n_f32(*qs.get_unchecked(h * nb + b)), kscale);
+                let sum = vaddq_s32(acc, kfix);
+                *score = vaddq_f32(*score, vmulq_f32(scale, vcvtq_f32_s32(sum)));
+            }
+        }
+        score
+    }
+}
+
+/// Group `b`'s scales of four rows (`s[i]`: row `i`'s f16 scales), widened (`FCVTL`: exact).
+///
+/// # Safety
+///
+/// `s[i]` points at `2·b + 2` readable bytes.
+#[inline(always)]
+unsafe fn kscales4(s: [*const u8; 4], b: usize) -> float32x4_t {
+    let mut ks = [0u16; 4];
+    for (i, ks) in ks.iter_mut().enumerate() {
+        // SAFETY: the caller's obligation.
+        *ks = u16::from_le_bytes(unsafe { s[i].add(2 * b).cast::<[u8; 2]>().read() });
+    }
+    // SAFETY: reads the 8 bytes of `ks`.
+    widen4(unsafe { vld1_u16(ks.as_ptr()) })
+}
+
+/// Group `b`'s exact integer sums of four key rows (`k[i]`: row `i`'s `g` codes of the group)
+/// with `G` heads' query codes (`qc`: `G` heads of `hd` codes) without `SDOT`: the key codes
+/// widened to 16 bits and multiplied into `i32` lanes by `SMLAL`; per head, row `i`'s sum in
+/// lane `i`.
 ///
 /// # Safety
 ///
 /// `k[i]` points at `g` readable bytes; `qc` at `G·hd` codes with `b·g + g ≤ hd`; `g` a
-/// multiple of 16; `DOT` only where the CPU has `SDOT`.
+/// multiple of 16.
 #[inline(always)]
-unsafe fn group_sums4<const DOT: bool, const G: usize, const CH: usize>(
+unsafe fn group_sums4<const G: usize, const CH: usize>(
     qc: *const i16,
     hd: usize,
     g: usize,
@@ -72,65 +211,29 @@ unsafe fn group_sums4<const DOT: bool, const G: usize, const CH: usize>(
     // A group of `CH` chunks known at compile time unrolls (Q8_0's 32 codes: `CH = 2`).
     let chunks = if CH > 0 { CH } else { g / CHUNK };
     // SAFETY: the caller's obligations: each key load reads 16 of a row's `g` codes, each query
-    // load 16 bytes (8 codes, or 16 split bytes) of a head's group.
+    // load 8 codes of a head's group.
     unsafe {
         let zero = vdupq_n_s32(0);
-        if DOT {
-            let ones = vdupq_n_s8(1);
-            let mut ksum = [zero; 4];
-            for c in 0..chunks {
-                for (s, k) in ksum.iter_mut().zip(k) {
-                    *s = sdot(*s, ones, vld1q_s8(k.add(c * CHUNK)));
+        let mut p = [[zero; 4]; G];
+        for c in 0..chunks {
+            for i in 0..4 {
+                let kv = vld1q_s8(k[i].add(c * CHUNK));
+                let (klo, khi) = (vmovl_s8(vget_low_s8(kv)), vmovl_high_s8(kv));
+                for (h, p) in p.iter_mut().enumerate() {
+                    let qp = qc.add(h * hd + b * g + c * CHUNK);
+                    let (q0, q1) = (vld1q_s16(qp), vld1q_s16(qp.add(8)));
+                    let mut a = vmlal_s16(p[i], vget_low_s16(q0), vget_low_s16(klo));
+                    a = vmlal_high_s16(a, q0, klo);
+                    a = vmlal_s16(a, vget_low_s16(q1), vget_low_s16(khi));
+                    p[i] = vmlal_high_s16(a, q1, khi);
                 }
             }
-            let ksum = vshlq_n_s32::<7>(sums4(ksum));
-            // Loops, not `array::from_fn`: its closure may be left out of line.
-            let mut out = [zero; G];
-            for (h, o) in out.iter_mut().enumerate() {
-                let qb = qc.add(h * hd + b * g).cast::<i8>();
-                // One accumulator per row: the high bytes' sums, times 256 (`SHL`), then the
-                // low bytes' added (exact in wrapping `i32` steps: the sum fits).
-                let mut a = [zero; 4];
-                for c in 0..chunks {
-                    let qh = vld1q_s8(qb.add(2 * c * CHUNK));
-                    for (i, a) in a.iter_mut().enumerate() {
-                        *a = sdot(*a, qh, vld1q_s8(k[i].add(c * CHUNK)));
-                    }
-                }
-                for a in a.iter_mut() {
-                    *a = vshlq_n_s32::<8>(*a);
-                }
-                for c in 0..chunks {
-                    let ql = vld1q_s8(qb.add(2 * c * CHUNK + CHUNK));
-                    for (i, a) in a.iter_mut().enumerate() {
-                        *a = sdot(*a, ql, vld1q_s8(k[i].add(c * CHUNK)));
-                    }
-                }
-                *o = vaddq_s32(sums4(a), ksum);
-            }
-            out
-        } else {
-            let mut p = [[zero; 4]; G];
-            for c in 0..chunks {
-                for i in 0..4 {
-                    let kv = vld1q_s8(k[i].add(c * CHUNK));
-                    let (klo, khi) = (vmovl_s8(vget_low_s8(kv)), vmovl_high_s8(kv));
-                    for (h, p) in p.iter_mut().enumerate() {
-                        let qp = qc.add(h * hd + b * g + c * CHUNK);
-                        let (q0, q1) = (vld1q_s16(qp), vld1q_s16(qp.add(8)));
-                        let mut a = vmlal_s16(p[i], vget_low_s16(q0), vget_low_s16(klo));
-                        a = vmlal_high_s16(a, q0, klo);
-                        a = vmlal_s16(a, vget_low_s16(q1), vget_low_s16(khi));
-                        p[i] = vmlal_high_s16(a, q1, khi);
-                    }
-                }
-            }
-            let mut out = [zero; G];
-            for (o, p) in out.iter_mut().zip(p) {
-                *o = sums4(p);
-            }
-            out
         }
+        let mut out = [zero; G];
+        for (o, p) in out.iter_mut().zip(p) {
+            *o = sums4(p);
+        }
+        out
     }
 }
 
@@ -151,19 +254,21 @@ pub(super) unsafe fn scores4<const DOT: bool, const G: usize, const CH: usize>(
     k: [*const i8; 4],
     s: [*const u8; 4],
 ) -> [float32x4_t; G] {
+    if DOT {
+        // SAFETY: the caller's obligations.
+        return unsafe { dot_scores4::<G, CH>(q.codes.as_ptr(), q.scales, hd, g, k, s) };
+    }
     let nb = hd / g;
     // SAFETY: the caller's obligations (each scale read is 2 of a row's `2·nb` bytes).
     unsafe {
         let mut acc = [vdupq_n_f32(0.0); G];
         for b in 0..nb {
-            let mut ks = [0u16; 4];
             let mut kb = k;
-            for i in 0..4 {
-                ks[i] = u16::from_le_bytes(s[i].add(2 * b).cast::<[u8; 2]>().read());
-                kb[i] = k[i].add(b * g);
+            for (kb, k) in kb.iter_mut().zip(k) {
+                *kb = k.add(b * g);
             }
-            let kscale = widen4(vld1_u16(ks.as_ptr()));
-            let sums = group_sums4::<DOT, G, CH>(q.codes.as_ptr(), hd, g, b, kb);
+            let kscale = kscales4(s, b);
+            let sums = group_sums4::<G, CH>(q.codes.as_ptr(), hd, g, b, kb);
             for (h, (acc, sum)) in acc.iter_mut().zip(sums).enumerate() {
                 let scale = vmulq_f32(vdupq_n_f32(*q.scales.get_unchecked(h * nb + b)), kscale);
                 *acc = vaddq_f32(*acc, vmulq_f32(scale, vcvtq_f32_s32(sum)));

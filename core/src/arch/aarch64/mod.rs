@@ -123,7 +123,7 @@ pub(crate) fn build() -> Build {
 
 /// Lays a quantized query's codes (groups of `g`) out as this build's int8 score kernels read
 /// them: with `SDOT` ([`Build::NeonDot`]) each chunk of 16 codes `q` as 16 bytes `q >> 8`, then
-/// 16 bytes `(q & 0xff) − 128` (see `int8::group_sums4`), for the groups the kernels take;
+/// 16 bytes `(q & 0xff) − 128` (see `int8::dot_scores4`), for the groups the kernels take;
 /// elsewhere as they are.
 #[inline]
 pub(crate) fn arrange_query(codes: &mut [i16], g: usize) {

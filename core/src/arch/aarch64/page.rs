@@ -1,7 +1,5 @@
 //! Whole pages of Q8_0 V rows (and int8 K rows) for a run of up to four query heads of one KV
-//! head. Scores: with `SDOT` and four heads, the heads in the lanes of one register (`SDOT` and
-//! `UDOT` by element on the query laid out once per run, `lane_query`); otherwise each head's
-//! four rows in lanes ([`scores4`]). Then per four rows the heads' weights (`exp::exp4`), and
+//! head. Scores: each head's four rows in lanes ([`scores4`]). Then per four rows the heads' weights (`exp::exp4`), and
 //! per row, heads in lanes, the sums and the weights times the row's scale (one instruction for
 //! every head); the V pass keeps sixteen output lanes of every head in registers across the
 //! page's rows. `attention::dispatch` runs the step between (each head's rescale to its new
@@ -13,11 +11,9 @@
 //! may differ only in a zero's sign, which changes no result (see `numeric::exp::max_of`).
 
 use core::arch::aarch64::{
-    float32x4_t, int8x16_t, int32x4_t, vaddq_f32, vaddq_s32, vcvtq_f32_s32, vdupq_n_f32,
-    vdupq_n_s8, vdupq_n_s32, veorq_s8, vld1_u16, vld1q_f32, vld1q_s8, vmaxnmq_f32, vmaxnmvq_f32,
-    vmulq_f32, vmulq_laneq_f32, vreinterpretq_f32_f64, vreinterpretq_f32_s8, vreinterpretq_f64_f32,
-    vreinterpretq_s8_f32, vshlq_n_s32, vst1q_f32, vsubq_f32, vsubq_s32, vtrn1q_f32, vtrn1q_f64,
-    vtrn2q_f32, vtrn2q_f64,
+    float32x4_t, vaddq_f32, vdupq_n_f32, vld1_u16, vld1q_f32, vmaxnmq_f32, vmaxnmvq_f32,
+    vmulq_laneq_f32, vreinterpretq_f32_f64, vreinterpretq_f64_f32, vst1q_f32, vsubq_f32,
+    vtrn1q_f32, vtrn1q_f64, vtrn2q_f32, vtrn2q_f64,
 };
 use core::arch::asm;
 
@@ -35,9 +31,6 @@ const MAX_ROWS: usize = 64;
 /// Q8_0's group: 32 codes per scale.
 const Q8_GROUP: usize = 32;
 
-/// The longest head row whose query [`lane_query`] lays out (16-code chunks).
-const MAX_CHUNKS: usize = 16;
-
 /// One run's page of scores, then weights (written before they are read: no initialization).
 pub(crate) struct RunRows {
     /// The scores of rows `4j..4j + 4` for head `h` in `quads[j][h]` (rows past the page's
@@ -47,14 +40,6 @@ pub(crate) struct RunRows {
     rows: [float32x4_t; MAX_ROWS],
     /// Row `r`'s weights times its scale of the current group.
     scaled: [float32x4_t; MAX_ROWS],
-    /// The run's query for [`dot_chunk`] ([`lane_query`]): per chunk of 16 codes, four
-    /// vectors of the heads' high bytes, then four of their low bytes (unsigned), four codes
-    /// of each head per vector.
-    query: [[int8x16_t; 8]; MAX_CHUNKS],
-    /// Per group, 128 times the sum of each head's low bytes (`i32` lanes).
-    low_sums: [int32x4_t; MAX_CHUNKS],
-    /// Per group, each head's query scale.
-    qscales: [float32x4_t; MAX_CHUNKS],
 }
 
 impl<const DOT: bool> Neon<DOT> {
@@ -65,15 +50,10 @@ impl<const DOT: bool> Neon<DOT> {
         // SAFETY: register-only NEON operations.
         let z = unsafe { vdupq_n_f32(0.0) };
         // Zeroed once per page (the runs write each part before they read it).
-        // SAFETY: register-only NEON operations.
-        let (b, i) = unsafe { (vdupq_n_s8(0), vdupq_n_s32(0)) };
         RunRows {
             quads: [[z; 4]; MAX_ROWS / 4],
             rows: [z; MAX_ROWS],
             scaled: [z; MAX_ROWS],
-            query: [[b; 8]; MAX_CHUNKS],
-            low_sums: [i; MAX_CHUNKS],
-            qscales: [z; MAX_CHUNKS],
         }
     }
 }
@@ -165,174 +145,6 @@ unsafe fn scales4(rows: &PageRows<'_>, k: usize, r0: usize, n: usize) -> float32
     widen4(unsafe { vld1_u16(sc.as_ptr()) })
 }
 
-/// `hi + Σ` of the heads' high bytes `q[j]` times key bytes `4j..4j + 4` of `k`, and
-/// `lo + Σ` of their low bytes `q[4 + j]` times those key bytes plus 128 (`k ^ flip`, `flip`
-/// all `0x80`) (`SDOT` and `UDOT` by element: lane `h` takes head `h`'s four codes; exact).
-///
-/// # Safety
-///
-/// Only where the CPU has the dot-product extension.
-#[inline(always)]
-unsafe fn dot_chunk(
-    hi: &mut int32x4_t,
-    lo: &mut int32x4_t,
-    q: &[int8x16_t; 8],
-    k: int8x16_t,
-    flip: int8x16_t,
-) {
-    // SAFETY: register-only; the caller's obligation (`SDOT`, `UDOT`); the temporary is an `out`
-    // register (none shares an input's).
-    unsafe {
-        asm!(
-            ".arch_extension dotprod",
-            "sdot {hi:v}.4s, {q0:v}.16b, {k:v}.4b[0]",
-            "sdot {hi:v}.4s, {q1:v}.16b, {k:v}.4b[1]",
-            "sdot {hi:v}.4s, {q2:v}.16b, {k:v}.4b[2]",
-            "eor {t:v}.16b, {flip:v}.16b, {k:v}.16b",
-            "sdot {hi:v}.4s, {q3:v}.16b, {k:v}.4b[3]",
-            "udot {lo:v}.4s, {q4:v}.16b, {t:v}.4b[0]",
-            "udot {lo:v}.4s, {q5:v}.16b, {t:v}.4b[1]",
-            "udot {lo:v}.4s, {q6:v}.16b, {t:v}.4b[2]",
-            "udot {lo:v}.4s, {q7:v}.16b, {t:v}.4b[3]",
-            hi = inout(vreg) *hi,
-            lo = inout(vreg) *lo,
-            q0 = in(vreg) q[0],
-            q1 = in(vreg) q[1],
-            q2 = in(vreg) q[2],
-            q3 = in(vreg) q[3],
-            q4 = in(vreg) q[4],
-            q5 = in(vreg) q[5],
-            q6 = in(vreg) q[6],
-            q7 = in(vreg) q[7],
-            k = in(vreg) k,
-            flip = in(vreg) flip,
-            t = out(vreg) _,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-}
-
-/// `acc + Σ` of each lane's four unsigned bytes of `x` (`UDOT` by ones: exact).
-///
-/// # Safety
-///
-/// Only where the CPU has the dot-product extension.
-#[inline(always)]
-unsafe fn byte_sums(acc: int32x4_t, x: int8x16_t) -> int32x4_t {
-    let mut acc = acc;
-    // SAFETY: register-only; the caller's obligation.
-    unsafe {
-        asm!(
-            ".arch_extension dotprod",
-            "movi {t:v}.16b, #1",
-            "udot {acc:v}.4s, {x:v}.16b, {t:v}.16b",
-            acc = inout(vreg) acc,
-            x = in(vreg) x,
-            t = out(vreg) _,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    acc
-}
-
-/// Lays the `G` heads' query (`q`: codes split by `arrange_query` for `SDOT`, groups of `g`) out
-/// in `w` for [`dot_chunk`]: per chunk of 16 codes, the heads' 16 high bytes transposed into
-/// four vectors of four codes per head, the low bytes too (made unsigned); per group, 128 times
-/// each head's sum of low bytes and each head's scale.
-///
-/// # Safety
-///
-/// `q.codes` holds `G·hd` codes, `q.scales` `G·hd/g`; `hd ≤ 16·MAX_CHUNKS`, `g` a multiple of
-/// 16 dividing `hd`, `G ≤ 4`; only where the CPU has the dot-product extension.
-#[inline(always)]
-unsafe fn lane_query<const G: usize>(q: QueryCodes<'_>, hd: usize, g: usize, w: &mut RunRows) {
-    let nb = hd / g;
-    let bytes = q.codes.as_ptr().cast::<i8>();
-    // SAFETY: each load reads 16 of head `h`'s `2·hd` code bytes (chunk `t < hd/16`); register
-    // operations otherwise; the caller's obligations.
-    unsafe {
-        let flip = vdupq_n_s8(-128);
-        let mut v = [[vdupq_n_s8(0); 4]; 2];
-        for t in 0..hd / 16 {
-            for (part, v) in v.iter_mut().enumerate() {
-                for (h, v) in v.iter_mut().enumerate().take(G) {
-                    *v = vld1q_s8(bytes.add(h * 2 * hd + t * 32 + part * 16));
-                }
-            }
-            let f = |v: [int8x16_t; 4]| [0, 1, 2, 3].map(|i| vreinterpretq_f32_s8(v[i]));
-            let hi = transpose4(f(v[0]));
-            let lo = transpose4(f(v[1]));
-            for j in 0..4 {
-                w.query[t][j] = vreinterpretq_s8_f32(hi[j]);
-                w.query[t][4 + j] = veorq_s8(vreinterpretq_s8_f32(lo[j]), flip);
-            }
-        }
-        for b in 0..nb {
-            let mut sum = vdupq_n_s32(0);
-            for t in b * g / 16..(b + 1) * g / 16 {
-                for j in 4..8 {
-                    sum = byte_sums(sum, w.query[t][j]);
-                }
-            }
-            w.low_sums[b] = vshlq_n_s32::<7>(sum);
-            let mut s = [0f32; 4];
-            for (h, s) in s.iter_mut().enumerate().take(G) {
-                *s = *q.scales.get_unchecked(h * nb + b);
-            }
-            w.qscales[b] = vld1q_f32(s.as_ptr());
-        }
-    }
-}
-
-/// The scores of four rows (`k[i]`, `s[i]`: row `i`'s codes and f16 scales) for the run laid
-/// out by [`lane_query`], heads in lanes: per group `score += (q scale · k scale) · (f32)sum`,
-/// groups in order from zero (`kernels::int8_scores`' steps), each sum
-/// `256·Σ hi·k + Σ lo·(k + 128) − 128·Σ lo`.
-///
-/// # Safety
-///
-/// `k[i]` points at `hd` readable codes and `s[i]` at `2·hd/g` scale bytes; `w` laid out by
-/// [`lane_query`] for `hd` and `g`; `CH` is `g / 16` or 0; only where the CPU has `SDOT`.
-#[inline(always)]
-unsafe fn lane_scores4<const CH: usize>(
-    w: &RunRows,
-    hd: usize,
-    g: usize,
-    k: [*const i8; 4],
-    s: [*const u8; 4],
-) -> [float32x4_t; 4] {
-    let chunks = if CH > 0 { CH } else { g / 16 };
-    // SAFETY: the caller's obligations (each key load reads 16 of a row's `hd` codes, each
-    // scale read 2 of its scale bytes).
-    unsafe {
-        let mut score = [vdupq_n_f32(0.0); 4];
-        let flip = vdupq_n_s8(-128);
-        for b in 0..hd / g {
-            let mut ks = [0u16; 4];
-            for (i, ks) in ks.iter_mut().enumerate() {
-                *ks = u16::from_le_bytes(s[i].add(2 * b).cast::<[u8; 2]>().read());
-            }
-            let kscale = widen4(vld1_u16(ks.as_ptr()));
-            let (mut hi, mut lo) = ([vdupq_n_s32(0); 4], [vdupq_n_s32(0); 4]);
-            for c in 0..chunks {
-                let t = b * chunks + c;
-                let q = &w.query[t];
-                for i in 0..4 {
-                    let kv = vld1q_s8(k[i].add(16 * t));
-                    dot_chunk(&mut hi[i], &mut lo[i], q, kv, flip);
-                }
-            }
-            let qs = w.qscales[b];
-            for i in 0..4 {
-                let sum = vsubq_s32(vaddq_s32(vshlq_n_s32::<8>(hi[i]), lo[i]), w.low_sums[b]);
-                let scale = mul_lane(qs, kscale, i);
-                score[i] = vaddq_f32(score[i], vmulq_f32(scale, vcvtq_f32_s32(sum)));
-            }
-        }
-        score
-    }
-}
-
 impl<const DOT: bool> Neon<DOT> {
     /// Whether [`q8_run_scores`](Self::q8_run_scores) and
     /// [`q8_run_values`](Self::q8_run_values) take runs of `G` heads of `hd` over pages of these
@@ -377,37 +189,22 @@ impl<const DOT: bool> Neon<DOT> {
         // SAFETY: register-only NEON operations.
         let mut max = [unsafe { vdupq_n_f32(f32::NEG_INFINITY) }; 4];
         let (k, s) = (rows.vals.as_ptr(), rows.scales.as_ptr());
-        // With `SDOT`, runs of four heads in lanes (`dot_chunk`) where the run's query fits
-        // `out.query`. (Runs of three waste a lane: SmolLM2's step took 0.15 M instructions more
-        // than with each head's rows in lanes, `scores4`.)
-        let lanes = DOT && G == 4 && hd <= 16 * MAX_CHUNKS;
-        if lanes {
-            // SAFETY: the query's lengths are checked above, `hd` just now; `DOT` only where the
-            // CPU has `SDOT` (the type's contract).
-            unsafe { lane_query::<G>(q, hd, g, out) };
-        }
         for (j, r0) in (0..n).step_by(4).enumerate() {
-            // Rows past `n` repeat the last (their lanes are not stored).
-            let at = |i: usize| (r0 + i).min(n - 1);
             // SAFETY: rows `< n` lie within the checked page (`hd` codes, `2·hd/g` scale bytes
             // each); the query's lengths are checked above; `DOT` only where the CPU has `SDOT`
             // (the type's contract).
             let acc = unsafe {
-                let (mut kr, mut sr) = ([k.cast::<i8>(); 4], [s; 4]);
-                for i in 0..4 {
-                    kr[i] = k.add(at(i) * rows.stride).cast::<i8>();
-                    sr[i] = s.add(at(i) * rows.sstride);
+                let (mut kr, mut sr) = ([k.add(r0 * rows.stride).cast::<i8>(); 4], [s; 4]);
+                sr[0] = s.add(r0 * rows.sstride);
+                for i in 1..4 {
+                    // Each row one stride past the last; rows past `n` repeat the last (their
+                    // lanes are not stored).
+                    let more = r0 + i < n;
+                    kr[i] = kr[i - 1].add(if more { rows.stride } else { 0 });
+                    sr[i] = sr[i - 1].add(if more { rows.sstride } else { 0 });
                 }
                 let mut acc = [vdupq_n_f32(0.0); 4];
-                if lanes {
-                    // Rows in vectors, heads in lanes: transposed to heads' vectors.
-                    let rows = if g == Q8_GROUP {
-                        lane_scores4::<2>(out, hd, g, kr, sr)
-                    } else {
-                        lane_scores4::<0>(out, hd, g, kr, sr)
-                    };
-                    acc = transpose4(rows);
-                } else if g == Q8_GROUP {
+                if g == Q8_GROUP {
                     acc[..G].copy_from_slice(&scores4::<DOT, G, 2>(q, hd, g, kr, sr));
                 } else {
                     acc[..G].copy_from_slice(&scores4::<DOT, G, 0>(q, hd, g, kr, sr));
