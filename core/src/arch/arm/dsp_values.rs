@@ -39,7 +39,7 @@ macro_rules! value_row_run {
 /// `acc + h·d` around the loops, `$r` their range).
 macro_rules! add_rows_four {
     ($acc:expr, $d:expr, $ps:expr, $n:expr, $row:expr, $stride:expr; $ws:literal, $w1:literal, $( ($w:literal, $v:literal, $r:literal, $a0:literal, $a1:literal, $a2:literal, $a3:literal) ),+) => {
-        asm!(
+        asm_all_fpu!(
             "mov {t}, {acc}",
             $( concat!("vldmia {t}, {{", $r, "}}"), "add {t}, {t}, {d}, lsl #2", )+
             "lsrs {n}, {n}, #1",
@@ -69,15 +69,6 @@ macro_rules! add_rows_four {
             n = inout(reg) $n => _,
             t = out(reg) _,
             x = out(reg) _,
-            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
-            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
-            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
-            out("s12") _, out("s13") _, out("s14") _, out("s15") _,
-            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
-            out("s20") _, out("s21") _, out("s22") _, out("s23") _,
-            out("s24") _, out("s25") _, out("s26") _, out("s27") _,
-            out("s28") _, out("s29") _, out("s30") _, out("s31") _,
-            options(nostack),
         )
     };
 }
@@ -119,7 +110,7 @@ macro_rules! value_row_wide {
 /// to `acc + h·d` around the loops, `$r` their range).
 macro_rules! add_rows_wide {
     ($acc:expr, $d:expr, $ps:expr, $n:expr, $row:expr, $stride:expr; $ws:literal, $w1:literal, $( ($w:literal, $v:literal, $r:literal, $a0:literal, $a1:literal, $a2:literal, $a3:literal, $a4:literal, $a5:literal, $a6:literal, $a7:literal) ),+) => {
-        asm!(
+        asm_all_fpu!(
             "mov {t}, {acc}",
             $( concat!("vldmia {t}, {{", $r, "}}"), "add {t}, {t}, {d}, lsl #2", )+
             "lsrs {n}, {n}, #1",
@@ -149,15 +140,6 @@ macro_rules! add_rows_wide {
             n = inout(reg) $n => _,
             t = out(reg) _,
             x = out(reg) _,
-            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
-            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
-            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
-            out("s12") _, out("s13") _, out("s14") _, out("s15") _,
-            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
-            out("s20") _, out("s21") _, out("s22") _, out("s23") _,
-            out("s24") _, out("s25") _, out("s26") _, out("s27") _,
-            out("s28") _, out("s29") _, out("s30") _, out("s31") _,
-            options(nostack),
         )
     };
 }

@@ -22,6 +22,30 @@
 //! vectorizes for them must not form subnormals (see `format::fp8::e4m3_code`). `small-code`
 //! builds have only the portable page loop, with the FPU's f16 conversion, so none of the rest.
 
+/// `asm!` for a loop that uses the whole FPU register file: the template and operands given (each
+/// followed by a comma), then `s0`–`s31` declared clobbered and `options(nostack)`: the one
+/// clobber list of the kernels that take every register.
+#[cfg(all(
+    not(feature = "small-code"),
+    any(edgekv_arm_mve, all(edgekv_arm_dsp, edgekv_arm_f16cvt))
+))]
+macro_rules! asm_all_fpu {
+    ($($body:tt)*) => {
+        core::arch::asm!(
+            $($body)*
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
+            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
+            out("s12") _, out("s13") _, out("s14") _, out("s15") _,
+            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
+            out("s20") _, out("s21") _, out("s22") _, out("s23") _,
+            out("s24") _, out("s25") _, out("s26") _, out("s27") _,
+            out("s28") _, out("s29") _, out("s30") _, out("s31") _,
+            options(nostack),
+        )
+    };
+}
+
 #[cfg(all(edgekv_arm_dsp, not(feature = "small-code")))]
 mod dsp;
 #[cfg(all(edgekv_arm_dsp, edgekv_arm_f16cvt, not(feature = "small-code")))]

@@ -186,7 +186,7 @@ macro_rules! scores_x4 {
         $isum:expr, $sc:expr, $offs:expr, $qs:expr, $nb:expr, $out:expr, $step:expr,
         [$([$acc:literal, $qreg:literal, $off:literal]),+], $next:literal
     ) => {
-        asm!(
+        asm_all_fpu!(
             "vldrw.u32 q7, [{offs}]",
             concat!($("vmov.i32 ", $acc, ", #0\n",)+),
             "dls lr, {nb}",
@@ -213,15 +213,6 @@ macro_rules! scores_x4 {
             o = inout(reg) $out => _,
             step = in(reg) $step,
             out("r2") _, out("r3") _, out("r4") _, out("r5") _, out("lr") _,
-            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
-            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
-            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
-            out("s12") _, out("s13") _, out("s14") _, out("s15") _,
-            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
-            out("s20") _, out("s21") _, out("s22") _, out("s23") _,
-            out("s24") _, out("s25") _, out("s26") _, out("s27") _,
-            out("s28") _, out("s29") _, out("s30") _, out("s31") _,
-            options(nostack),
         )
     };
 }

@@ -180,7 +180,7 @@ macro_rules! add_rows {
         $heads:literal, $load:literal, $store:literal, $vectors:tt, $lanes:literal,
         $codes:literal
     ) => {
-        asm!(
+        asm_all_fpu!(
             "5:",
             "ldr r2, [{pb}, #8]",
             $heads,
@@ -215,15 +215,6 @@ macro_rules! add_rows {
             out("r0") _, out("r1") _,
             out("r2") _, out("r3") _, out("r4") _, out("r5") _,
             out("lr") _,
-            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
-            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
-            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
-            out("s12") _, out("s13") _, out("s14") _, out("s15") _,
-            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
-            out("s20") _, out("s21") _, out("s22") _, out("s23") _,
-            out("s24") _, out("s25") _, out("s26") _, out("s27") _,
-            out("s28") _, out("s29") _, out("s30") _, out("s31") _,
-            options(nostack),
         )
     };
 }

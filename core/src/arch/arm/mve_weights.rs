@@ -51,7 +51,7 @@ pub(super) unsafe fn exp_rows(xs: *mut f32, row: usize, shifts: *const f32, head
     // inner loop `row / 4` times, reading and writing four floats of `xs`; `CONSTANTS` is read.
     // Only the declared registers and the flags are written (q1 holds 2.0 throughout).
     unsafe {
-        asm!(
+        asm_all_fpu!(
             "vmov.f32 q1, #2.0",
             "2:",
             "ldr {shift}, [{sh}], #4",
@@ -119,15 +119,6 @@ pub(super) unsafe fn exp_rows(xs: *mut f32, row: usize, shifts: *const f32, head
             c0 = out(reg) _,
             c1 = out(reg) _,
             out("lr") _,
-            out("s0") _, out("s1") _, out("s2") _, out("s3") _,
-            out("s4") _, out("s5") _, out("s6") _, out("s7") _,
-            out("s8") _, out("s9") _, out("s10") _, out("s11") _,
-            out("s12") _, out("s13") _, out("s14") _, out("s15") _,
-            out("s16") _, out("s17") _, out("s18") _, out("s19") _,
-            out("s20") _, out("s21") _, out("s22") _, out("s23") _,
-            out("s24") _, out("s25") _, out("s26") _, out("s27") _,
-            out("s28") _, out("s29") _, out("s30") _, out("s31") _,
-            options(nostack),
         );
     }
 }
