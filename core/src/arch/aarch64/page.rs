@@ -173,9 +173,16 @@ fn weights<const G: usize, const CHECKED: bool>(
                 }
             }
             let e = transpose4(e);
-            for (i, &e) in e.iter().enumerate().take(n - r0) {
-                w.rows[r0 + i] = e;
-                s = vaddq_f32(s, e);
+            if r0 + 4 <= n {
+                for (i, &e) in e.iter().enumerate() {
+                    w.rows[r0 + i] = e;
+                    s = vaddq_f32(s, e);
+                }
+            } else {
+                for (i, &e) in e.iter().enumerate().take(n - r0) {
+                    w.rows[r0 + i] = e;
+                    s = vaddq_f32(s, e);
+                }
             }
         }
         (s, edge)
@@ -239,20 +246,16 @@ impl<const DOT: bool> Neon<DOT> {
         // SAFETY: register-only NEON operations.
         let mut max = [unsafe { vdupq_n_f32(f32::NEG_INFINITY) }; 4];
         let (k, s) = (rows.vals.as_ptr(), rows.scales.as_ptr());
-        for (j, r0) in (0..n).step_by(4).enumerate() {
+        // The scores of rows `r0..r0 + 4`, the last of them `r0 + last` (rows past it repeat it:
+        // their lanes are not stored), into `out.quads[r0 / 4]`.
+        let mut quad = |r0: usize, last: usize| {
             // SAFETY: rows `< n` lie within the checked page (`hd` codes, `2·hd/g` scale bytes
-            // each); the query's lengths are checked above; `DOT` only where the CPU has `SDOT`
-            // (the type's contract).
+            // each; `r0 + last < n`); the query's lengths are checked above; `DOT` only where
+            // the CPU has `SDOT` (the type's contract).
             let acc = unsafe {
-                let (mut kr, mut sr) = ([k.add(r0 * rows.stride).cast::<i8>(); 4], [s; 4]);
-                sr[0] = s.add(r0 * rows.sstride);
-                for i in 1..4 {
-                    // Each row one stride past the last; rows past `n` repeat the last (their
-                    // lanes are not stored).
-                    let more = r0 + i < n;
-                    kr[i] = kr[i - 1].add(if more { rows.stride } else { 0 });
-                    sr[i] = sr[i - 1].add(if more { rows.sstride } else { 0 });
-                }
+                let kr =
+                    core::array::from_fn(|i| k.add((r0 + i.min(last)) * rows.stride).cast::<i8>());
+                let sr = core::array::from_fn(|i| s.add((r0 + i.min(last)) * rows.sstride));
                 let mut acc = [vdupq_n_f32(0.0); 4];
                 if g == Q8_GROUP {
                     acc[..G].copy_from_slice(&scores4::<DOT, G, 2>(q, hd, g, kr, sr));
@@ -262,12 +265,20 @@ impl<const DOT: bool> Neon<DOT> {
                 acc
             };
             for h in 0..G {
-                out.quads[j][h] = acc[h];
+                out.quads[r0 / 4][h] = acc[h];
                 // Not NaN: `FMAXNM` keeps the number (the scores' NaNs are quiet); a repeated
                 // last row changes no maximum.
                 // SAFETY: register-only NEON operations.
                 max[h] = unsafe { vmaxnmq_f32(max[h], acc[h]) };
             }
+        };
+        // Whole quads (`i.min(3)` folds away), then the tail's.
+        let full = n / 4 * 4;
+        for r0 in (0..full).step_by(4) {
+            quad(r0, 3);
+        }
+        if full < n {
+            quad(full, n - 1 - full);
         }
         let mut m = [0f32; 4];
         for (m, &x) in m.iter_mut().zip(&max).take(G) {
