@@ -350,7 +350,9 @@ impl<const DOT: bool> Neon<DOT> {
                 unsafe {
                     let mut a = load_acc16::<G>(out, d, at);
                     let mut c = v.add(at).cast::<i8>();
-                    for &p in &w.scaled[..n] {
+                    // Rows in order; up to three heads two per step (one loop test for two
+                    // rows; four heads' accumulators leave no room for a second row's codes).
+                    let mut row = |p: float32x4_t| {
                         let x = widen16(c);
                         for (h, a) in a.iter_mut().enumerate() {
                             match h {
@@ -361,6 +363,21 @@ impl<const DOT: bool> Neon<DOT> {
                             }
                         }
                         c = c.add(rows.stride);
+                    };
+                    if G < 4 {
+                        let pairs = w.scaled[..n].chunks_exact(2);
+                        let last = pairs.remainder();
+                        for p in pairs {
+                            row(p[0]);
+                            row(p[1]);
+                        }
+                        if let Some(&p) = last.first() {
+                            row(p);
+                        }
+                    } else {
+                        for &p in &w.scaled[..n] {
+                            row(p);
+                        }
                     }
                     store_acc16::<G>(out, d, at, &a);
                 }
