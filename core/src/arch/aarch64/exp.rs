@@ -49,6 +49,39 @@ pub(super) fn exp_rows(xs: &mut [f32], row: usize, shifts: &[f32]) -> bool {
 /// Four `floor::weight(libm::expf(x))`s: `numeric::exp`'s lane, step for step.
 #[inline(always)]
 pub(super) fn exp4(x: float32x4_t) -> float32x4_t {
+    let (mut e, edge) = exp4_core(x);
+    // SAFETY: register-only NEON operations.
+    unsafe {
+        if vmaxvq_u32(edge) != 0 {
+            e = edge_lanes(x, e, edge);
+        }
+    }
+    floor4(e)
+}
+
+/// [`exp4`] for lanes below 87.3 in magnitude, and the mask of the other lanes (|x| ≥ 87.3,
+/// NaN), whose weights are wrong: a caller that meets any redoes the four with [`exp4`]. No call
+/// out of line, so a loop of these keeps its constants in registers.
+#[inline(always)]
+pub(super) fn exp4_unchecked(x: float32x4_t) -> (float32x4_t, uint32x4_t) {
+    let (e, edge) = exp4_core(x);
+    (floor4(e), edge)
+}
+
+/// The weight floor: below 2^-60 is zero (`BIC`: +0.0; NaN compares false and stays).
+#[inline(always)]
+fn floor4(e: float32x4_t) -> float32x4_t {
+    // SAFETY: register-only NEON operations.
+    unsafe {
+        let low = vcltq_f32(e, vdupq_n_f32(WEIGHT_FLOOR));
+        vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(e), low))
+    }
+}
+
+/// `expf(x)` by libm's steps for the lanes below 87.3 in magnitude (unfloored), and the mask of
+/// the others.
+#[inline(always)]
+fn exp4_core(x: float32x4_t) -> (float32x4_t, uint32x4_t) {
     // SAFETY: register-only NEON operations.
     unsafe {
         let f = vdupq_n_f32;
@@ -82,14 +115,8 @@ pub(super) fn exp4(x: float32x4_t) -> float32x4_t {
         let scaled = vmulq_f32(y, two_k);
         // At or below 2^-14: 1 + x.
         let not_tiny = vcgtq_u32(hx, u(TINY));
-        let mut e = vbslq_f32(not_tiny, scaled, vaddq_f32(f(1.0), x));
-        let edge = vcgtq_u32(hx, u(EDGE - 1));
-        if vmaxvq_u32(edge) != 0 {
-            e = edge_lanes(x, e, edge);
-        }
-        // The floor: below 2^-60 is zero (`BIC`: +0.0; NaN compares false and stays).
-        let low = vcltq_f32(e, f(WEIGHT_FLOOR));
-        vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(e), low))
+        let e = vbslq_f32(not_tiny, scaled, vaddq_f32(f(1.0), x));
+        (e, vcgtq_u32(hx, u(EDGE - 1)))
     }
 }
 

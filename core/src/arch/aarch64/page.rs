@@ -11,14 +11,14 @@
 //! may differ only in a zero's sign, which changes no result (see `numeric::exp::max_of`).
 
 use core::arch::aarch64::{
-    float32x4_t, vaddq_f32, vdupq_n_f32, vld1_u16, vld1q_f32, vmaxnmq_f32, vmaxnmvq_f32,
-    vmulq_laneq_f32, vreinterpretq_f32_f64, vreinterpretq_f64_f32, vst1q_f32, vsubq_f32,
-    vtrn1q_f32, vtrn1q_f64, vtrn2q_f32, vtrn2q_f64,
+    float32x4_t, uint32x4_t, vaddq_f32, vdupq_n_f32, vdupq_n_u32, vld1_u16, vld1q_f32, vmaxnmq_f32,
+    vmaxnmvq_f32, vmaxvq_u32, vmulq_laneq_f32, vorrq_u32, vreinterpretq_f32_f64,
+    vreinterpretq_f64_f32, vst1q_f32, vsubq_f32, vtrn1q_f32, vtrn1q_f64, vtrn2q_f32, vtrn2q_f64,
 };
 use core::arch::asm;
 
 use super::Neon;
-use super::exp::exp4;
+use super::exp::{exp4, exp4_unchecked};
 use super::int8::{page_fits, scores4};
 use super::isa::{scores_take, widen4};
 use super::values::{load_acc16, store_acc16, widen16};
@@ -145,6 +145,63 @@ unsafe fn scales4(rows: &PageRows<'_>, k: usize, r0: usize, n: usize) -> float32
     widen4(unsafe { vld1_u16(sc.as_ptr()) })
 }
 
+/// The run's weights of rows `0..n` into `w.rows` (heads in lanes) from its scores less each
+/// head's `shift`, and `s` plus them in row order; `CHECKED`: by [`exp4`]; otherwise by
+/// [`exp4_unchecked`], with the mask of the lanes it left wrong (then redo with `CHECKED`).
+#[inline(always)]
+fn weights<const G: usize, const CHECKED: bool>(
+    w: &mut RunRows,
+    shift: &[float32x4_t; 4],
+    n: usize,
+    mut s: float32x4_t,
+) -> (float32x4_t, uint32x4_t) {
+    // SAFETY: register-only NEON operations.
+    unsafe {
+        let z = vdupq_n_f32(0.0);
+        let mut edge = vdupq_n_u32(0);
+        for (j, r0) in (0..n).step_by(4).enumerate() {
+            // Each head's four weights, then the rows' (heads in lanes).
+            let mut e = [z; 4];
+            for h in 0..G {
+                let x = vsubq_f32(w.quads[j][h], shift[h]);
+                if CHECKED {
+                    e[h] = exp4(x);
+                } else {
+                    let (eh, at) = exp4_unchecked(x);
+                    e[h] = eh;
+                    edge = vorrq_u32(edge, at);
+                }
+            }
+            let e = transpose4(e);
+            if r0 + 4 <= n {
+                for (i, &e) in e.iter().enumerate() {
+                    w.rows[r0 + i] = e;
+                    s = vaddq_f32(s, e);
+                }
+            } else {
+                for (i, &e) in e.iter().enumerate().take(n - r0) {
+                    w.rows[r0 + i] = e;
+                    s = vaddq_f32(s, e);
+                }
+            }
+        }
+        (s, edge)
+    }
+}
+
+/// [`weights`] by [`exp4`], out of line: for the runs whose scores meet lanes at or past 87.3
+/// in magnitude (or NaN), which attention seldom does.
+#[cold]
+#[inline(never)]
+fn weights_at_edges<const G: usize>(
+    w: &mut RunRows,
+    shift: &[float32x4_t; 4],
+    n: usize,
+    s: float32x4_t,
+) -> float32x4_t {
+    weights::<G, true>(w, shift, n, s).0
+}
+
 impl<const DOT: bool> Neon<DOT> {
     /// Whether [`q8_run_scores`](Self::q8_run_scores) and
     /// [`q8_run_values`](Self::q8_run_values) take runs of `G` heads of `hd` over pages of these
@@ -189,20 +246,16 @@ impl<const DOT: bool> Neon<DOT> {
         // SAFETY: register-only NEON operations.
         let mut max = [unsafe { vdupq_n_f32(f32::NEG_INFINITY) }; 4];
         let (k, s) = (rows.vals.as_ptr(), rows.scales.as_ptr());
-        for (j, r0) in (0..n).step_by(4).enumerate() {
+        // The scores of rows `r0..r0 + 4`, the last of them `r0 + last` (rows past it repeat it:
+        // their lanes are not stored), into `out.quads[r0 / 4]`.
+        let mut quad = |r0: usize, last: usize| {
             // SAFETY: rows `< n` lie within the checked page (`hd` codes, `2·hd/g` scale bytes
-            // each); the query's lengths are checked above; `DOT` only where the CPU has `SDOT`
-            // (the type's contract).
+            // each; `r0 + last < n`); the query's lengths are checked above; `DOT` only where
+            // the CPU has `SDOT` (the type's contract).
             let acc = unsafe {
-                let (mut kr, mut sr) = ([k.add(r0 * rows.stride).cast::<i8>(); 4], [s; 4]);
-                sr[0] = s.add(r0 * rows.sstride);
-                for i in 1..4 {
-                    // Each row one stride past the last; rows past `n` repeat the last (their
-                    // lanes are not stored).
-                    let more = r0 + i < n;
-                    kr[i] = kr[i - 1].add(if more { rows.stride } else { 0 });
-                    sr[i] = sr[i - 1].add(if more { rows.sstride } else { 0 });
-                }
+                let kr =
+                    core::array::from_fn(|i| k.add((r0 + i.min(last)) * rows.stride).cast::<i8>());
+                let sr = core::array::from_fn(|i| s.add((r0 + i.min(last)) * rows.sstride));
                 let mut acc = [vdupq_n_f32(0.0); 4];
                 if g == Q8_GROUP {
                     acc[..G].copy_from_slice(&scores4::<DOT, G, 2>(q, hd, g, kr, sr));
@@ -212,12 +265,20 @@ impl<const DOT: bool> Neon<DOT> {
                 acc
             };
             for h in 0..G {
-                out.quads[j][h] = acc[h];
+                out.quads[r0 / 4][h] = acc[h];
                 // Not NaN: `FMAXNM` keeps the number (the scores' NaNs are quiet); a repeated
                 // last row changes no maximum.
                 // SAFETY: register-only NEON operations.
                 max[h] = unsafe { vmaxnmq_f32(max[h], acc[h]) };
             }
+        };
+        // Whole quads (`i.min(3)` folds away), then the tail's.
+        let full = n / 4 * 4;
+        for r0 in (0..full).step_by(4) {
+            quad(r0, 3);
+        }
+        if full < n {
+            quad(full, n - 1 - full);
         }
         let mut m = [0f32; 4];
         for (m, &x) in m.iter_mut().zip(&max).take(G) {
@@ -257,19 +318,10 @@ impl<const DOT: bool> Neon<DOT> {
         // `s4`.
         unsafe {
             let shift = shifts.map(|x| vdupq_n_f32(x));
-            let mut s = vld1q_f32(s4.as_ptr());
-            let z = vdupq_n_f32(0.0);
-            for (j, r0) in (0..n).step_by(4).enumerate() {
-                // Each head's four weights, then the rows' (heads in lanes).
-                let mut e = [z; 4];
-                for h in 0..G {
-                    e[h] = exp4(vsubq_f32(w.quads[j][h], shift[h]));
-                }
-                let e = transpose4(e);
-                for (i, &e) in e.iter().enumerate().take(n - r0) {
-                    w.rows[r0 + i] = e;
-                    s = vaddq_f32(s, e);
-                }
+            let s0 = vld1q_f32(s4.as_ptr());
+            let (mut s, edge) = weights::<G, false>(w, &shift, n, s0);
+            if vmaxvq_u32(edge) != 0 {
+                s = weights_at_edges::<G>(w, &shift, n, s0);
             }
             vst1q_f32(s4.as_mut_ptr(), s);
         }
@@ -298,7 +350,9 @@ impl<const DOT: bool> Neon<DOT> {
                 unsafe {
                     let mut a = load_acc16::<G>(out, d, at);
                     let mut c = v.add(at).cast::<i8>();
-                    for &p in &w.scaled[..n] {
+                    // Rows in order; up to three heads two per step (one loop test for two
+                    // rows; four heads' accumulators leave no room for a second row's codes).
+                    let mut row = |p: float32x4_t| {
                         let x = widen16(c);
                         for (h, a) in a.iter_mut().enumerate() {
                             match h {
@@ -309,6 +363,21 @@ impl<const DOT: bool> Neon<DOT> {
                             }
                         }
                         c = c.add(rows.stride);
+                    };
+                    if G < 4 {
+                        let pairs = w.scaled[..n].chunks_exact(2);
+                        let last = pairs.remainder();
+                        for p in pairs {
+                            row(p[0]);
+                            row(p[1]);
+                        }
+                        if let Some(&p) = last.first() {
+                            row(p);
+                        }
+                    } else {
+                        for &p in &w.scaled[..n] {
+                            row(p);
+                        }
                     }
                     store_acc16::<G>(out, d, at, &a);
                 }
