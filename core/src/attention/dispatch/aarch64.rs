@@ -261,4 +261,67 @@ mod tests {
             }
         }
     }
+
+    /// Sharp attention on whole Q8_0 pages (`q8_page`): queries scaled so that scores span far
+    /// more than 87.3 below each head's maximum, where the weights' `exp` leaves the lanes it
+    /// takes without checks (they go to the checked `exp` again, `weights_at_edges`) and
+    /// weights underflow to subnormals and zero. The same bits as the portable build.
+    #[test]
+    fn sharp_scores_on_q8_pages_give_the_portable_bits() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        };
+        let tokens = 70u32;
+        let mut builds = std::vec![Build::Neon];
+        if crate::aarch64_dotprod() {
+            builds.push(Build::NeonDot);
+        }
+        for hd in [64u16, 256] {
+            let shape = Shape {
+                layers: 1,
+                kv_heads: 3,
+                head_dim: hd,
+            };
+            let row = 3 * hd as usize;
+            let k: Vec<f32> = (0..tokens as usize * row).map(|_| next() * 3.0).collect();
+            let v: Vec<f32> = (0..tokens as usize * row).map(|_| next()).collect();
+            let cfg = CacheConfig::new(shape)
+                .with_page_tokens(16)
+                .with_formats(ElementFormat::Q8_0, ElementFormat::Q8_0)
+                .with_sequences(1, tokens);
+            let mut a = arenas(&cfg, 6);
+            let mut c = cache::<FreeList<'_>>(&mut a, cfg, 6);
+            let s = c.create_sequence(SeqMode::Paged).unwrap();
+            c.reserve(s, tokens).unwrap();
+            c.write_kv(s, 0, 0, &k, &v).unwrap();
+            for q_heads in [3u16, 6, 9, 12] {
+                let params = AttentionParams::new(shape, q_heads);
+                let n = q_heads as usize * hd as usize;
+                // Scores of a few hundred in magnitude: most rows' weights far below e^-87.
+                let q: Vec<f32> = (0..n).map(|_| next() * 40.0).collect();
+                let mut scratch = std::vec![0f32; row_scratch_len(q_heads, 16, hd)];
+                let mut run = |b: Build| {
+                    force(Some(b));
+                    let mut out = std::vec![0f32; n];
+                    c.attention(s, 0, tokens - 1, &q, &mut out, &params, &mut scratch)
+                        .unwrap();
+                    force(None);
+                    out
+                };
+                let portable = run(Build::Portable);
+                for &b in &builds {
+                    let got = run(b);
+                    let same = got
+                        .iter()
+                        .zip(&portable)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{b:?} hd {hd} q_heads {q_heads}");
+                }
+            }
+        }
+    }
 }
