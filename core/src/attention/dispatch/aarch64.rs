@@ -161,11 +161,62 @@ mod tests {
     use crate::arch::{Build, force};
     use crate::attention::AttentionParams;
     use crate::attention::params::row_scratch_len;
+    use crate::cache::KvCache;
     use crate::cache::tests::{arenas, cache};
     use crate::format::ElementFormat;
     use crate::plan::CacheConfig;
-    use crate::sequence::SeqMode;
+    use crate::sequence::{SeqId, SeqMode};
     use crate::shape::Shape;
+
+    /// Values uniform in [−1, 1), one per call (xorshift from `seed`).
+    fn uniform(seed: u64) -> impl FnMut() -> f32 {
+        let mut x = seed;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        }
+    }
+
+    /// The NEON builds this CPU runs: without `SDOT`, and with it where the CPU has it.
+    fn neon_builds() -> Vec<Build> {
+        let mut builds = std::vec![Build::Neon];
+        if crate::aarch64_dotprod() {
+            builds.push(Build::NeonDot);
+        }
+        builds
+    }
+
+    /// Asserts that every NEON build's attention of the query rows `q` from position `start`
+    /// (head_dim `hd`, pages of 16 tokens) has the portable build's bits; `what` names the case.
+    fn assert_portable_bits<'a>(
+        c: &KvCache<'a, FreeList<'a>>,
+        (s, start): (SeqId, u32),
+        q: &[f32],
+        params: &AttentionParams,
+        hd: u16,
+        what: &dyn core::fmt::Debug,
+    ) {
+        let mut scratch = std::vec![0f32; row_scratch_len(params.q_heads, 16, hd)];
+        let mut run = |b: Build| {
+            force(Some(b));
+            let mut out = std::vec![0f32; q.len()];
+            c.attention(s, 0, start, q, &mut out, params, &mut scratch)
+                .unwrap();
+            force(None);
+            out
+        };
+        let portable = run(Build::Portable);
+        for b in neon_builds() {
+            let got = run(b);
+            let same = got
+                .iter()
+                .zip(&portable)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{b:?} {what:?} hd {hd} {params:?}");
+        }
+    }
 
     /// Decode and prefill attention of the portable build and of the NEON builds (with `SDOT`
     /// where the CPU has it, and without), f16, Q8_0 and other int8 pages (and int8 K rows of
@@ -192,18 +243,8 @@ mod tests {
             ),
             (36, &[ElementFormat::F16, ElementFormat::Int8 { group: 12 }]),
         ];
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        };
+        let mut next = uniform(0x2545_f491_4f6c_dd1d);
         let tokens = 70u32;
-        let mut builds = std::vec![Build::Neon];
-        if crate::aarch64_dotprod() {
-            builds.push(Build::NeonDot);
-        }
         for (hd, fmts) in cases {
             let shape = Shape {
                 layers: 1,
@@ -237,25 +278,9 @@ mod tests {
                         AttentionParams::new(shape, 6).with_window(4, 40),
                     ] {
                         let n = params.q_heads as usize * hd as usize;
-                        let q = &q[..4 * n];
-                        let mut scratch = std::vec![0f32; row_scratch_len(params.q_heads, 16, hd)];
-                        let mut run = |b: Build| {
-                            force(Some(b));
-                            let mut out = std::vec![0f32; q.len()];
-                            c.attention(s, 0, tokens - 4, q, &mut out, &params, &mut scratch)
-                                .unwrap();
-                            force(None);
-                            out
-                        };
-                        let portable = run(Build::Portable);
-                        for &b in &builds {
-                            let got = run(b);
-                            let same = got
-                                .iter()
-                                .zip(&portable)
-                                .all(|(a, b)| a.to_bits() == b.to_bits());
-                            assert!(same, "{b:?} {k_fmt:?}/{v_fmt:?} hd {hd} {params:?}");
-                        }
+                        let what = (k_fmt, v_fmt);
+                        let at = (s, tokens - 4);
+                        assert_portable_bits(&c, at, &q[..4 * n], &params, hd, &what);
                     }
                 }
             }
@@ -268,18 +293,8 @@ mod tests {
     /// weights underflow to subnormals and zero. The same bits as the portable build.
     #[test]
     fn sharp_scores_on_q8_pages_give_the_portable_bits() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        };
+        let mut next = uniform(0x9e37_79b9_7f4a_7c15);
         let tokens = 70u32;
-        let mut builds = std::vec![Build::Neon];
-        if crate::aarch64_dotprod() {
-            builds.push(Build::NeonDot);
-        }
         for hd in [64u16, 256] {
             let shape = Shape {
                 layers: 1,
@@ -303,24 +318,7 @@ mod tests {
                 let n = q_heads as usize * hd as usize;
                 // Scores of a few hundred in magnitude: most rows' weights far below e^-87.
                 let q: Vec<f32> = (0..n).map(|_| next() * 40.0).collect();
-                let mut scratch = std::vec![0f32; row_scratch_len(q_heads, 16, hd)];
-                let mut run = |b: Build| {
-                    force(Some(b));
-                    let mut out = std::vec![0f32; n];
-                    c.attention(s, 0, tokens - 1, &q, &mut out, &params, &mut scratch)
-                        .unwrap();
-                    force(None);
-                    out
-                };
-                let portable = run(Build::Portable);
-                for &b in &builds {
-                    let got = run(b);
-                    let same = got
-                        .iter()
-                        .zip(&portable)
-                        .all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(same, "{b:?} hd {hd} q_heads {q_heads}");
-                }
+                assert_portable_bits(&c, (s, tokens - 1), &q, &params, hd, &"sharp Q8_0");
             }
         }
     }
