@@ -5,11 +5,12 @@
 //! bits).
 
 use super::page::{Heads, Keys, Layout, PageSlices, rescale};
+use super::scores::{score_rows, score_rows_int8, score_rows_of};
 use crate::arch::Isa;
-use crate::arch::kernels::{Row, add_scaled, dot_lanes};
+use crate::arch::kernels::{Row, add_scaled};
 use crate::arch::query::{self, QueryCodes};
 use crate::arch::rows::PageRows;
-use crate::format::{ElementFormat, LANES};
+use crate::format::ElementFormat;
 use crate::numeric::exp::exp_shifted;
 use crate::numeric::floor::exp_weight;
 use crate::numeric::larger;
@@ -135,10 +136,97 @@ pub(crate) fn whole_page_rows<D: Isa, F: Fn(u32) -> bool, const G: usize>(
 /// and row batches. The ISAs call it out of line: inlined with the general loop, whose set-up
 /// (row offsets of every path, spilled) runs for every page, it cost a sixth of a Cortex-M
 /// decode step.
-// Only the ISA modules with page kernels (x86-64, Arm with DSP or f16 conversion) call it.
-#[cfg_attr(not(any(edgekv_x86_kernels, edgekv_arm_kernels)), allow(dead_code))]
+// Only the Arm ISA modules with page kernels (DSP or f16 conversion; aarch64) call it; x86-64
+// calls `attend_whole_page_with`.
+#[cfg_attr(not(any(edgekv_arm_kernels, edgekv_aarch64_kernels)), allow(dead_code))]
 #[inline(always)]
 pub(crate) fn attend_whole_page<D: Isa, const G: usize>(
+    l: &Layout,
+    kv: &PageSlices<'_>,
+    heads: Heads<'_>,
+    n: usize,
+) {
+    attend_whole_page_with::<D, Inline, G>(l, kv, heads, n)
+}
+
+/// Where [`attend_whole_page_with`] takes a run of heads whose page kernel declined the page:
+/// the general kernels, eight rows at a time. Each default is that code inline ([`Inline`]). An
+/// ISA whose page kernels take nearly every page may put them out of line instead (x86-64):
+/// inline, the loop set-up of these rarely taken paths (row offsets and bounds of every path,
+/// hoisted and spilled) ran for every page.
+pub(crate) trait Declined<D: Isa> {
+    /// Scores of heads `h0..h0 + G` over the page's `n` int8 K rows of group `g`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn int8_scores<const G: usize>(
+        l: &Layout,
+        kv: &PageSlices<'_>,
+        kh: usize,
+        qc: QueryCodes<'_>,
+        scores: &mut [f32],
+        h0: usize,
+        n: usize,
+        g: usize,
+    ) {
+        score_rows_int8::<D, G>(l, kv, kh, qc, scores, h0, 0..n, g);
+    }
+    /// Scores of heads `h0..h0 + G` over the page's `n` K rows of another format (f16).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn other_scores<const G: usize>(
+        l: &Layout,
+        kv: &PageSlices<'_>,
+        kh: usize,
+        q: &[f32],
+        scores: &mut [f32],
+        h0: usize,
+        n: usize,
+    ) {
+        score_rows_of::<D, G>(l, l.k_fmt, kv, kh, q, scores, h0, 0..n);
+    }
+    /// `acc += w · vrow` for `G` heads (`acc` and `w` theirs alone) and every int8 row of group
+    /// `g` of `pr`, in order.
+    #[inline(always)]
+    fn int8_values<const G: usize>(
+        l: &Layout,
+        pr: &PageRows<'_>,
+        acc: &mut [f32],
+        w: &[f32],
+        g: usize,
+    ) {
+        let (hd, p) = (l.head_dim, l.page_tokens);
+        for r0 in (0..pr.n).step_by(8) {
+            let m = (pr.n - r0).min(8);
+            let vrows: [Row<'_>; 8] = core::array::from_fn(|j| pr.row((r0 + j).min(pr.n - 1), hd));
+            let ws: [[f32; G]; 8] = core::array::from_fn(|j| {
+                core::array::from_fn(|h| w[h * p + (r0 + j).min(pr.n - 1)])
+            });
+            D::int8_add_rows::<G>(acc, &ws[..m], &vrows[..m], g);
+        }
+    }
+    /// `acc += w · vrow` for `G` heads (`acc` and `w` theirs alone) and every f16 row of `pr`,
+    /// in order.
+    #[inline(always)]
+    fn f16_values<const G: usize>(l: &Layout, pr: &PageRows<'_>, acc: &mut [f32], w: &[f32]) {
+        let mut st = Accum {
+            out: acc,
+            weights: w,
+        };
+        for r in 0..pr.n {
+            accumulate::<D, G, 1>(l, [pr.row(r, 2 * l.head_dim)], &mut st, 0, [r]);
+        }
+    }
+}
+
+/// [`Declined`]'s general kernels inline.
+pub(crate) struct Inline;
+
+impl<D: Isa> Declined<D> for Inline {}
+
+/// [`attend_whole_page`], with `C` for the runs whose page kernel declines the page.
+#[cfg_attr(not(any(edgekv_x86_kernels, edgekv_arm_kernels)), allow(dead_code))]
+#[inline(always)]
+pub(crate) fn attend_whole_page_with<D: Isa, C: Declined<D>, const G: usize>(
     l: &Layout,
     kv: &PageSlices<'_>,
     heads: Heads<'_>,
@@ -166,13 +254,13 @@ pub(crate) fn attend_whole_page<D: Isa, const G: usize>(
                     scales: &qc.scales[h0 * nb..(h0 + G) * nb],
                 };
                 if !D::int8_page_scores::<G>(qh, &pr, g, s, p) {
-                    score_rows_int8::<D, G>(l, kv, kh, qc, scores, h0, 0..n, g);
+                    C::int8_scores::<G>(l, kv, kh, qc, scores, h0, n, g);
                 }
             } else if D::STRATEGY.f16_pages
                 && !D::f16_page_scores::<G>(&q[h0 * hd..(h0 + G) * hd], &pr, s, p, l.scale)
             {
                 // (A constant test first: ISAs without f16 pages build no f16 branch here.)
-                score_rows_of::<D, G>(l, l.k_fmt, kv, kh, q, scores, h0, 0..n);
+                C::other_scores::<G>(l, kv, kh, q, scores, h0, n);
             }
         }
     }
@@ -187,9 +275,9 @@ pub(crate) fn attend_whole_page<D: Isa, const G: usize>(
         for h0 in (h0..end).step_by(G) {
             match l.v_fmt {
                 ElementFormat::Int8 { group } => {
-                    page_values::<D, G>(l, &pr, &mut st, h0, group as usize)
+                    page_values::<D, C, G>(l, &pr, &mut st, h0, group as usize)
                 }
-                _ if D::STRATEGY.f16_pages => page_values_f16::<D, G>(l, &pr, &mut st, h0),
+                _ if D::STRATEGY.f16_pages => page_values_f16::<D, C, G>(l, &pr, &mut st, h0),
                 _ => {}
             }
         }
@@ -291,170 +379,12 @@ fn page_values_all<D: Isa>(
         while h0 < end {
             let g = (end - h0).min(l.max_run::<D>());
             match g {
-                2 => page_values::<D, 2>(l, &pr, st, h0, group),
-                3 => page_values::<D, 3>(l, &pr, st, h0, group),
-                4 => page_values::<D, 4>(l, &pr, st, h0, group),
-                _ => page_values::<D, 1>(l, &pr, st, h0, group),
+                2 => page_values::<D, Inline, 2>(l, &pr, st, h0, group),
+                3 => page_values::<D, Inline, 3>(l, &pr, st, h0, group),
+                4 => page_values::<D, Inline, 4>(l, &pr, st, h0, group),
+                _ => page_values::<D, Inline, 1>(l, &pr, st, h0, group),
             }
             h0 += g;
-        }
-    }
-}
-
-/// `scores[h][r] = scale · q[h] · krow(r)` for heads `h0..h0 + G` of KV head `kh` and tokens
-/// `rows` of the page: int8 rows from the quantized query (`q.1`; a whole page `page` to the
-/// ISA's page kernel first), others from the f32 query (`q.0`; f32/f16/bf16/fp8 rows).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn score_rows<D: Isa, const G: usize>(
-    l: &Layout,
-    kv: &PageSlices<'_>,
-    kh: usize,
-    q: (&[f32], QueryCodes<'_>),
-    scores: &mut [f32],
-    h0: usize,
-    rows: impl Iterator<Item = usize>,
-    page: Option<&PageRows<'_>>,
-) {
-    // Before the eight-row path, not inside it: the same query slicing there, but in
-    // `score_rows_int8` this call cost 0.17 M instructions per M55 decode step (code layout).
-    if let (Some(g), Some(pr)) = (query::int8_group(l.k_fmt), page) {
-        let (hd, p) = (l.head_dim, l.page_tokens);
-        let nb = hd / g;
-        let qc = QueryCodes {
-            codes: &q.1.codes[h0 * hd..(h0 + G) * hd],
-            scales: &q.1.scales[h0 * nb..(h0 + G) * nb],
-        };
-        if D::int8_page_scores::<G>(qc, pr, g, &mut scores[h0 * p..(h0 + G) * p], p) {
-            return;
-        }
-    }
-    match query::int8_group(l.k_fmt) {
-        Some(32) => score_rows_int8::<D, G>(l, kv, kh, q.1, scores, h0, rows, 32),
-        Some(g) => score_rows_int8::<D, G>(l, kv, kh, q.1, scores, h0, rows, g),
-        None => score_rows_of::<D, G>(l, l.k_fmt, kv, kh, q.0, scores, h0, rows),
-    }
-}
-
-/// [`score_rows`] for int8 K rows of group `g`: eight rows at a time.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn score_rows_int8<D: Isa, const G: usize>(
-    l: &Layout,
-    kv: &PageSlices<'_>,
-    kh: usize,
-    qc: QueryCodes<'_>,
-    scores: &mut [f32],
-    h0: usize,
-    rows: impl Iterator<Item = usize>,
-    g: usize,
-) {
-    let (hd, p) = (l.head_dim, l.page_tokens);
-    let nb = hd / g;
-    let q = QueryCodes {
-        codes: &qc.codes[h0 * hd..(h0 + G) * hd],
-        scales: &qc.scales[h0 * nb..(h0 + G) * nb],
-    };
-    let mut batch = [Row {
-        vals: &[],
-        scales: &[],
-    }; LANES];
-    let mut at = [0usize; LANES];
-    let mut n = 0;
-    for r in rows {
-        batch[n] = l.row(kv, false, r, kh);
-        at[n] = r;
-        n += 1;
-        if n == LANES {
-            store_scores(D::int8_scores::<G>(q, &batch, g), &at, n, scores, h0, p);
-            n = 0;
-        }
-    }
-    if n > 0 {
-        store_scores(
-            D::int8_scores::<G>(q, &batch[..n], g),
-            &at,
-            n,
-            scores,
-            h0,
-            p,
-        );
-    }
-}
-
-/// `scores[(h0 + h)·p + at[j]] = s[h][j]` for `j < n`.
-#[inline(always)]
-fn store_scores<const G: usize>(
-    s: [[f32; LANES]; G],
-    at: &[usize; LANES],
-    n: usize,
-    scores: &mut [f32],
-    h0: usize,
-    p: usize,
-) {
-    for (h, s) in s.iter().enumerate() {
-        let row = &mut scores[(h0 + h) * p..][..p];
-        for (&r, &d) in at[..n].iter().zip(s) {
-            row[r] = d;
-        }
-    }
-}
-
-/// [`score_rows`] for K rows of `fmt`: each row's lanes, then eight rows' lane sums at once.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn score_rows_of<D: Isa, const G: usize>(
-    l: &Layout,
-    fmt: ElementFormat,
-    kv: &PageSlices<'_>,
-    kh: usize,
-    q: &[f32],
-    scores: &mut [f32],
-    h0: usize,
-    rows: impl Iterator<Item = usize>,
-) {
-    let (hd, p) = (l.head_dim, l.page_tokens);
-    let q = &q[h0 * hd..(h0 + G) * hd];
-    // Lanes of up to eight rows per head (slots past `n` hold stale lanes, never stored).
-    let mut lanes = [[[0f32; LANES]; LANES]; G];
-    let mut at = [0usize; LANES];
-    let mut n = 0;
-    for r in rows {
-        let d = dot_lanes::<D, G>(fmt, q, l.row(kv, false, r, kh));
-        for (lanes, d) in lanes.iter_mut().zip(d) {
-            lanes[n] = d;
-        }
-        at[n] = r;
-        n += 1;
-        if n == LANES {
-            flush_lanes::<D, G>(&lanes, &at, n, scores, h0, p, l.scale);
-            n = 0;
-        }
-    }
-    if n > 0 {
-        flush_lanes::<D, G>(&lanes, &at, n, scores, h0, p, l.scale);
-    }
-}
-
-/// `scores[(h0 + h)·p + at[j]] = scale · Σ lanes[h][j]` for `j < n` (eight rows' lane sums at
-/// once). A function, not a closure: closures do not take the AVX2 build's target features, and
-/// the intrinsics of `reduce8` would then be calls.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn flush_lanes<D: Isa, const G: usize>(
-    lanes: &[[[f32; LANES]; LANES]; G],
-    at: &[usize; LANES],
-    n: usize,
-    scores: &mut [f32],
-    h0: usize,
-    p: usize,
-    scale: f32,
-) {
-    for (h, lanes) in lanes.iter().enumerate() {
-        let d = D::reduce8(lanes);
-        let row = &mut scores[(h0 + h) * p..][..p];
-        for (&r, d) in at[..n].iter().zip(d) {
-            row[r] = d * scale;
         }
     }
 }
@@ -532,9 +462,9 @@ fn accumulate_q8_heads<D: Isa, const G: usize>(
 }
 
 /// Heads `h0..h0 + G`: `out += w · vrow` for every int8 row of group `g` of a whole page `pr`,
-/// in order: the ISA's page kernel, or eight rows at a time.
+/// in order: the ISA's page kernel, or `C`'s general one.
 #[inline(always)]
-fn page_values<D: Isa, const G: usize>(
+fn page_values<D: Isa, C: Declined<D>, const G: usize>(
     l: &Layout,
     pr: &PageRows<'_>,
     st: &mut Accum<'_>,
@@ -544,22 +474,15 @@ fn page_values<D: Isa, const G: usize>(
     let (hd, p) = (l.head_dim, l.page_tokens);
     let acc = &mut st.out[h0 * hd..(h0 + G) * hd];
     let w = &st.weights[h0 * p..(h0 + G) * p];
-    if D::int8_page_values::<G>(acc, w, p, pr, g) {
-        return;
-    }
-    for r0 in (0..pr.n).step_by(8) {
-        let m = (pr.n - r0).min(8);
-        let vrows: [Row<'_>; 8] = core::array::from_fn(|j| pr.row((r0 + j).min(pr.n - 1), hd));
-        let ws: [[f32; G]; 8] =
-            core::array::from_fn(|j| core::array::from_fn(|h| w[h * p + (r0 + j).min(pr.n - 1)]));
-        D::int8_add_rows::<G>(acc, &ws[..m], &vrows[..m], g);
+    if !D::int8_page_values::<G>(acc, w, p, pr, g) {
+        C::int8_values::<G>(l, pr, acc, w, g);
     }
 }
 
 /// Heads `h0..h0 + G`: `out += w · vrow` for every f16 row of a whole page `pr`, in order: the
-/// ISA's page kernel, or row by row.
+/// ISA's page kernel, or `C`'s general one.
 #[inline(always)]
-fn page_values_f16<D: Isa, const G: usize>(
+fn page_values_f16<D: Isa, C: Declined<D>, const G: usize>(
     l: &Layout,
     pr: &PageRows<'_>,
     st: &mut Accum<'_>,
@@ -567,11 +490,9 @@ fn page_values_f16<D: Isa, const G: usize>(
 ) {
     let (hd, p) = (l.head_dim, l.page_tokens);
     let acc = &mut st.out[h0 * hd..(h0 + G) * hd];
-    if D::f16_page_values::<G>(acc, &st.weights[h0 * p..(h0 + G) * p], p, pr) {
-        return;
-    }
-    for r in 0..pr.n {
-        accumulate::<D, G, 1>(l, [pr.row(r, 2 * hd)], st, h0, [r]);
+    let w = &st.weights[h0 * p..(h0 + G) * p];
+    if !D::f16_page_values::<G>(acc, w, p, pr) {
+        C::f16_values::<G>(l, pr, acc, w);
     }
 }
 

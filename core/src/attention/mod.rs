@@ -25,6 +25,8 @@ mod dispatch;
 mod fast;
 pub(crate) mod page;
 mod params;
+#[cfg(not(feature = "small-code"))]
+mod scores;
 #[cfg(feature = "small-code")]
 mod small;
 

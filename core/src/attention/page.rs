@@ -19,12 +19,21 @@ use crate::numeric::floor::{exp_weight, scaled, state};
 pub(crate) use super::fast::attend_page;
 /// A whole page of int8 (or f16) K and V rows, for ISAs that run it in its own loop (see
 /// [`fast::attend_whole_page`](super::fast::attend_whole_page)).
+#[cfg(all(
+    not(feature = "small-code"),
+    any(edgekv_arm_kernels, edgekv_aarch64_kernels)
+))]
+pub(crate) use super::fast::attend_whole_page;
+/// Whether a page takes the whole-page loop.
 #[cfg(not(feature = "small-code"))]
 #[cfg_attr(
-    not(any(edgekv_x86_kernels, edgekv_arm_kernels)),
+    not(any(edgekv_x86_kernels, edgekv_arm_kernels, edgekv_aarch64_kernels)),
     allow(unused_imports)
 )]
-pub(crate) use super::fast::{attend_whole_page, whole_page_rows};
+pub(crate) use super::fast::whole_page_rows;
+/// The same with the declined runs' general kernels of the ISA's choice (x86-64: out of line).
+#[cfg(all(not(feature = "small-code"), edgekv_x86_kernels))]
+pub(crate) use super::fast::{Declined, Inline, attend_whole_page_with};
 #[cfg(feature = "small-code")]
 pub(crate) use super::small::attend_page;
 

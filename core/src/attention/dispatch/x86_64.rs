@@ -4,8 +4,11 @@
 //! both builds.
 
 use super::super::page::{
-    Heads, Keys, Layout, PageSlices, attend_page as page, attend_whole_page, whole_page_rows,
+    Declined, Heads, Inline, Keys, Layout, PageSlices, attend_page as page, attend_whole_page_with,
+    whole_page_rows,
 };
+use crate::arch::query::QueryCodes;
+use crate::arch::rows::PageRows;
 use crate::arch::{Avx2F16c, Portable, available};
 
 /// The page loop, its AVX2/F16C build when this CPU has both.
@@ -74,7 +77,139 @@ unsafe fn whole_page_avx2<const G: usize>(
     heads: Heads<'_>,
     n: usize,
 ) {
-    attend_whole_page::<Avx2F16c, G>(l, kv, heads, n)
+    attend_whole_page_with::<Avx2F16c, OutOfLine, G>(l, kv, heads, n)
+}
+
+/// [`Declined`] with the general kernels out of line, each built with AVX2 and F16C: the
+/// whole-page kernels take every page but partial ones (not a multiple of eight rows) and int8
+/// groups other than 32, and inline these paths' set-up ran for every page (about a tenth of
+/// SmolLM2's Q8_0 step in instructions).
+struct OutOfLine;
+
+impl Declined<Avx2F16c> for OutOfLine {
+    #[inline(always)]
+    fn int8_scores<const G: usize>(
+        l: &Layout,
+        kv: &PageSlices<'_>,
+        kh: usize,
+        qc: QueryCodes<'_>,
+        scores: &mut [f32],
+        h0: usize,
+        n: usize,
+        g: usize,
+    ) {
+        // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX2 and F16C.
+        unsafe { int8_scores_avx2::<G>(l, kv, kh, qc, scores, h0, n, g) }
+    }
+
+    #[inline(always)]
+    fn other_scores<const G: usize>(
+        l: &Layout,
+        kv: &PageSlices<'_>,
+        kh: usize,
+        q: &[f32],
+        scores: &mut [f32],
+        h0: usize,
+        n: usize,
+    ) {
+        // SAFETY: as above.
+        unsafe { other_scores_avx2::<G>(l, kv, kh, q, scores, h0, n) }
+    }
+
+    #[inline(always)]
+    fn int8_values<const G: usize>(
+        l: &Layout,
+        pr: &PageRows<'_>,
+        acc: &mut [f32],
+        w: &[f32],
+        g: usize,
+    ) {
+        // SAFETY: as above.
+        unsafe { int8_values_avx2::<G>(l, pr, acc, w, g) }
+    }
+
+    #[inline(always)]
+    fn f16_values<const G: usize>(l: &Layout, pr: &PageRows<'_>, acc: &mut [f32], w: &[f32]) {
+        // SAFETY: as above.
+        unsafe { f16_values_avx2::<G>(l, pr, acc, w) }
+    }
+}
+
+/// [`Declined::int8_scores`], inline's code, built with AVX2 and F16C.
+///
+/// # Safety
+///
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline(never)]
+#[cold]
+#[allow(clippy::too_many_arguments)]
+unsafe fn int8_scores_avx2<const G: usize>(
+    l: &Layout,
+    kv: &PageSlices<'_>,
+    kh: usize,
+    qc: QueryCodes<'_>,
+    scores: &mut [f32],
+    h0: usize,
+    n: usize,
+    g: usize,
+) {
+    <Inline as Declined<Avx2F16c>>::int8_scores::<G>(l, kv, kh, qc, scores, h0, n, g)
+}
+
+/// [`Declined::other_scores`], inline's code, built with AVX2 and F16C.
+///
+/// # Safety
+///
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline(never)]
+#[cold]
+unsafe fn other_scores_avx2<const G: usize>(
+    l: &Layout,
+    kv: &PageSlices<'_>,
+    kh: usize,
+    q: &[f32],
+    scores: &mut [f32],
+    h0: usize,
+    n: usize,
+) {
+    <Inline as Declined<Avx2F16c>>::other_scores::<G>(l, kv, kh, q, scores, h0, n)
+}
+
+/// [`Declined::int8_values`], inline's code, built with AVX2 and F16C.
+///
+/// # Safety
+///
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline(never)]
+#[cold]
+unsafe fn int8_values_avx2<const G: usize>(
+    l: &Layout,
+    pr: &PageRows<'_>,
+    acc: &mut [f32],
+    w: &[f32],
+    g: usize,
+) {
+    <Inline as Declined<Avx2F16c>>::int8_values::<G>(l, pr, acc, w, g)
+}
+
+/// [`Declined::f16_values`], inline's code, built with AVX2 and F16C.
+///
+/// # Safety
+///
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline(never)]
+#[cold]
+unsafe fn f16_values_avx2<const G: usize>(
+    l: &Layout,
+    pr: &PageRows<'_>,
+    acc: &mut [f32],
+    w: &[f32],
+) {
+    <Inline as Declined<Avx2F16c>>::f16_values::<G>(l, pr, acc, w)
 }
 
 #[cfg(test)]
