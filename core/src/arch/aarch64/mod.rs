@@ -2,8 +2,9 @@
 //! detected at run time by `detect`): the [`Isa`](super::Isa) of the attention page loop's
 //! AArch64 build (`isa`: f16 widening with `FCVTL`, lane sums with `FADDP`), its Q8_0 page
 //! kernels (`int8`: scores with `SDOT` or `SMLAL`, values), its whole-page Q8_0 loop for runs of
-//! up to four query heads in the lanes of one register (`page`), f16 page kernels (`f16`), and
-//! the page quantizers ([`NativeQuant`]: Q8 groups in `quantize_int8`, FP8 E4M3 tiles in
+//! up to four query heads in the lanes of one register (`page`; a page's scores in one `asm!`
+//! block, `dot_quads` with `SDOT`, `smlal_quads` without), f16 page kernels (`f16`), and the
+//! page quantizers ([`NativeQuant`]: Q8 groups in `quantize_int8`, FP8 E4M3 tiles in
 //! `quantize_fp8`, sharing `quantize_lanes`, for groups and tiles of a multiple of 16 values;
 //! Q4_0 / Q4_1 blocks in `quantize_int4`).
 //!
@@ -13,6 +14,7 @@
 //! (`arch::check`) runs both builds of the kernels, with and without `SDOT`, against the
 //! portable ones.
 
+mod dot_quads;
 mod exp;
 mod f16;
 mod int8;
@@ -24,6 +26,7 @@ mod quantize_int8;
 mod quantize_lanes;
 #[cfg(test)]
 mod quantize_tests;
+mod smlal_quads;
 #[cfg(test)]
 mod tests;
 mod values;

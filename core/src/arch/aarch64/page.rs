@@ -1,9 +1,10 @@
 //! Whole pages of Q8_0 V rows (and int8 K rows) for a run of up to four query heads of one KV
-//! head. Scores: each head's four rows in lanes ([`scores4`]). Then per four rows the heads' weights (`exp::exp4`), and
-//! per row, heads in lanes, the sums and the weights times the row's scale (one instruction for
-//! every head); the V pass keeps sixteen output lanes of every head in registers across the
-//! page's rows. `attention::dispatch` runs the step between (each head's rescale to its new
-//! maximum).
+//! head. Scores: each head's four rows in lanes ([`scores4`]; for Q8_0 groups, the page's whole
+//! quads in one `asm!` block, [`dot_quads`] with `SDOT`, [`smlal_quads`] without). Then per
+//! four rows the heads' weights (`exp::exp4`), and per row, heads in lanes, the sums and the
+//! weights times the row's scale (one instruction for every head); the V pass keeps sixteen
+//! output lanes of every head in registers across the page's rows. `attention::dispatch` runs
+//! the step between (each head's rescale to its new maximum).
 //!
 //! Each score, weight, sum and output element takes the portable page loop's steps in its
 //! order (`attention::fast`: the scores of `kernels::int8_scores`, `exp::exp_shifted_rows`' lanes,
@@ -18,9 +19,11 @@ use core::arch::aarch64::{
 use core::arch::asm;
 
 use super::Neon;
+use super::dot_quads::{QuadRows, dot_quads};
 use super::exp::{exp4, exp4_unchecked};
 use super::int8::{page_fits, scores4};
 use super::isa::{scores_take, widen4};
+use super::smlal_quads::smlal_quads;
 use super::values::{load_acc16, store_acc16, widen16};
 use crate::arch::query::QueryCodes;
 use crate::arch::rows::PageRows;
@@ -246,6 +249,38 @@ impl<const DOT: bool> Neon<DOT> {
         // SAFETY: register-only NEON operations.
         let mut max = [unsafe { vdupq_n_f32(f32::NEG_INFINITY) }; 4];
         let (k, s) = (rows.vals.as_ptr(), rows.scales.as_ptr());
+        // Whole quads in one `asm!` block for Q8_0's groups.
+        let full = n / 4 * 4;
+        let mut first = 0;
+        if g == Q8_GROUP && full > 0 {
+            let quads = QuadRows {
+                k: k.cast::<i8>(),
+                stride: rows.stride,
+                s,
+                sstride: rows.sstride,
+                quads: full / 4,
+            };
+            // SAFETY: rows `< full ≤ n` lie within the checked page (`hd` codes, `hd/16` scale
+            // bytes each; `hd` a multiple of 32); the query holds `G·hd` codes and `G·hd/32`
+            // scales, `out.quads` `MAX_ROWS/4 ≥ full/4` quads (checked above); `1 ≤ G ≤ 4`;
+            // `DOT` only where the CPU has `SDOT` (the type's contract); the maxima are
+            // register-only NEON operations.
+            unsafe {
+                let (qc, qs, at) = (q.codes.as_ptr(), q.scales.as_ptr(), out.quads.as_mut_ptr());
+                if DOT {
+                    dot_quads::<G>(qc, qs, hd, quads, at, &mut max);
+                } else {
+                    smlal_quads::<G>(qc, qs, hd, quads, at);
+                    for quad in &out.quads[..full / 4] {
+                        for h in 0..G {
+                            // As `quad` below.
+                            max[h] = vmaxnmq_f32(max[h], quad[h]);
+                        }
+                    }
+                }
+            }
+            first = full;
+        }
         // The scores of rows `r0..r0 + 4`, the last of them `r0 + last` (rows past it repeat it:
         // their lanes are not stored), into `out.quads[r0 / 4]`.
         let mut quad = |r0: usize, last: usize| {
@@ -272,9 +307,8 @@ impl<const DOT: bool> Neon<DOT> {
                 max[h] = unsafe { vmaxnmq_f32(max[h], acc[h]) };
             }
         };
-        // Whole quads (`i.min(3)` folds away), then the tail's.
-        let full = n / 4 * 4;
-        for r0 in (0..full).step_by(4) {
+        // Whole quads left (`i.min(3)` folds away), then the tail's.
+        for r0 in (first..full).step_by(4) {
             quad(r0, 3);
         }
         if full < n {
