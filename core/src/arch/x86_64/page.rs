@@ -226,7 +226,8 @@ pub(super) unsafe fn q8_values<const G: usize>(
                 let at = k * GROUP + half * 16;
                 // SAFETY: AVX2 is present (the caller's obligation). Accumulator loads and
                 // stores cover 8 of `acc`'s `G·d` elements (`at + 16 ≤ d`); code loads read
-                // 8 of row `c0 + r`'s `d` codes (`r < m`, within the checked page).
+                // 8 of row `c0 + r`'s `d` codes (`r < m`, within the checked page); `ps[h]`
+                // holds `CHUNK ≥ m` weights.
                 unsafe {
                     let mut a = [[_mm256_setzero_ps(); 2]; G];
                     for (h, a) in a.iter_mut().enumerate() {
@@ -234,10 +235,22 @@ pub(super) unsafe fn q8_values<const G: usize>(
                             *a = _mm256_loadu_ps(acc.as_ptr().add(h * d + at + b * 8));
                         }
                     }
-                    (0..m).for_each(|r| {
-                        let c = v.add((c0 + r) * rows.stride + at);
-                        add_row16::<G>(&mut a, c, |h| ps[h][r]);
-                    });
+                    // Two rows a step (each accumulator still takes the rows in order): half
+                    // the loop's count, compare and branch per row; `r < m ≤ CHUNK` indexes
+                    // `ps` unchecked.
+                    let mut c = v.add(c0 * rows.stride + at);
+                    let mut r = 0;
+                    while r + 2 <= m {
+                        add_row16::<G>(&mut a, c, |h| *ps[h].get_unchecked(r));
+                        add_row16::<G>(&mut a, c.add(rows.stride), |h| {
+                            *ps[h].get_unchecked(r + 1)
+                        });
+                        c = c.add(2 * rows.stride);
+                        r += 2;
+                    }
+                    if r < m {
+                        add_row16::<G>(&mut a, c, |h| *ps[h].get_unchecked(r));
+                    }
                     for (h, a) in a.iter().enumerate() {
                         for (b, a) in a.iter().enumerate() {
                             _mm256_storeu_ps(acc.as_mut_ptr().add(h * d + at + b * 8), *a);
