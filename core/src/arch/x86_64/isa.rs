@@ -17,7 +17,7 @@ use core::arch::x86_64::{
     _mm256_mul_ps, _mm256_permute2f128_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
 };
 
-use super::page::{add_row16, group_sums8, q8_scores, q8_values};
+use super::page::{add_row, group_sums8, q8_scores, q8_values};
 use super::page_f16::{f16_scores, f16_values};
 use crate::arch::kernels::{self, Row};
 use crate::arch::query::QueryCodes;
@@ -212,7 +212,7 @@ unsafe fn q8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[R
             let at = k * 32 + half * 16;
             // SAFETY: AVX2 and F16C are present (the caller's obligation). Every load and store
             // covers exactly a bounds-checked array reference: 8 accumulators (32 bytes), or the
-            // 16 codes `add_row16` reads.
+            // 16 codes `add_row` reads.
             unsafe {
                 let mut a = [[_mm256_setzero_ps(); 2]; G];
                 for (h, a) in a.iter_mut().enumerate() {
@@ -223,7 +223,7 @@ unsafe fn q8_add_rows<const G: usize>(acc: &mut [f32], p: &[[f32; G]], rows: &[R
                 }
                 for (ps, row) in ps.iter().zip(rows) {
                     let c: &[u8; 16] = row.vals[at..at + 16].try_into().expect("16 codes");
-                    add_row16::<G>(&mut a, c.as_ptr(), |h| ps[h]);
+                    add_row::<G, 2>(&mut a, c.as_ptr(), |h| ps[h]);
                 }
                 for (h, a) in a.iter().enumerate() {
                     for (b, a) in a.iter().enumerate() {

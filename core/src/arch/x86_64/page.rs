@@ -222,39 +222,18 @@ pub(super) unsafe fn q8_values<const G: usize>(
                     }
                 }
             }
-            for half in 0..2 {
-                let at = k * GROUP + half * 16;
-                // SAFETY: AVX2 is present (the caller's obligation). Accumulator loads and
-                // stores cover 8 of `acc`'s `G·d` elements (`at + 16 ≤ d`); code loads read
-                // 8 of row `c0 + r`'s `d` codes (`r < m`, within the checked page); `ps[h]`
-                // holds `CHUNK ≥ m` weights.
+            // Runs of up to two heads take a whole group of 32 lanes a pass (their accumulators
+            // fit the sixteen registers), longer runs two passes of 16.
+            for part in 0..GROUP / lanes::<G>() {
+                let at = k * GROUP + part * lanes::<G>();
+                // SAFETY: AVX2 is present (the caller's obligation); `at + lanes ≤ d` (a
+                // group's lanes); rows `c0..c0 + m` lie within the checked page; `ps[h]` holds
+                // `CHUNK ≥ m` weights.
                 unsafe {
-                    let mut a = [[_mm256_setzero_ps(); 2]; G];
-                    for (h, a) in a.iter_mut().enumerate() {
-                        for (b, a) in a.iter_mut().enumerate() {
-                            *a = _mm256_loadu_ps(acc.as_ptr().add(h * d + at + b * 8));
-                        }
-                    }
-                    // Two rows a step (each accumulator still takes the rows in order): half
-                    // the loop's count, compare and branch per row; `r < m ≤ CHUNK` indexes
-                    // `ps` unchecked.
-                    let mut c = v.add(c0 * rows.stride + at);
-                    let mut r = 0;
-                    while r + 2 <= m {
-                        add_row16::<G>(&mut a, c, |h| *ps[h].get_unchecked(r));
-                        add_row16::<G>(&mut a, c.add(rows.stride), |h| {
-                            *ps[h].get_unchecked(r + 1)
-                        });
-                        c = c.add(2 * rows.stride);
-                        r += 2;
-                    }
-                    if r < m {
-                        add_row16::<G>(&mut a, c, |h| *ps[h].get_unchecked(r));
-                    }
-                    for (h, a) in a.iter().enumerate() {
-                        for (b, a) in a.iter().enumerate() {
-                            _mm256_storeu_ps(acc.as_mut_ptr().add(h * d + at + b * 8), *a);
-                        }
+                    if G <= 2 {
+                        values_pass::<G, 4>(acc, d, at, v, rows.stride, c0, m, &ps);
+                    } else {
+                        values_pass::<G, 2>(acc, d, at, v, rows.stride, c0, m, &ps);
                     }
                 }
             }
@@ -263,22 +242,78 @@ pub(super) unsafe fn q8_values<const G: usize>(
     true
 }
 
-/// One V row's terms for `G` heads' accumulators of 16 lanes: the 16 codes at `c` widened to
-/// f32 (two blocks of eight), then `a[h][b] + w(h) · x[b]`, a multiply and an add (no fused
+/// The lanes of one V pass for runs of `G` heads: 32 (a whole group) for up to two heads, 16
+/// for more (their accumulators would not fit the registers).
+const fn lanes<const G: usize>() -> usize {
+    if G <= 2 { 32 } else { 16 }
+}
+
+/// One pass of [`q8_values`] over `8·V` lanes from `at` for rows `c0..c0 + m`: the `G` heads'
+/// accumulators loaded, then each row's terms in order ([`add_row`]), two rows a step (half the
+/// loop's count, compare and branch per row), then stored.
+///
+/// # Safety
+///
+/// AVX2 is present; `acc` holds `G·d` elements with `at + 8·V ≤ d`; rows `c0..c0 + m` hold
+/// `at + 8·V` readable codes from `v + row·stride`; `m ≤ CHUNK`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn values_pass<const G: usize, const V: usize>(
+    acc: &mut [f32],
+    d: usize,
+    at: usize,
+    v: *const u8,
+    stride: usize,
+    c0: usize,
+    m: usize,
+    ps: &[[f32; CHUNK]; G],
+) {
+    // SAFETY: the caller's obligations: accumulator loads and stores cover `8·V` of head `h`'s
+    // `d` elements from `at`; code loads read `8·V` of a row's codes from `at`; `r < m ≤ CHUNK`
+    // indexes `ps` unchecked.
+    unsafe {
+        let mut a = [[_mm256_setzero_ps(); V]; G];
+        for (h, a) in a.iter_mut().enumerate() {
+            for (b, a) in a.iter_mut().enumerate() {
+                *a = _mm256_loadu_ps(acc.as_ptr().add(h * d + at + b * 8));
+            }
+        }
+        let mut c = v.add(c0 * stride + at);
+        let mut r = 0;
+        while r + 2 <= m {
+            add_row::<G, V>(&mut a, c, |h| *ps[h].get_unchecked(r));
+            add_row::<G, V>(&mut a, c.add(stride), |h| *ps[h].get_unchecked(r + 1));
+            c = c.add(2 * stride);
+            r += 2;
+        }
+        if r < m {
+            add_row::<G, V>(&mut a, c, |h| *ps[h].get_unchecked(r));
+        }
+        for (h, a) in a.iter().enumerate() {
+            for (b, a) in a.iter().enumerate() {
+                _mm256_storeu_ps(acc.as_mut_ptr().add(h * d + at + b * 8), *a);
+            }
+        }
+    }
+}
+
+/// One V row's terms for `G` heads' accumulators of `8·V` lanes: the `8·V` codes at `c` widened
+/// to f32 (blocks of eight), then `a[h][b] + w(h) · x[b]`, a multiply and an add (no fused
 /// multiply-add: the portable kernel's rounding).
 ///
 /// # Safety
 ///
-/// AVX2 is present; `c` points at 16 readable bytes.
+/// AVX2 is present; `c` points at `8·V` readable bytes.
 #[inline(always)]
-pub(super) unsafe fn add_row16<const G: usize>(
-    a: &mut [[__m256; 2]; G],
+pub(super) unsafe fn add_row<const G: usize, const V: usize>(
+    a: &mut [[__m256; V]; G],
     c: *const u8,
     w: impl Fn(usize) -> f32,
 ) {
-    // SAFETY: the caller's obligations: AVX2; each load reads 8 of the 16 bytes at `c`.
+    // SAFETY: the caller's obligations: AVX2; each load reads 8 of the `8·V` bytes at `c`.
     unsafe {
-        let x = [c, c.add(8)].map(|c| {
+        let x: [__m256; V] = core::array::from_fn(|b| {
+            let c = c.add(8 * b);
             _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(c.cast::<__m128i>())))
         });
         for (h, a) in a.iter_mut().enumerate() {
