@@ -493,7 +493,8 @@ pub(super) mod tests {
     }
 
     /// Pages of 1 to 40 rows (more than one chunk, eight-row blocks and tails), one to four
-    /// heads: every output element has the portable kernel's bits, rows taken in order.
+    /// heads, head_dim 32 to 256: every output element has the portable kernel's bits, rows
+    /// taken in order.
     #[test]
     fn page_values_give_the_portable_bits() {
         if !super::super::available() {
@@ -501,7 +502,7 @@ pub(super) mod tests {
         }
         fn check<const G: usize>(next: &mut impl FnMut() -> u64) {
             for n in 1..=40 {
-                let hd = 32 * (1 + next() % 3) as usize;
+                let hd = 32 * (1 + next() % 8) as usize;
                 let page = Page::new(next, n, hd);
                 let p = n + (next() % 9) as usize;
                 let w: Vec<f32> = (0..G * p)
