@@ -224,7 +224,10 @@ pub(crate) struct Inline;
 impl<D: Isa> Declined<D> for Inline {}
 
 /// [`attend_whole_page`], with `C` for the runs whose page kernel declines the page.
-#[cfg_attr(not(any(edgekv_x86_kernels, edgekv_arm_kernels)), allow(dead_code))]
+#[cfg_attr(
+    not(any(edgekv_x86_kernels, edgekv_arm_kernels, edgekv_aarch64_kernels)),
+    allow(dead_code)
+)]
 #[inline(always)]
 pub(crate) fn attend_whole_page_with<D: Isa, C: Declined<D>, const G: usize>(
     l: &Layout,

@@ -13,8 +13,8 @@
 
 use core::arch::x86_64::{
     __m128i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm256_add_ps,
-    _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_hadd_ps, _mm256_loadu_ps, _mm256_max_ps,
-    _mm256_mul_ps, _mm256_permute2f128_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+    _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_hadd_ps, _mm256_loadu_ps, _mm256_mul_ps,
+    _mm256_permute2f128_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
 };
 
 use super::page::{add_row, group_sums8, q8_scores, q8_values};
@@ -25,7 +25,6 @@ use crate::arch::rows::PageRows;
 use crate::arch::{Isa, PageKernels, Softmax, Strategy};
 use crate::format::u16_at;
 use crate::numeric::Widen;
-use crate::numeric::larger;
 
 /// [`Isa`] with F16C and AVX horizontal adds. Its methods require AVX2 and F16C: only
 /// `attention::dispatch` names it, inside its `#[target_feature(enable = "avx2,f16c")]` builds
@@ -54,31 +53,6 @@ impl Widen for Avx2F16c {
 }
 
 impl Softmax for Avx2F16c {
-    /// `exp::max_of`'s eight lanes in one register: `vmaxps(x, m)` is `x > m ? x : m`, which
-    /// is `larger(m, x)` (NaN `x` keeps `m`), so each lane and the tree give its maximum (a zero
-    /// maximum's sign aside, as there).
-    #[inline(always)]
-    fn max_of(s: &[f32]) -> f32 {
-        let mut m = [f32::NEG_INFINITY; 8];
-        let mut blocks = s.chunks_exact(8);
-        // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX; each load reads
-        // exactly the 32 bytes of one block of `s`, the store writes exactly the 32 bytes of `m`.
-        unsafe {
-            let mut v = _mm256_set1_ps(f32::NEG_INFINITY);
-            for b in &mut blocks {
-                v = _mm256_max_ps(_mm256_loadu_ps(b.as_ptr()), v);
-            }
-            _mm256_storeu_ps(m.as_mut_ptr(), v);
-        }
-        for (m, &x) in m.iter_mut().zip(blocks.remainder()) {
-            *m = larger(*m, x);
-        }
-        larger(
-            larger(larger(m[0], m[1]), larger(m[2], m[3])),
-            larger(larger(m[4], m[5]), larger(m[6], m[7])),
-        )
-    }
-
     #[inline(always)]
     fn reduce8(x: &[[f32; 8]; 8]) -> [f32; 8] {
         let mut out = [0f32; 8];

@@ -230,7 +230,7 @@ pub(super) unsafe fn q8_values<const G: usize>(
                 // group's lanes); rows `c0..c0 + m` lie within the checked page; `ps[h]` holds
                 // `CHUNK ≥ m` weights.
                 unsafe {
-                    if G <= 2 {
+                    if lanes::<G>() == 32 {
                         values_pass::<G, 4>(acc, d, at, v, rows.stride, c0, m, &ps);
                     } else {
                         values_pass::<G, 2>(acc, d, at, v, rows.stride, c0, m, &ps);
