@@ -9,11 +9,12 @@
 //!
 
 use core::arch::x86_64::{
-    __m128i, __m256, __m256i, _mm_loadl_epi64, _mm_loadu_si128, _mm256_add_epi32, _mm256_add_ps,
-    _mm256_cvtepi8_epi16, _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps, _mm256_cvtph_ps,
-    _mm256_hadd_epi32, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_mul_ps,
-    _mm256_permute2x128_si256, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_storeu_ps,
+    __m128i, __m256, __m256i, _mm_cvtsi32_si128, _mm_loadl_epi64, _mm_loadu_si128,
+    _mm_unpackhi_epi32, _mm_unpackhi_epi64, _mm_unpacklo_epi16, _mm_unpacklo_epi32,
+    _mm_unpacklo_epi64, _mm256_add_epi32, _mm256_add_ps, _mm256_cvtepi8_epi16,
+    _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_hadd_epi32, _mm256_loadu_ps,
+    _mm256_loadu_si256, _mm256_madd_epi16, _mm256_mul_ps, _mm256_permute2x128_si256,
+    _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_storeu_ps,
 };
 
 use crate::arch::Portable;
@@ -47,6 +48,84 @@ unsafe fn scales8(rows: &PageRows<'_>, r0: usize, b: usize) -> __m256 {
     .map(u16::from_le_bytes);
     // SAFETY: F16C is present; the load reads the 16 bytes of `s`.
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast::<__m128i>())) }
+}
+
+/// Groups `b..b + 4` of rows `r0..r0 + 8`'s f16 scales as f32, group-major: element `j` holds
+/// the eight rows' scales of group `b + j`, row `i` in lane `i`. Each row's `2·W` scale bytes
+/// (`W` = 4 or 2) come in one load, then an eight-by-`W` transpose of 16-bit words (unpacks of
+/// words, dwords and quadwords): a fifth of [`scales8`]'s inserts and shuffles per group.
+/// Elements `W..4` are unspecified.
+///
+/// # Safety
+///
+/// AVX2 and F16C are present; `rows.scales` holds `2·(b + W)` bytes at `(r0 + 7)·sstride`.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn scales_of_groups<const W: usize>(
+    rows: &PageRows<'_>,
+    r0: usize,
+    b: usize,
+) -> [__m256; 4] {
+    // SAFETY: the caller's bound on row `r0 + 7` covers every row up to it; each load reads
+    // `2·W` of a row's scale bytes from group `b`.
+    unsafe {
+        let base = rows.scales.as_ptr().add(2 * b);
+        let a: [__m128i; 8] = core::array::from_fn(|i| {
+            let at = base.add((r0 + i) * rows.sstride);
+            if W == 4 {
+                _mm_loadl_epi64(at.cast::<__m128i>())
+            } else {
+                _mm_cvtsi32_si128(at.cast::<i32>().read_unaligned())
+            }
+        });
+        // Rows 2j and 2j + 1 interleaved: dword g holds their scales of group g.
+        let t: [__m128i; 4] = core::array::from_fn(|j| _mm_unpacklo_epi16(a[2 * j], a[2 * j + 1]));
+        // Quadword g of `lo` (groups 0, 1) and `hi` (groups 2, 3): four rows' scales of group g.
+        let lo = [
+            _mm_unpacklo_epi32(t[0], t[1]),
+            _mm_unpacklo_epi32(t[2], t[3]),
+        ];
+        let hi = [
+            _mm_unpackhi_epi32(t[0], t[1]),
+            _mm_unpackhi_epi32(t[2], t[3]),
+        ];
+        [
+            _mm256_cvtph_ps(_mm_unpacklo_epi64(lo[0], lo[1])),
+            _mm256_cvtph_ps(_mm_unpackhi_epi64(lo[0], lo[1])),
+            _mm256_cvtph_ps(_mm_unpacklo_epi64(hi[0], hi[1])),
+            _mm256_cvtph_ps(_mm_unpackhi_epi64(hi[0], hi[1])),
+        ]
+    }
+}
+
+/// The scales of the block of `width` ([`block_width`]) groups from `b` of rows `r0..r0 + 8`
+/// (see [`scales_of_groups`]; one group by [`scales8`]).
+///
+/// # Safety
+///
+/// AVX2 and F16C are present; `rows.scales` holds `2·(b + width)` bytes at `(r0 + 7)·sstride`.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn block_scales(rows: &PageRows<'_>, r0: usize, b: usize, width: usize) -> [__m256; 4] {
+    // SAFETY: the caller's obligations.
+    unsafe {
+        match width {
+            4 => scales_of_groups::<4>(rows, r0, b),
+            2 => scales_of_groups::<2>(rows, r0, b),
+            _ => [scales8(rows, r0, b); 4],
+        }
+    }
+}
+
+/// How many groups the block from group `b` of `nb` holds: four while four remain, then two,
+/// then one.
+#[inline(always)]
+const fn block_width(b: usize, nb: usize) -> usize {
+    match nb - b {
+        4.. => 4,
+        2 | 3 => 2,
+        _ => 1,
+    }
 }
 
 /// Whether the page's rows hold `hd` Q8_0 codes and their scales each (the view checked the
@@ -98,8 +177,16 @@ pub(super) unsafe fn q8_scores<const G: usize>(
         // stores write eight of a head's `p ≥ n` scores.
         unsafe {
             let mut acc = [_mm256_setzero_ps(); G];
+            let mut kscales = [_mm256_setzero_ps(); 4];
+            let mut next = 0;
             for b in 0..nb {
-                let kscale = scales8(rows, r0, b);
+                if b == next {
+                    let width = block_width(b, nb);
+                    kscales = block_scales(rows, r0, b, width);
+                    next += width;
+                }
+                // Blocks start at multiples of their width, so `b % 4` is `b`'s place in its block.
+                let kscale = kscales[b % 4];
                 let isums = group_sums8::<G>(q.codes, hd, b, |i| {
                     k.add((r0 + i) * rows.stride + b * GROUP)
                 });
@@ -196,48 +283,61 @@ pub(super) unsafe fn q8_values<const G: usize>(
         return false;
     }
     let v = rows.vals.as_ptr();
-    for k in 0..d / GROUP {
+    let nb = d / GROUP;
+    let mut k0 = 0;
+    while k0 < nb {
+        let width = block_width(k0, nb);
         for c0 in (0..n).step_by(CHUNK) {
             let m = (n - c0).min(CHUNK);
-            let mut ps = [[0f32; CHUNK]; G];
+            // Each group's weights × scales: `ps[j][h][r]` for group `k0 + j`.
+            let mut ps = [[[0f32; CHUNK]; G]; 4];
             // SAFETY: AVX2 and F16C are present (the caller's obligation). Rows `r < n` are
-            // within the page `page_fits` checked (their scales too); weight loads read eight of
-            // a head's `p ≥ n` weights; stores write eight of `ps[h]`'s `CHUNK`.
+            // within the page `page_fits` checked (their `nb` groups' scales too); weight loads
+            // read eight of a head's `p ≥ n` weights; stores write eight of `ps[j][h]`'s `CHUNK`.
             unsafe {
                 let mut r = 0;
                 while r + 8 <= m {
-                    let s = scales8(rows, c0 + r, k);
-                    for (h, ps) in ps.iter_mut().enumerate() {
+                    let s = block_scales(rows, c0 + r, k0, width);
+                    for h in 0..G {
                         let wv = _mm256_loadu_ps(w.as_ptr().add(h * p + c0 + r));
-                        _mm256_storeu_ps(ps.as_mut_ptr().add(r), _mm256_mul_ps(wv, s));
+                        for (ps, s) in ps.iter_mut().zip(s).take(width) {
+                            _mm256_storeu_ps(ps[h].as_mut_ptr().add(r), _mm256_mul_ps(wv, s));
+                        }
                     }
                     r += 8;
                 }
                 for r in r..m {
-                    let at = (c0 + r) * rows.sstride + 2 * k;
-                    let s =
-                        Portable::one(u16::from_le_bytes([rows.scales[at], rows.scales[at + 1]]));
-                    for (h, ps) in ps.iter_mut().enumerate() {
-                        ps[r] = w[h * p + c0 + r] * s;
+                    for (j, ps) in ps.iter_mut().enumerate().take(width) {
+                        let at = (c0 + r) * rows.sstride + 2 * (k0 + j);
+                        let s = Portable::one(u16::from_le_bytes([
+                            rows.scales[at],
+                            rows.scales[at + 1],
+                        ]));
+                        for (h, ps) in ps.iter_mut().enumerate() {
+                            ps[r] = w[h * p + c0 + r] * s;
+                        }
                     }
                 }
             }
-            // Runs of up to two heads take a whole group of 32 lanes a pass (their accumulators
-            // fit the sixteen registers), longer runs two passes of 16.
-            for part in 0..GROUP / lanes::<G>() {
-                let at = k * GROUP + part * lanes::<G>();
-                // SAFETY: AVX2 is present (the caller's obligation); `at + lanes ≤ d` (a
-                // group's lanes); rows `c0..c0 + m` lie within the checked page; `ps[h]` holds
-                // `CHUNK ≥ m` weights.
-                unsafe {
-                    if lanes::<G>() == 32 {
-                        values_pass::<G, 4>(acc, d, at, v, rows.stride, c0, m, &ps);
-                    } else {
-                        values_pass::<G, 2>(acc, d, at, v, rows.stride, c0, m, &ps);
+            for (j, ps) in ps.iter().enumerate().take(width) {
+                // Runs of up to two heads take a whole group of 32 lanes a pass (their
+                // accumulators fit the sixteen registers), longer runs two passes of 16.
+                for part in 0..GROUP / lanes::<G>() {
+                    let at = (k0 + j) * GROUP + part * lanes::<G>();
+                    // SAFETY: AVX2 is present (the caller's obligation); `at + lanes ≤ d` (a
+                    // group's lanes); rows `c0..c0 + m` lie within the checked page; `ps[h]`
+                    // holds `CHUNK ≥ m` weights.
+                    unsafe {
+                        if lanes::<G>() == 32 {
+                            values_pass::<G, 4>(acc, d, at, v, rows.stride, c0, m, ps);
+                        } else {
+                            values_pass::<G, 2>(acc, d, at, v, rows.stride, c0, m, ps);
+                        }
                     }
                 }
             }
         }
+        k0 += width;
     }
     true
 }
@@ -437,7 +537,7 @@ pub(super) mod tests {
         unsafe { q8_values::<G>(acc, w, p, rows) }
     }
 
-    /// Pages of 8 to 40 rows, one to four heads, `head_dim` 32 to 128, rows and scales further
+    /// Pages of 8 to 40 rows, one to four heads, `head_dim` 32 to 256, rows and scales further
     /// apart than one row: each head's scores have the portable kernel's bits (and rows past the
     /// page are left alone); pages of other lengths are refused, nothing written.
     #[test]
@@ -447,7 +547,7 @@ pub(super) mod tests {
         }
         fn check<const G: usize>(next: &mut impl FnMut() -> u64) {
             for n in 1..=40 {
-                let hd = 32 * (1 + next() % 4) as usize;
+                let hd = 32 * (1 + next() % 8) as usize;
                 let page = Page::new(next, n, hd);
                 let codes: Vec<i16> = (0..G * hd)
                     .map(|_| match next() % 13 {
