@@ -40,6 +40,8 @@ pub mod quant;
 mod sequence;
 mod shape;
 pub mod snapshot;
+#[cfg(test)]
+mod testing;
 #[cfg(feature = "std")]
 mod workers;
 

@@ -94,13 +94,7 @@ fn fused_kernels_match_dequantized_rows() {
 #[test]
 fn int8_scores_match_the_dequantized_dot_product() {
     use crate::arch::query;
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    };
+    let mut next = crate::testing::uniform(0x9e37_79b9_7f4a_7c15);
     for (d, g) in [(64usize, 32u16), (36, 12), (600, 300), (8, 2)] {
         let fmt = ElementFormat::Int8 { group: g };
         let g = g as usize;
@@ -168,13 +162,7 @@ fn int8_integer_sums_do_not_overflow() {
 fn int8_rows_kernel_equals_rows_one_by_one() {
     fn check<const G: usize>(d: usize, g: u16) {
         let fmt = ElementFormat::Int8 { group: g };
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        };
+        let mut next = crate::testing::uniform(0x9e37_79b9_7f4a_7c15);
         let (vals, words) = eight_rows(fmt, d, 4.0, &mut next);
         let rows: Vec<Row<'_>> = (0..8)
             .map(|i| Row {

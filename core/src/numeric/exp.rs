@@ -268,12 +268,10 @@ mod tests {
     /// `exp_in_place` is `libm::expf` on every lane and tail length, ranges and edges included.
     #[test]
     fn exp_in_place_is_libm() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1d);
         let mut v: std::vec::Vec<f32> = (0..4099)
             .map(|i| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = next();
                 match i % 4 {
                     0 => f32::from_bits(x as u32),
                     1 => (x as u32 as f32 / u32::MAX as f32 - 0.5) * 200.0,
@@ -307,7 +305,7 @@ mod tests {
     /// `max_of` equals the fold with `f32::max` (NaNs skipped, −∞ when nothing else).
     #[test]
     fn page_maximum_equals_the_fold() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = crate::testing::xorshift(0x9e37_79b9_7f4a_7c15);
         let pool = [
             f32::NAN,
             f32::NEG_INFINITY,
@@ -321,9 +319,7 @@ mod tests {
             for _ in 0..50 {
                 let s: std::vec::Vec<f32> = (0..len)
                     .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
+                        let x = next();
                         if x % 3 == 0 {
                             pool[(x >> 8) as usize % pool.len()]
                         } else {

@@ -176,13 +176,7 @@ mod tests {
             1.0,
             3.5,
         ];
-        let mut x = 0x9e37_79b9u32;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x
-        };
+        let mut next = crate::testing::xorshift32(0x9e37_79b9);
         for row in [8usize, 16, 24, 40] {
             for round in 0..100 {
                 let heads = 1 + round % 4;

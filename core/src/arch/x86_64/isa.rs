@@ -290,7 +290,7 @@ pub(crate) mod tests {
         if !super::super::available() {
             return;
         }
-        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1d);
         let specials = [
             0.0,
             -0.0,
@@ -302,9 +302,7 @@ pub(crate) mod tests {
         for round in 0..2000 {
             let lanes: [[f32; 8]; 8] = core::array::from_fn(|_| {
                 core::array::from_fn(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    let x = next();
                     if round % 4 == 0 && x % 5 == 0 {
                         specials[(x >> 8) as usize % specials.len()]
                     } else {
@@ -338,13 +336,7 @@ pub(crate) mod tests {
         if !super::super::available() {
             return;
         }
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1d);
         let scales16 = [
             0x0001u16, 0x03ff, 0x7bff, 0x7c00, 0x7e00, 0xfc00, 0x8000, 0x3c00,
         ];
@@ -448,13 +440,7 @@ pub(crate) mod tests {
                 assert!(same, "G {G} rows {m}");
             }
         }
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::testing::xorshift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..50 {
             check::<1>(&mut next);
             check::<2>(&mut next);

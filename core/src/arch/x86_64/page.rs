@@ -496,15 +496,9 @@ pub(super) mod tests {
         }
     }
 
-    /// A xorshift64 stream for the page kernels' tests (`page_f16`'s too).
+    /// The xorshift64 stream of the page kernels' tests (`page_f16`'s too).
     pub(crate) fn xorshift() -> impl FnMut() -> u64 {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        }
+        crate::testing::xorshift(0x2545_f491_4f6c_dd1d)
     }
 
     /// The same bits, any NaN equal to any NaN.

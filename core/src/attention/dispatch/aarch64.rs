@@ -167,17 +167,7 @@ mod tests {
     use crate::plan::CacheConfig;
     use crate::sequence::{SeqId, SeqMode};
     use crate::shape::Shape;
-
-    /// Values uniform in [−1, 1), one per call (xorshift from `seed`).
-    fn uniform(seed: u64) -> impl FnMut() -> f32 {
-        let mut x = seed;
-        move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        }
-    }
+    use crate::testing::uniform;
 
     /// The NEON builds this CPU runs: without `SDOT`, and with it where the CPU has it.
     fn neon_builds() -> Vec<Build> {

@@ -285,13 +285,7 @@ pub(crate) mod tests {
                 ],
             ),
         ];
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        };
+        let mut next = crate::testing::uniform(0x2545_f491_4f6c_dd1d);
         let tokens = 150u32;
         for (hd, fmts) in cases {
             let shape = Shape {
