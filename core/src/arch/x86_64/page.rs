@@ -50,9 +50,9 @@ unsafe fn scales8(rows: &PageRows<'_>, r0: usize, b: usize) -> __m256 {
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast::<__m128i>())) }
 }
 
-/// Groups `b..b + 4` of rows `r0..r0 + 8`'s f16 scales as f32, group-major: element `j` holds
-/// the eight rows' scales of group `b + j`, row `i` in lane `i`. Each row's `2·W` scale bytes
-/// (`W` = 4 or 2) come in one load, then an eight-by-`W` transpose of 16-bit words (unpacks of
+/// Groups `b..b + W` (`W` = 4 or 2) of rows `r0..r0 + 8`'s f16 scales as f32, group-major:
+/// element `j` holds the eight rows' scales of group `b + j`, row `i` in lane `i`. Each row's
+/// `2·W` scale bytes come in one load, then an eight-by-`W` transpose of 16-bit words (unpacks of
 /// words, dwords and quadwords): a fifth of [`scales8`]'s inserts and shuffles per group.
 /// Elements `W..4` are unspecified.
 ///
