@@ -95,6 +95,15 @@ pub(crate) trait Softmax {
     fn sum(s: f32, w: &[f32]) -> f32 {
         w.iter().fold(s, |s, w| s + w)
     }
+    /// `sums[h] = Self::sum(sums[h], &w[h·row..h·row + n])` for every head `h` of `sums`: each
+    /// head's sum of a page's weights (`w`: a row of `row` values per head, `n ≤ row` of them
+    /// weights), in row order.
+    #[inline(always)]
+    fn sums(sums: &mut [f32], w: &[f32], row: usize, n: usize) {
+        for (h, s) in sums.iter_mut().enumerate() {
+            *s = Self::sum(*s, &w[h * row..h * row + n]);
+        }
+    }
     /// `[reduce(x[0]), …, reduce(x[7])]`: eight rows' lanes, each summed in the fixed tree.
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES];
 }

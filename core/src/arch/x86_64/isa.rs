@@ -72,6 +72,24 @@ impl Softmax for Avx2F16c {
         out
     }
 
+    /// Two vector steps and a tree (`softmax::max_of`) where `s` is whole blocks of eight.
+    #[inline(always)]
+    fn max_of(s: &[f32]) -> f32 {
+        // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX.
+        unsafe { super::softmax::max_of(s) }.unwrap_or_else(|| crate::numeric::exp::max_of(s))
+    }
+
+    /// Whole pages' sums eight heads at a time, one per lane (`softmax::sum_rows`).
+    #[inline(always)]
+    fn sums(sums: &mut [f32], w: &[f32], row: usize, n: usize) {
+        // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX.
+        if n != row || !unsafe { super::softmax::sum_rows(sums, w, row) } {
+            for (h, s) in sums.iter_mut().enumerate() {
+                *s = Self::sum(*s, &w[h * row..h * row + n]);
+            }
+        }
+    }
+
     /// A page's weights in AVX2 intrinsics (`exp::exp_rows`), the portable lanes for rows that
     /// are not whole blocks of eight.
     #[inline(always)]

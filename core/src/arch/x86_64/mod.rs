@@ -25,6 +25,8 @@ mod lanes;
 mod page;
 #[cfg(not(feature = "small-code"))]
 mod page_f16;
+#[cfg(not(feature = "small-code"))]
+mod softmax;
 #[cfg(test)]
 mod tests;
 
