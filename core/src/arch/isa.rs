@@ -95,14 +95,13 @@ pub(crate) trait Softmax {
     fn sum(s: f32, w: &[f32]) -> f32 {
         w.iter().fold(s, |s, w| s + w)
     }
-    /// `sums[h] = Self::sum(sums[h], &w[h·row..h·row + n])` for every head `h` of `sums`: each
-    /// head's sum of a page's weights (`w`: a row of `row` values per head, `n ≤ row` of them
-    /// weights), in row order.
+    /// `sums[h] = Self::sum(sums[h], &w[h·row..h·row + n])` for every head `h` of `sums` (`w`: a
+    /// row of `row` values per head, its first `n` the head's weights of a page) with heads
+    /// side by side. `false`, nothing written, where this ISA has no such kernel (the default)
+    /// or not for these rows: the page loop then takes [`Softmax::sum`] head by head.
     #[inline(always)]
-    fn sums(sums: &mut [f32], w: &[f32], row: usize, n: usize) {
-        for (h, s) in sums.iter_mut().enumerate() {
-            *s = Self::sum(*s, &w[h * row..h * row + n]);
-        }
+    fn sums(_sums: &mut [f32], _w: &[f32], _row: usize, _n: usize) -> bool {
+        false
     }
     /// `[reduce(x[0]), …, reduce(x[7])]`: eight rows' lanes, each summed in the fixed tree.
     fn reduce8(x: &[[f32; LANES]; LANES]) -> [f32; LANES];

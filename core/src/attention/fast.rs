@@ -244,14 +244,14 @@ pub(crate) fn attend_whole_page_with<D: Isa, C: Declined<D>, const G: usize>(
         scores,
     } = heads;
     let (hd, p) = (l.head_dim, l.page_tokens);
-    // (The division once per page: in the loop, LLVM kept it there.)
-    let int8_k = query::int8_group(l.k_fmt).map(|g| (g, hd / g));
+    let int8_k = query::int8_group(l.k_fmt);
     for kh in 0..l.kv_heads {
         let pr = l.page_rows(kv, false, kh, n);
         let (h0, end) = l.run_of(kh);
         for h0 in (h0..end).step_by(G) {
             let s = &mut scores[h0 * p..(h0 + G) * p];
-            if let Some((g, nb)) = int8_k {
+            if let Some(g) = int8_k {
+                let nb = hd / g;
                 let qh = QueryCodes {
                     codes: &qc.codes[h0 * hd..(h0 + G) * hd],
                     scales: &qc.scales[h0 * nb..(h0 + G) * nb],
@@ -355,14 +355,18 @@ fn page_softmax<D: Isa, R: Iterator<Item = usize>>(
         // A whole page: every head's weights in one loop.
         D::exp_rows(&mut scores[..max.len() * p], p, max);
     }
-    // Each head's sum takes its weights in row order.
-    if whole {
-        D::sums(sum, scores, p, n);
-    } else {
-        for (h, s) in sum.iter_mut().enumerate() {
-            let weights = &scores[h * p..h * p + n];
-            *s = rows().fold(*s, |s, r| s + weights[r]);
-        }
+    // Each head's sum takes its weights in row order: heads side by side where the ISA can, else
+    // head by head, in a register.
+    if whole && D::sums(sum, scores, p, n) {
+        return;
+    }
+    for (h, s) in sum.iter_mut().enumerate() {
+        let weights = &scores[h * p..h * p + n];
+        *s = if whole {
+            D::sum(*s, weights)
+        } else {
+            rows().fold(*s, |s, r| s + weights[r])
+        };
     }
 }
 

@@ -81,13 +81,9 @@ impl Softmax for Avx2F16c {
 
     /// Whole pages' sums eight heads at a time, one per lane (`softmax::sum_rows`).
     #[inline(always)]
-    fn sums(sums: &mut [f32], w: &[f32], row: usize, n: usize) {
+    fn sums(sums: &mut [f32], w: &[f32], row: usize, n: usize) -> bool {
         // SAFETY: only reached from the AVX2/F16C page loop, which requires AVX.
-        if n != row || !unsafe { super::softmax::sum_rows(sums, w, row) } {
-            for (h, s) in sums.iter_mut().enumerate() {
-                *s = Self::sum(*s, &w[h * row..h * row + n]);
-            }
-        }
+        n == row && unsafe { super::softmax::sum_rows(sums, w, row) }
     }
 
     /// A page's weights in AVX2 intrinsics (`exp::exp_rows`), the portable lanes for rows that
