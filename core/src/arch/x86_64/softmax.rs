@@ -102,10 +102,15 @@ pub(super) unsafe fn sum_rows(sums: &mut [f32], w: &[f32], row: usize) -> bool {
 
 /// Eight vectors of eight heads' rows (`v[j]`: head `j`, rows 0–7) as eight vectors of rows
 /// (`[i]`: row `i` of heads 0–7).
+///
+/// # Safety
+///
+/// The CPU supports AVX. (An `unsafe fn`: Rust 1.85, the workspace's oldest, allows
+/// `#[target_feature]` on no other.)
 #[target_feature(enable = "avx")]
 #[inline]
-fn transpose8(v: [__m256; 8]) -> [__m256; 8] {
-    // SAFETY: register-only shuffles, in a function built with AVX.
+unsafe fn transpose8(v: [__m256; 8]) -> [__m256; 8] {
+    // SAFETY: register-only shuffles; AVX is present (the caller's obligation).
     unsafe {
         // Per 128-bit half: heads j, j + 1 interleaved (rows 0, 1 / 2, 3 of the half).
         let t0 = _mm256_unpacklo_ps(v[0], v[1]);
@@ -139,10 +144,14 @@ fn transpose8(v: [__m256; 8]) -> [__m256; 8] {
 }
 
 /// [`transpose8`] for four heads' rows 0–3 in 128-bit vectors.
+///
+/// # Safety
+///
+/// The CPU supports AVX.
 #[target_feature(enable = "avx")]
 #[inline]
-fn transpose4(v: [__m128; 4]) -> [__m128; 4] {
-    // SAFETY: register-only shuffles, in a function built with AVX.
+unsafe fn transpose4(v: [__m128; 4]) -> [__m128; 4] {
+    // SAFETY: register-only shuffles; AVX is present (the caller's obligation).
     unsafe {
         let t0 = _mm_unpacklo_ps(v[0], v[1]);
         let t1 = _mm_unpackhi_ps(v[0], v[1]);
