@@ -52,6 +52,9 @@ pub enum ConfigError {
     /// The call handles configurations of one layer group only (plan several with
     /// [`CacheConfig::plan_groups`](crate::CacheConfig::plan_groups)).
     MultipleGroups,
+    /// A [`PlannedConfig`](crate::PlannedConfig) made for an allocator with another number of
+    /// metadata bits a page than the cache's.
+    PlannedForOtherAllocator,
 }
 
 impl ConfigError {
@@ -73,6 +76,7 @@ impl ConfigError {
             ConfigError::LayerInTwoGroups => "two layer groups name the same layer",
             ConfigError::EmptyGroup => "a layer group holds no layer",
             ConfigError::MultipleGroups => "the call handles one layer group only",
+            ConfigError::PlannedForOtherAllocator => "the plan is for another page allocator",
         }
     }
 }

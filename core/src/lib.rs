@@ -68,7 +68,7 @@ pub use numeric::exp_in_place;
 pub use plan::Pool;
 pub use plan::{
     ArenaSizes, GroupedPlan, MAX_PAGES, META_ALIGN, MIN_ALIGN, MetaLayout, PageGeometry, Plan,
-    PoolKind,
+    PlannedConfig, PoolKind,
 };
 pub use pool::{PagePool, PageState};
 pub use sequence::{SeqId, SeqInfo, SeqMode};

@@ -77,7 +77,7 @@ fn main() -> ! {
     let data = heap_arena.as_uninit_mut();
 
     let data_addr = data.as_ptr() as usize;
-    let mut cache: KvCache = match KvCache::new(session::CFG, data, KV_META.as_uninit_mut()) {
+    let mut cache: KvCache = match KvCache::from_planned(&session::PLANNED, data, KV_META.as_uninit_mut()) {
         Ok(c) => c,
         Err(e) => halt_with(e.into()),
     };

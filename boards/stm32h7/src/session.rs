@@ -16,8 +16,8 @@
 use edgekv::attention::{AttentionParams, Window};
 use edgekv::prefix::plan_prefill;
 use edgekv::{
-    CacheConfig, ElementFormat, FreeList, Kv, KvCache, PageAllocator, Plan, SeqId, SeqMode, Shape,
-    Stats,
+    CacheConfig, ElementFormat, FreeList, Kv, KvCache, PageAllocator, Plan, PlannedConfig, SeqId,
+    SeqMode, Shape, Stats,
 };
 use edgekv_hal::{CacheMaintenance, HalError, IdentityMap, Segment, read_view};
 
@@ -46,11 +46,14 @@ pub const MAX_TOKENS: u32 = 480;
 /// Bytes of the KV data arena (AXI SRAM).
 pub const DATA_BYTES: usize = 384 * 1024;
 const BITS: usize = <FreeList<'static> as PageAllocator<'static>>::META_BITS_PER_PAGE;
-/// The plan of the cache over [`DATA_BYTES`].
-pub const PLAN: Plan = match CFG.plan(DATA_BYTES, BITS) {
+/// The cache's configuration, checked and planned over [`DATA_BYTES`] at compile time: the
+/// firmware builds its cache with [`KvCache::from_planned`] and links none of the checks.
+pub const PLANNED: PlannedConfig = match PlannedConfig::new(CFG, DATA_BYTES, BITS) {
     Ok(p) => p,
     Err(_) => panic!("plan"),
 };
+/// The plan of the cache over [`DATA_BYTES`].
+pub const PLAN: Plan = *PLANNED.plan();
 /// Bytes of the metadata arena (DTCM).
 pub const META_BYTES: usize = PLAN.meta.total;
 

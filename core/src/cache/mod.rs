@@ -25,7 +25,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use crate::alloc::{FreeList, PageAllocator, PageId};
 use crate::arena::zeroed;
 use crate::error::{ConfigError, Error, Result};
-use crate::plan::{CacheConfig, META_ALIGN, Plan, PoolKind, SEQ_RECORD_BYTES};
+use crate::plan::{CacheConfig, META_ALIGN, Plan, PlannedConfig, PoolKind, SEQ_RECORD_BYTES};
 use crate::pool::{PagePool, PageState};
 use crate::prefix::index::PrefixIndex;
 use crate::prefix::{PageHasher, page_hash};
@@ -129,6 +129,28 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     ) -> Result<Self, ConfigError> {
         let plan = config.plan(data.len(), A::META_BITS_PER_PAGE)?;
         Self::with_plan(config, plan, data, meta)
+    }
+
+    /// Creates a cache of a configuration checked and planned beforehand (at compile time when
+    /// `planned` is a `const`): only the arenas are checked, as in [`new`](Self::new). The
+    /// cache's plan is `planned.plan()`; `data` and `meta` need at least its `data_bytes` and
+    /// `meta.total` bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`PlannedForOtherAllocator`](ConfigError::PlannedForOtherAllocator) when `planned` was
+    /// made for other than `A::META_BITS_PER_PAGE`;
+    /// [`MisalignedArena`](ConfigError::MisalignedArena) or
+    /// [`ArenaTooSmall`](ConfigError::ArenaTooSmall) for an arena.
+    pub fn from_planned(
+        planned: &PlannedConfig,
+        data: &'a mut [MaybeUninit<u8>],
+        meta: &'a mut [MaybeUninit<u8>],
+    ) -> Result<Self, ConfigError> {
+        if planned.alloc_bits_per_page() != A::META_BITS_PER_PAGE {
+            return Err(ConfigError::PlannedForOtherAllocator);
+        }
+        Self::with_plan(*planned.config(), *planned.plan(), data, meta)
     }
 
     /// Creates a cache in one buffer (aligned to `config.align`): metadata at its start, data at

@@ -82,35 +82,23 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// Walks the first `pages` pages of a sequence's table against `prompt`: a registered page
     /// must hold these tokens under the chain so far; an unregistered one is published unless an
     /// equal page already is. Returns the pages published. Checked first by
-    /// [`publish_check`](Self::publish_check), which walks the same way.
+    /// [`publish_check`](Self::publish_check), which takes the same steps.
     fn publish(&mut self, slot: usize, prompt: &[u32], pages: usize) -> Result<u16> {
         let p = self.config.page_tokens as usize;
-        let mut prev_hash = self.config.namespace;
-        let mut parent = root_link(self.config.namespace);
+        let mut chain = Chain::new(self.config.namespace);
         let mut published = 0u16;
         for i in 0..pages {
             let tokens = prompt
                 .get(i * p..(i + 1) * p)
                 .ok_or(Error::PromptMismatch)?;
-            let hash = (self.hasher)(prev_hash, tokens);
-            let page = *self.seqs.entry_mut(slot, i);
-            if page == NO_PAGE {
-                // Released by `slide`: the chain cannot continue past it.
-                break;
-            }
-            let index = &self.index;
-            if let Some(entry) = index.entry(page) {
-                if entry.parent != parent || index.tokens(page) != tokens {
-                    return Err(Error::PromptMismatch);
+            match self.publish_step(&mut chain, slot, i, tokens)? {
+                PublishStep::End => break,
+                PublishStep::Linked => {}
+                PublishStep::New(page, hash) => {
+                    chain.parent = self.register_page(page, hash, chain.parent, tokens)?;
+                    published += 1;
                 }
-                parent = index.reg(page);
-            } else if let Some(equal) = index.find(hash, parent, tokens) {
-                parent = index.reg(equal);
-            } else {
-                parent = self.register_page(page, hash, parent, tokens)?;
-                published += 1;
             }
-            prev_hash = hash;
         }
         Ok(published)
     }
@@ -118,39 +106,59 @@ impl<'a, A: PageAllocator<'a>> KvCache<'a, A> {
     /// [`publish`](Self::publish)'s walk without registering: `Ok` means it succeeds.
     fn publish_check(&self, slot: usize, prompt: &[u32], pages: usize) -> Result<()> {
         let p = self.config.page_tokens as usize;
-        let mut prev_hash = self.config.namespace;
-        let mut parent = root_link(self.config.namespace);
+        let mut chain = Chain::new(self.config.namespace);
         let mut simulated = 0u64;
-        let table = self.seqs.table(slot);
         for i in 0..pages {
             let tokens = prompt
                 .get(i * p..(i + 1) * p)
                 .ok_or(Error::PromptMismatch)?;
-            let hash = (self.hasher)(prev_hash, tokens);
-            let page = table.get(i).copied().unwrap_or(NO_PAGE);
-            if page == NO_PAGE {
-                break;
-            }
-            let index = &self.index;
-            if let Some(entry) = index.entry(page) {
-                if entry.parent != parent || index.tokens(page) != tokens {
-                    return Err(Error::PromptMismatch);
+            match self.publish_step(&mut chain, slot, i, tokens)? {
+                PublishStep::End => break,
+                PublishStep::Linked => {}
+                PublishStep::New(..) => {
+                    // A placeholder no existing entry names as parent (registration ids count
+                    // up from 1, root links have the top bit set).
+                    simulated += 1;
+                    chain.parent = (1 << 62) + simulated;
                 }
-                parent = index.reg(page);
-            } else if let Some(equal) = index.find(hash, parent, tokens) {
-                parent = index.reg(equal);
-            } else {
-                if !self.pool.registrable(page) || tokens.len() != index.tokens(page).len() {
-                    return Err(Error::InvalidPage);
-                }
-                // A placeholder no existing entry names as parent (registration ids count up
-                // from 1, root links have the top bit set).
-                simulated += 1;
-                parent = (1 << 62) + simulated;
             }
-            prev_hash = hash;
         }
         Ok(())
+    }
+
+    /// Page `i` of the publish walk, holding `tokens`: checks it against the chain so far and
+    /// links a published page (or an equal one) into it. A page to publish is returned with
+    /// its hash, the chain's parent left for the caller to set; the checks
+    /// [`register_page`](Self::register_page) makes come first, so it cannot then fail.
+    fn publish_step(
+        &self,
+        chain: &mut Chain,
+        slot: usize,
+        i: usize,
+        tokens: &[u32],
+    ) -> Result<PublishStep> {
+        let hash = (self.hasher)(chain.prev_hash, tokens);
+        let page = self.seqs.table(slot).get(i).copied().unwrap_or(NO_PAGE);
+        if page == NO_PAGE {
+            // Released by a window: the chain cannot continue past it.
+            return Ok(PublishStep::End);
+        }
+        chain.prev_hash = hash;
+        let index = &self.index;
+        if let Some(entry) = index.entry(page) {
+            if entry.parent != chain.parent || index.tokens(page) != tokens {
+                return Err(Error::PromptMismatch);
+            }
+            chain.parent = index.reg(page);
+        } else if let Some(equal) = index.find(hash, chain.parent, tokens) {
+            chain.parent = index.reg(equal);
+        } else {
+            if !self.pool.registrable(page) || tokens.len() != index.tokens(page).len() {
+                return Err(Error::InvalidPage);
+            }
+            return Ok(PublishStep::New(page, hash));
+        }
+        Ok(PublishStep::Linked)
     }
 
     /// Looks up the longest published prefix of `prompt` that may be reused: verified page by
@@ -346,4 +354,31 @@ fn walk(
         prev_hash = hash;
     }
     max_pages.min(prompt.len() / page_tokens)
+}
+
+/// Where the publish walk stands between pages: the last page's hash and the registration id
+/// (or root link) the next page must name as parent.
+struct Chain {
+    prev_hash: u64,
+    parent: u64,
+}
+
+impl Chain {
+    /// The start of a chain under `namespace`.
+    fn new(namespace: u64) -> Self {
+        Chain {
+            prev_hash: namespace,
+            parent: root_link(namespace),
+        }
+    }
+}
+
+/// What the publish walk finds at one page.
+enum PublishStep {
+    /// The page was released by a window: the chain ends before it.
+    End,
+    /// The page, or an equal published one, is linked into the chain.
+    Linked,
+    /// An unregistered page to publish, with its hash.
+    New(PageId, u64),
 }

@@ -593,6 +593,77 @@ fn construction_errors() {
     assert_eq!(r.err(), Some(ConfigError::PageTokensNotPowerOfTwo));
 }
 
+/// A cache from a [`PlannedConfig`] has the runtime plan's layout and behaviour; each bad arena
+/// or allocator is refused with its error and the arenas left unwritten.
+#[test]
+fn cache_from_a_planned_config() {
+    let cfg = cfg();
+    let plan = cfg.plan_pages(4, 16).unwrap();
+    let planned = PlannedConfig::new(cfg, plan.data_bytes, 16).unwrap();
+    assert_eq!(planned.plan(), &cfg.plan(plan.data_bytes, 16).unwrap());
+    assert_eq!(planned.config(), &cfg);
+    assert_eq!(planned.alloc_bits_per_page(), 16);
+    // Configuration errors are the planner's.
+    assert_eq!(
+        PlannedConfig::new(cfg.with_page_tokens(3), plan.data_bytes, 16),
+        Err(ConfigError::PageTokensNotPowerOfTwo)
+    );
+    assert_eq!(
+        PlannedConfig::new(cfg, 10, 16),
+        Err(ConfigError::ArenaTooSmall)
+    );
+
+    let (mut a, mut b) = (arenas(&cfg, 4), arenas(&cfg, 4));
+    let mut runtime = cache::<FreeList>(&mut b, cfg, 4);
+    let data = aligned(&mut a.data, 64, plan.data_bytes);
+    let meta = aligned(&mut a.meta, 8, plan.meta.total);
+    let mut c = KvCache::<FreeList>::from_planned(&planned, data, meta).unwrap();
+    assert_eq!(c.arena_plan(), runtime.arena_plan());
+    for cache in [&mut c, &mut runtime] {
+        let s = cache.create_sequence(SeqMode::Paged).unwrap();
+        cache.reserve(s, 10).unwrap();
+        write_all(cache, s, 3, 0, 10);
+        check_rows(cache, s, 3, 0, 10);
+        invariants(cache);
+    }
+    for page in 0..4 {
+        assert_eq!(
+            c.page_bytes(1, Kv::V, page),
+            runtime.page_bytes(1, Kv::V, page)
+        );
+    }
+
+    // Each refusal comes before the arenas are zeroed (`with_plan_epoch` checks, then writes).
+    let mut a = arenas(&cfg, 5);
+    let data = aligned(&mut a.data, 64, plan.data_bytes + 64);
+    let meta = aligned(&mut a.meta, 8, plan.meta.total + 8);
+    let refusals = [
+        (
+            KvCache::<Bitmap>::from_planned(&planned, &mut data[..], &mut meta[..]).err(),
+            ConfigError::PlannedForOtherAllocator,
+        ),
+        (
+            KvCache::<FreeList>::from_planned(&planned, &mut data[..100], &mut meta[..]).err(),
+            ConfigError::ArenaTooSmall,
+        ),
+        (
+            KvCache::<FreeList>::from_planned(&planned, &mut data[..], &mut meta[..8]).err(),
+            ConfigError::ArenaTooSmall,
+        ),
+        (
+            KvCache::<FreeList>::from_planned(&planned, &mut data[32..], &mut meta[..]).err(),
+            ConfigError::MisalignedArena,
+        ),
+        (
+            KvCache::<FreeList>::from_planned(&planned, &mut data[..], &mut meta[1..]).err(),
+            ConfigError::MisalignedArena,
+        ),
+    ];
+    for (got, want) in refusals {
+        assert_eq!(got, Some(want));
+    }
+}
+
 #[test]
 fn one_buffer_split_in_two() {
     let cfg = cfg();

@@ -5,6 +5,7 @@
 
 mod geometry;
 mod groups;
+mod planned;
 
 pub use crate::config::{CacheConfig, MIN_ALIGN};
 use crate::error::{ConfigError, Error, Result};
@@ -13,6 +14,7 @@ use crate::shape::Kv;
 pub use geometry::Pool;
 pub use geometry::{PageGeometry, PoolKind};
 pub use groups::GroupedPlan;
+pub use planned::PlannedConfig;
 
 /// Alignment the metadata arena must have.
 pub const META_ALIGN: usize = 8;
