@@ -185,6 +185,41 @@ pub fn report(root: &Path) -> Result<String, String> {
     Ok(out)
 }
 
+/// Builds the goal's configuration alone (the STM32H7 firmware, int8 pages, `small-code`,
+/// opt-level "s") and checks the core's `.text` against [`CORE_TEXT_GOAL`]: `Ok` with the
+/// verdict line when it is met, `Err` with the same line when not (the `boards` stage).
+pub fn check_core_goal(root: &Path) -> Result<String, String> {
+    let nm = llvm_bin_dir()?.join("llvm-nm");
+    let b = BUILDS
+        .iter()
+        .find(|b| b.m4_goal)
+        .ok_or("no build carries the goal")?;
+    let elfs = build(root, b).map_err(|why| format!("{}: {why}", b.name))?;
+    let mut lines = Vec::new();
+    let mut met = true;
+    for (bin, elf) in &elfs {
+        let core = core_text(&nm, elf)?;
+        if core == 0 {
+            continue;
+        }
+        met &= core <= CORE_TEXT_GOAL;
+        lines.push(format!(
+            "{} {bin}: core .text {core} B, goal <= {CORE_TEXT_GOAL} B ({:.1} KiB of 12.0)",
+            b.name,
+            core as f64 / 1024.0
+        ));
+    }
+    if lines.is_empty() {
+        return Err(format!("{}: no binary holds the core", b.name));
+    }
+    let text = lines.join("\n");
+    if met {
+        Ok(text)
+    } else {
+        Err(format!("goal NOT met: {text}"))
+    }
+}
+
 /// `$(rustc --print sysroot)/lib/rustlib/<host>/bin`.
 fn llvm_bin_dir() -> Result<PathBuf, String> {
     let sysroot = capture(Command::new("rustc").args(["--print", "sysroot"]))?;
