@@ -77,10 +77,11 @@ fn main() -> ! {
     let data = heap_arena.as_uninit_mut();
 
     let data_addr = data.as_ptr() as usize;
-    let mut cache: KvCache = match KvCache::from_planned(&session::PLANNED, data, KV_META.as_uninit_mut()) {
-        Ok(c) => c,
-        Err(e) => halt_with(e.into()),
-    };
+    let mut cache: KvCache =
+        match KvCache::from_planned(&session::PLANNED, data, KV_META.as_uninit_mut()) {
+            Ok(c) => c,
+            Err(e) => halt_with(e.into()),
+        };
     defmt::info!(
         "cache: {=u16} pages x {=u16} tokens, {=usize} B/page, data {=usize} B at {=usize:#x}, meta {=usize} B in DTCM",
         PLAN.num_pages,
